@@ -1,0 +1,1 @@
+"""Where releases live: the ReleaseStore protocol and its implementations."""
