@@ -1,0 +1,105 @@
+"""The only maker of names: sessions, release tags and titles, worlds, artifacts.
+
+The tag and title schemes are identical to the anchor's (verl-wheelhouse,
+stage C) so that releases it already published stay valid:
+
+- tag:   ``<component>-<sanitized ref>-py<X.Y>-torch<torch>``
+- title: ``<component> <ref> - [<arch> ]cu<cuda> py<python> torch<torch>; ...``
+  (one segment per matrix row of that Python and torch, x86_64 left implicit)
+- world: ``cu<major><minor>/torch<major>.<minor>`` (``cpu/torch2.13`` for CPU rows)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+DEFAULT_ARCH = "x86_64"
+MANIFEST_ASSET = "wheelhouse-build-manifest.json"
+
+_UNSAFE_REF_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+_NAME_SEPARATORS = re.compile(r"[-_.]+")
+_TITLE_SEGMENT = re.compile(
+    r"^(?:(?P<arch>\S+)\s+)?cu(?P<cuda>[\w.]+)\s+py(?P<python>[\w.]+)\s+torch(?P<torch>[\w.+]+)$"
+)
+_TITLE = re.compile(r"^(?P<component>\S+)\s+(?P<ref>\S+)\s+-\s+(?P<segments>.+)$")
+
+
+def sanitize_ref(ref: str) -> str:
+    """A git ref made safe for a tag: runs of other characters become '-'."""
+    cleaned = _UNSAFE_REF_CHARS.sub("-", ref).strip("-.")
+    return cleaned or "unknown"
+
+
+def normalize_package_name(name: str) -> str:
+    """PEP 503 normalisation."""
+    return _NAME_SEPARATORS.sub("-", name).lower()
+
+
+def release_tag(component: str, ref: str, python: str, torch: str) -> str:
+    return f"{component}-{sanitize_ref(ref)}-py{python}-torch{torch}"
+
+
+@dataclass(frozen=True)
+class TitleSegment:
+    arch: str
+    cuda: str
+    python: str
+    torch: str
+
+    def render(self) -> str:
+        prefix = "" if self.arch == DEFAULT_ARCH else f"{self.arch} "
+        return f"{prefix}cu{self.cuda} py{self.python} torch{self.torch}"
+
+
+def release_title(component: str, ref: str, segments: Iterable[TitleSegment]) -> str:
+    return f"{component} {ref} - " + "; ".join(segment.render() for segment in segments)
+
+
+@dataclass(frozen=True)
+class ParsedTitle:
+    component: str
+    ref: str
+    segments: tuple[TitleSegment, ...]
+
+
+def parse_title(title: str) -> ParsedTitle | None:
+    """Inverse of :func:`release_title`; None when the title does not follow the scheme."""
+    match = _TITLE.match(title.strip())
+    if not match:
+        return None
+    segments = []
+    for raw in match["segments"].split(";"):
+        seg = _TITLE_SEGMENT.match(raw.strip())
+        if not seg:
+            return None
+        segments.append(TitleSegment(seg["arch"] or DEFAULT_ARCH, seg["cuda"], seg["python"], seg["torch"]))
+    return ParsedTitle(match["component"], match["ref"], tuple(segments))
+
+
+def cuda_tag(cuda: str) -> str:
+    """``13.0.2`` -> ``cu130``; ``cpu`` -> ``cpu``."""
+    if cuda == "cpu":
+        return "cpu"
+    parts = cuda.split(".")
+    return "cu" + "".join(parts[:2])
+
+
+def torch_tag(torch: str) -> str:
+    """``2.13.0`` -> ``torch2.13``: torch's ABI is taken as stable within major.minor."""
+    public = torch.split("+", 1)[0]
+    return "torch" + ".".join(public.split(".")[:2])
+
+
+def world_path(cuda: str, torch: str) -> str:
+    return f"{cuda_tag(cuda)}/{torch_tag(torch)}"
+
+
+def session_name(component: str, python: str) -> str:
+    return f"build-{component}-{python}"
+
+
+def artifact_name(component: str, arch: str, cuda: str, python: str, torch: str) -> str:
+    """CI workflow artifact name of one row's wheels (the anchor's scheme, parsed by restore)."""
+    return f"wheel-{component}-{arch}-cu{cuda}-py{python}-torch{torch}"
