@@ -1,0 +1,211 @@
+"""Expand validated versions into build rows, in one deterministic order.
+
+Rows come out with components sorted by name and, inside a component, in
+build_matrix order. A component with ``bundle_pythons`` gets one row per
+(arch, CUDA, torch): that row builds with the newest of its Pythons and packs
+the extension for all of them into one wheel (see README, "Bundle mode").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ci import naming
+from ci.errors import ConfigError
+from ci.versions import Component, MatrixEntry, Settings, Versions
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    component: str
+    ref: str
+    arch: str
+    cuda: str
+    python: str
+    torch: str
+    torch_vision: str
+    torch_audio: str
+    cxx11_abi: str
+    torch_index: str
+    settings: Settings
+    bundle_pythons: tuple[str, ...] = ()
+    """Every Python the row's wheel covers, when the component bundles them."""
+
+    @property
+    def pythons(self) -> tuple[str, ...]:
+        return self.bundle_pythons or (self.python,)
+
+    @property
+    def release_python(self) -> str:
+        """The Python part of the release tag: ``3.12``, or ``3.11-3.12`` for a bundle."""
+        return "-".join(self.pythons)
+
+    @property
+    def release_tag(self) -> str:
+        return naming.release_tag(self.component, self.ref, self.release_python, self.torch)
+
+    @property
+    def world(self) -> str:
+        return naming.world_path(self.cuda, self.torch)
+
+    @property
+    def session(self) -> str:
+        return naming.session_name(self.component, self.python)
+
+    @property
+    def label(self) -> str:
+        return f"{self.component} ({self.arch} cu{self.cuda} py{'+'.join(self.pythons)} torch{self.torch})"
+
+    def title_segments(self) -> list[naming.TitleSegment]:
+        return [naming.TitleSegment(self.arch, self.cuda, python, self.torch) for python in self.pythons]
+
+    def to_json(self) -> dict:
+        """One flat GitHub Actions matrix entry (one key per workflow input)."""
+        s = self.settings
+        return {
+            "component": self.component,
+            "ref": self.ref,
+            "release_tag": self.release_tag,
+            "session": self.session,
+            "world": self.world,
+            "builder": s.builder,
+            "arch": self.arch,
+            "runs_on": json.dumps(list(s.runs_on_labels) if not isinstance(s.runs_on, str) else s.runs_on),
+            "cuda": self.cuda,
+            "python": self.python,
+            "bundle_pythons": list(self.bundle_pythons),
+            "torch": self.torch,
+            "torch_vision": self.torch_vision,
+            "torch_audio": self.torch_audio,
+            "cxx11_abi": self.cxx11_abi,
+            "torch_cuda_arch_list": s.torch_cuda_arch_list or "",
+            "arch_filter": s.arch_filter,
+            "verify_wheel_archs": s.verify_wheel_archs,
+            "requires_cudnn": s.requires_cudnn,
+            "max_jobs": s.max_jobs,
+            "build_timeout": s.build_timeout,
+            "job_timeout_minutes": s.job_timeout_minutes,
+            "wheel_packages": list(s.wheel_packages),
+            "extra_env": json.dumps(dict(s.extra_env), sort_keys=True),
+        }
+
+
+def _row(component: Component, entry: MatrixEntry, bundle: tuple[str, ...] = ()) -> MatrixRow:
+    return MatrixRow(
+        component=component.name,
+        ref=component.ref,
+        arch=entry.arch,
+        cuda=entry.cuda,
+        python=entry.python,
+        torch=entry.torch,
+        torch_vision=entry.torch_vision,
+        torch_audio=entry.torch_audio,
+        cxx11_abi=entry.cxx11_abi,
+        torch_index=entry.torch_index,
+        settings=component.settings_for(entry.arch),
+        bundle_pythons=bundle,
+    )
+
+
+def _python_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def component_rows(versions: Versions, component: Component) -> list[MatrixRow]:
+    entries = [entry for entry in versions.build_matrix if component.builds(entry)]
+    if not component.bundle_pythons:
+        return [_row(component, entry) for entry in entries]
+    groups: dict[tuple, list[MatrixEntry]] = {}
+    for entry in entries:
+        groups.setdefault((entry.arch, entry.cuda, entry.torch), []).append(entry)
+    rows = []
+    for group in groups.values():
+        pythons = tuple(sorted({entry.python for entry in group}, key=_python_key))
+        builder = max(group, key=lambda entry: _python_key(entry.python))
+        rows.append(_row(component, builder, pythons))
+    return rows
+
+
+def expand(versions: Versions) -> list[MatrixRow]:
+    rows: list[MatrixRow] = []
+    for name in sorted(versions.components):
+        rows.extend(component_rows(versions, versions.components[name]))
+    return rows
+
+
+def session_rows(versions: Versions) -> list[MatrixRow]:
+    """One row per (component, Python) the component builds: the nox sessions.
+
+    For a plain component that is its matrix rows of the first arch listing
+    that Python (nox builds for the machine's arch; see ``for_host``). For a
+    bundle component every Python gets a session that builds the whole bundle
+    with that Python as the build interpreter.
+    """
+    rows: list[MatrixRow] = []
+    for name in sorted(versions.components):
+        component = versions.components[name]
+        seen: set[str] = set()
+        for entry in versions.build_matrix:
+            if not component.builds(entry) or entry.python in seen:
+                continue
+            seen.add(entry.python)
+            bundle = ()
+            if component.bundle_pythons:
+                bundle = tuple(
+                    sorted(
+                        {e.python for e in versions.build_matrix if component.builds(e) and e.arch == entry.arch
+                         and e.torch == entry.torch and e.cuda == entry.cuda},
+                        key=_python_key,
+                    )
+                )
+            rows.append(_row(component, entry, bundle))
+    return rows
+
+
+def select(
+    rows: Iterable[MatrixRow],
+    *,
+    versions: Versions,
+    component: str | None = None,
+    arch: str | None = None,
+    python: str | None = None,
+    torch: str | None = None,
+) -> list[MatrixRow]:
+    """Filter rows; unknown filter values are errors naming the known ones."""
+    rows = list(rows)
+    if component not in (None, "all"):
+        versions.component(component)  # raises with the known names
+        rows = [row for row in rows if row.component == component]
+    checks = (
+        ("arch", arch, sorted({e.arch for e in versions.build_matrix})),
+        ("python", python, sorted({e.python for e in versions.build_matrix}, key=_python_key)),
+        ("torch", torch, sorted({e.torch for e in versions.build_matrix})),
+    )
+    for field_name, wanted, known in checks:
+        if wanted in (None, "all"):
+            continue
+        if wanted not in known:
+            raise ConfigError(
+                f"{versions.path.name}: no build_matrix row has {field_name} '{wanted}'; known: {', '.join(known)}"
+            )
+        if field_name == "python":
+            rows = [row for row in rows if wanted in row.pythons]
+        else:
+            rows = [row for row in rows if getattr(row, field_name) == wanted]
+    return rows
+
+
+def release_rows(versions: Versions, row: MatrixRow) -> list[MatrixRow]:
+    """Every matrix row that shares ``row``'s release (same component, Pythons, torch)."""
+    return [
+        other
+        for other in component_rows(versions, versions.component(row.component))
+        if other.pythons == row.pythons and other.torch == row.torch
+    ]
+
+
+def release_title(versions: Versions, row: MatrixRow) -> str:
+    segments = [segment for other in release_rows(versions, row) for segment in other.title_segments()]
+    return naming.release_title(row.component, row.ref, segments)

@@ -1,0 +1,432 @@
+"""Load versions.yaml once, validate it completely, and return typed records.
+
+Validation runs in two passes: the JSON Schema shipped beside the file
+(structure, types, unknown keys) and the semantic rules a schema cannot say
+(names that must exist in build_matrix, the runner policy, duplicate rows,
+builder scripts and patches that must exist). The first problem found is
+raised as a ConfigError whose message is one line:
+
+    versions.yaml: components.apex.arch_overrides.aarch64.runs_on: <what>; <fix>
+
+``arch_overrides`` are merged into the component's settings by
+:func:`merge_settings`: mappings (``extra_env``) merge key by key, every other
+value is replaced. The anchor's shallow ``dict.update`` silently dropped the
+base ``extra_env`` keys an override did not repeat.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from ci.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = REPO_ROOT / "versions.schema.json"
+DEFAULT_VERSIONS = REPO_ROOT / "versions.yaml"
+
+# Defaults for settings a component may leave out (the anchor's defaults).
+SETTING_DEFAULTS: dict[str, Any] = {
+    "wheel_packages": (),
+    "torch_cuda_arch_list": None,
+    "arch_filter": False,
+    "requires_cudnn": False,
+    "max_jobs": 1,
+    "nvcc_threads": None,
+    "extra_env": {},
+    "patches": (),
+    "verify_wheel_archs": True,
+    "build_timeout": "5h",
+    "job_timeout_minutes": 360,
+    "repair": None,
+}
+SETTING_KEYS = ("builder", "runs_on", *SETTING_DEFAULTS)
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    """One build_matrix row as written."""
+
+    arch: str
+    cuda: str
+    python: str
+    torch: str
+    cxx11_abi: str
+    torch_vision: str = ""
+    torch_audio: str = ""
+    torch_index: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.arch} cu{self.cuda} py{self.python} torch{self.torch}"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a component's sources come from."""
+
+    kind: str  # "git", "sdist" or "path"
+    location: str  # clone URL, distribution name, or directory relative to the repository root
+    submodules: bool = False
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A component's build settings for one arch, overrides applied."""
+
+    builder: str
+    runs_on: str | tuple[str, ...]
+    wheel_packages: tuple[str, ...]
+    torch_cuda_arch_list: str | None
+    arch_filter: bool
+    requires_cudnn: bool
+    max_jobs: int
+    nvcc_threads: int | None
+    extra_env: Mapping[str, str]
+    patches: tuple[str, ...]
+    verify_wheel_archs: bool
+    build_timeout: str
+    job_timeout_minutes: int
+    repair: str | None
+
+    @property
+    def runs_on_labels(self) -> tuple[str, ...]:
+        return (self.runs_on,) if isinstance(self.runs_on, str) else self.runs_on
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    ref: str
+    source: Source
+    arches: tuple[str, ...] | None
+    python_versions: tuple[str, ...] | None
+    bundle_pythons: bool
+    base: Mapping[str, Any] = field(repr=False)
+    arch_overrides: Mapping[str, Mapping[str, Any]] = field(repr=False)
+
+    def settings_for(self, arch: str) -> Settings:
+        merged = merge_settings(self.base, self.arch_overrides.get(arch, {}))
+        values = {key: merged.get(key, SETTING_DEFAULTS.get(key)) for key in SETTING_KEYS}
+        runs_on = values["runs_on"]
+        values["runs_on"] = runs_on if isinstance(runs_on, str) else tuple(runs_on)
+        values["wheel_packages"] = tuple(values["wheel_packages"])
+        values["patches"] = tuple(values["patches"])
+        values["extra_env"] = dict(sorted(values["extra_env"].items()))
+        return Settings(**values)
+
+    def builds(self, entry: MatrixEntry) -> bool:
+        return (self.arches is None or entry.arch in self.arches) and (
+            self.python_versions is None or entry.python in self.python_versions
+        )
+
+
+@dataclass(frozen=True)
+class Versions:
+    path: Path
+    build_matrix: tuple[MatrixEntry, ...]
+    components: Mapping[str, Component]
+    reference_versions: Mapping[str, str]
+
+    def component(self, name: str) -> Component:
+        try:
+            return self.components[name]
+        except KeyError:
+            raise ConfigError(
+                f"{self.path.name}: unknown component '{name}'{_did_you_mean(name, self.components)}; "
+                f"known components: {', '.join(sorted(self.components))}"
+            ) from None
+
+
+def merge_settings(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Override wins; mappings are merged key by key instead of replaced."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def load(path: str | Path | None = None, *, repo_root: Path = REPO_ROOT) -> Versions:
+    """Read, validate and type a versions file (default: the repository's versions.yaml)."""
+    path = Path(path) if path is not None else DEFAULT_VERSIONS
+    data = _read_yaml(path)
+    _check_schema(path, data)
+    versions = _build(path, data)
+    _check_semantics(versions, repo_root)
+    return versions
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses duplicate mapping keys (PyYAML keeps the last silently)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key '{key}' (first at line {seen[key] + 1})", key_node.start_mark
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found; pass an existing versions file (WHEELHOUSE_VERSIONS)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc}); it must be a UTF-8 YAML file") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "somewhere"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path.name}: invalid YAML at {where}: {problem}; fix the syntax there") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path.name}: the top level must be a mapping with build_matrix and components")
+    return data
+
+
+# --- schema pass ---------------------------------------------------------------------------------
+
+
+def _schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def _key_path(parts) -> str:
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _did_you_mean(word: str, candidates) -> str:
+    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+_TYPE_NAMES = {"string": "a string", "integer": "an integer", "boolean": "true or false", "array": "a list",
+               "object": "a mapping", "null": "null", "number": "a number"}
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"number {value}"
+    if isinstance(value, str):
+        return f"string '{value}'"
+    if isinstance(value, list):
+        return "a list"
+    return "a mapping"
+
+
+def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:
+    """(key path parts, 'problem; fix') for one jsonschema error."""
+    parts = list(error.absolute_path)
+    schema = error.schema
+    value = error.instance
+    kind = error.validator
+    if kind == "additionalProperties" and isinstance(value, dict):
+        known = sorted(schema.get("properties", {}))
+        extra = sorted(set(value) - set(known))
+        key = extra[0]
+        return parts + [key], f"unknown key{_did_you_mean(key, known)}; known keys: {', '.join(known)}"
+    if kind == "required":
+        missing = [name for name in error.validator_value if name not in value]
+        return parts, f"missing required key '{missing[0]}'; add it (see versions.schema.json)"
+    if kind == "type":
+        wanted = error.validator_value
+        wanted = " or ".join(_TYPE_NAMES.get(w, w) for w in (wanted if isinstance(wanted, list) else [wanted]))
+        hint = ""
+        if parts and parts[-1] in ("python",) or (len(parts) >= 2 and parts[-2] == "python_versions"):
+            hint = f'; quote it: "{value}" (YAML reads 3.10 as the number 3.1)'
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and "string" in str(error.validator_value):
+            hint = f'; quote it: "{value}"'
+        return parts, f"expected {wanted}, got {_describe(value)}{hint}"
+    if kind == "enum":
+        allowed = ", ".join(str(v) for v in error.validator_value)
+        return parts, f"{_describe(value)} is not allowed{_did_you_mean(value, error.validator_value)}; use one of: {allowed}"
+    if kind == "pattern":
+        return parts, f"{_describe(value)} is malformed; {schema.get('description', 'expected pattern ' + schema['pattern'])}"
+    if kind in ("minItems", "minProperties"):
+        return parts, "must not be empty; list at least one entry or remove the key"
+    if kind == "minLength":
+        return parts, "must not be an empty string"
+    if kind == "minimum":
+        return parts, f"{value} is too small; the minimum is {error.validator_value}"
+    if kind == "oneOf" and parts and parts[-1] == "source":
+        return parts, "name exactly one of 'git' (a clone URL), 'sdist' (a distribution name) or 'path' (a directory)"
+    if kind in ("anyOf", "oneOf", "const"):
+        description = schema.get("description")
+        return parts, f"{_describe(value)} is not valid" + (f"; {description}" if description else "")
+    if kind == "propertyNames":
+        return parts, f"invalid name: {error.message}"
+    return parts, error.message
+
+
+def _check_schema(path: Path, data: Any) -> None:
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = list(validator.iter_errors(data))
+    if not errors:
+        return
+    # The deepest error at the earliest path is the most specific one to show.
+    error = jsonschema.exceptions.best_match(errors)
+    if error.validator == "propertyNames":
+        # jsonschema reports the parent mapping; name the offending key instead.
+        parts = list(error.absolute_path)
+        bad = error.instance if isinstance(error.instance, str) else None
+        for sub in error.context or []:
+            bad = sub.instance
+        raise ConfigError(
+            f"{path.name}: {_key_path(parts + [bad] if bad is not None else parts)}: "
+            f"invalid name{_did_you_mean(bad, ['x86_64', 'aarch64']) if bad else ''}; {_name_rule(parts)}"
+        )
+    parts, message = _schema_message(error)
+    raise ConfigError(f"{path.name}: {_key_path(parts)}: {message}")
+
+
+def _name_rule(parts: list) -> str:
+    if parts and parts[-1] == "arch_overrides":
+        return "arch_overrides keys are arches: x86_64 or aarch64"
+    return "component names are lower-case letters, digits and '-'"
+
+
+# --- typing --------------------------------------------------------------------------------------
+
+
+def _build(path: Path, data: dict) -> Versions:
+    entries = tuple(
+        MatrixEntry(
+            arch=row["arch"],
+            cuda=row["cuda"],
+            python=row["python"],
+            torch=row["torch"],
+            cxx11_abi=row["cxx11_abi"],
+            torch_vision=row.get("torch_vision", ""),
+            torch_audio=row.get("torch_audio", ""),
+            torch_index=row.get("torch_index", ""),
+        )
+        for row in data["build_matrix"]
+    )
+    components = {}
+    for name, raw in data["components"].items():
+        src = raw["source"]
+        if "git" in src:
+            source = Source("git", src["git"], bool(src.get("submodules", False)))
+        elif "sdist" in src:
+            source = Source("sdist", src["sdist"], sha256=src.get("sha256"))
+        else:
+            source = Source("path", src["path"])
+        components[name] = Component(
+            name=name,
+            ref=str(raw["ref"]),
+            source=source,
+            arches=tuple(raw["arches"]) if "arches" in raw else None,
+            python_versions=tuple(raw["python_versions"]) if "python_versions" in raw else None,
+            bundle_pythons=bool(raw.get("bundle_pythons", False)),
+            base={key: raw[key] for key in SETTING_KEYS if key in raw},
+            arch_overrides={arch: dict(values) for arch, values in raw.get("arch_overrides", {}).items()},
+        )
+    return Versions(path, entries, components, dict(data.get("verl_reference_versions", {})))
+
+
+# --- semantic pass -------------------------------------------------------------------------------
+
+
+def _check_semantics(versions: Versions, repo_root: Path) -> None:
+    name = versions.path.name
+    seen: dict[tuple, int] = {}
+    for index, entry in enumerate(versions.build_matrix):
+        key = (entry.arch, entry.cuda, entry.python, entry.torch)
+        if key in seen:
+            raise ConfigError(
+                f"{name}: build_matrix[{index}]: duplicates build_matrix[{seen[key]}] ({entry.label}); remove one of them"
+            )
+        seen[key] = index
+    matrix_arches = sorted({e.arch for e in versions.build_matrix})
+    matrix_pythons = sorted({e.python for e in versions.build_matrix}, key=_python_key)
+
+    for component in versions.components.values():
+        where = f"{name}: components.{component.name}"
+        if component.source.kind == "path" and not (repo_root / component.source.location).is_dir():
+            raise ConfigError(
+                f"{where}.source.path: {component.source.location} is not a directory of the repository; fix the path"
+            )
+        for arch in component.arch_overrides:
+            if arch not in matrix_arches:
+                raise ConfigError(
+                    f"{where}.arch_overrides.{arch}: arch not in build_matrix ({', '.join(matrix_arches)}); "
+                    "remove the override or add a build_matrix row for that arch"
+                )
+        for index, arch in enumerate(component.arches or ()):
+            if arch not in matrix_arches:
+                raise ConfigError(
+                    f"{where}.arches[{index}]: '{arch}' is not an arch of build_matrix ({', '.join(matrix_arches)}); "
+                    "remove it or add a build_matrix row for it"
+                )
+        for index, python in enumerate(component.python_versions or ()):
+            if python not in matrix_pythons:
+                raise ConfigError(
+                    f"{where}.python_versions[{index}]: Python '{python}' is not in build_matrix "
+                    f"({', '.join(matrix_pythons)}); remove it or add a build_matrix row for it"
+                )
+        rows = [entry for entry in versions.build_matrix if component.builds(entry)]
+        if not rows:
+            raise ConfigError(f"{where}: builds no build_matrix row; widen its arches or python_versions")
+        for arch in sorted({entry.arch for entry in rows}):
+            settings = component.settings_for(arch)
+            if arch != "x86_64" and any(label.strip().lower() == "self-hosted" for label in settings.runs_on_labels):
+                key = "arch_overrides." + arch + ".runs_on" if "runs_on" in component.arch_overrides.get(arch, {}) else "runs_on"
+                raise ConfigError(
+                    f"{where}.{key}: the {arch} build points at a self-hosted runner (the self-hosted machine is x86_64); "
+                    f"set arch_overrides.{arch}.runs_on to a GitHub-hosted runner such as ubuntu-24.04-arm"
+                )
+            override = component.arch_overrides.get(arch, {})
+            builder_key = f"arch_overrides.{arch}.builder" if "builder" in override else "builder"
+            if not (repo_root / "build_scripts" / f"{settings.builder}.sh").is_file():
+                raise ConfigError(
+                    f"{where}.{builder_key}: build_scripts/{settings.builder}.sh does not exist; "
+                    "name an existing builder or add that script"
+                )
+            patches_key = f"arch_overrides.{arch}.patches" if "patches" in override else "patches"
+            for index, patch in enumerate(settings.patches):
+                if not (repo_root / patch).is_file():
+                    raise ConfigError(
+                        f"{where}.{patches_key}[{index}]: {patch} does not exist; give a path relative to the repository root"
+                    )
+            if settings.arch_filter and not settings.torch_cuda_arch_list:
+                raise ConfigError(
+                    f"{where}.arch_filter: needs torch_cuda_arch_list to say which archs to keep; set it or drop arch_filter"
+                )
+
+
+def _python_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
