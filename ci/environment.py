@@ -1,0 +1,80 @@
+"""The environment variables every command honours, read in one place.
+
+Entry points pass ``os.environ`` here; library code receives the typed
+result and never reads the environment itself.
+
+=========================  ====================================================
+WHEELHOUSE_VERSIONS        another versions file (default: versions.yaml)
+WHEELHOUSE_STORE           a directory (default: wheelhouse/ in the repository)
+                           or ``github:owner/repo``
+WHEELHOUSE_TORCH_INDEX     torch index for every row (``default``: pip's own)
+WHEELHOUSE_API_URL/GH_HOST GitHub API base (GitHub Enterprise, the test server)
+GITHUB_TOKEN / GH_TOKEN    token for the GitHub store
+WHEELHOUSE_CACHE           checkout / compiler / sdist cache (default: .cache/)
+=========================  ====================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ci.errors import ConfigError
+from ci.versions import DEFAULT_VERSIONS, REPO_ROOT
+
+DEFAULT_STORE = REPO_ROOT / "wheelhouse"
+DEFAULT_CACHE = REPO_ROOT / ".cache"
+DEFAULT_API_URL = "https://api.github.com"
+
+
+@dataclass(frozen=True)
+class Environment:
+    versions_path: Path = DEFAULT_VERSIONS
+    store_spec: str = str(DEFAULT_STORE)
+    torch_index: str | None = None
+    api_url: str = DEFAULT_API_URL
+    token: str | None = field(default=None, repr=False)
+    cache_dir: Path = DEFAULT_CACHE
+
+    @classmethod
+    def from_mapping(cls, env: Mapping[str, str]) -> Environment:
+        api = env.get("WHEELHOUSE_API_URL") or env.get("GH_HOST") or DEFAULT_API_URL
+        if "://" not in api:  # GH_HOST may be a bare host name (GitHub Enterprise)
+            api = f"https://{api}/api/v3"
+        return cls(
+            versions_path=Path(env.get("WHEELHOUSE_VERSIONS") or DEFAULT_VERSIONS),
+            store_spec=env.get("WHEELHOUSE_STORE") or str(DEFAULT_STORE),
+            torch_index=env.get("WHEELHOUSE_TORCH_INDEX") or None,
+            api_url=api.rstrip("/"),
+            token=env.get("GITHUB_TOKEN") or env.get("GH_TOKEN") or None,
+            cache_dir=Path(env.get("WHEELHOUSE_CACHE") or DEFAULT_CACHE),
+        )
+
+    @property
+    def github_repo(self) -> str | None:
+        """``owner/repo`` when the store is GitHub, else None."""
+        if self.store_spec.startswith("github:"):
+            repo = self.store_spec.removeprefix("github:")
+            if repo.count("/") != 1 or not all(repo.split("/")):
+                raise ConfigError(
+                    f"WHEELHOUSE_STORE={self.store_spec}: expected github:owner/repo or a directory path"
+                )
+            return repo
+        return None
+
+
+def open_store(env: Environment, *, dry_run: bool = False, progress=None):
+    """The ReleaseStore that ``env`` names."""
+    repo = env.github_repo
+    if repo is None:
+        from ci.store.local import LocalStore
+
+        return LocalStore(Path(env.store_spec))
+    if not env.token:
+        raise ConfigError(
+            f"WHEELHOUSE_STORE={env.store_spec} needs a token: set GITHUB_TOKEN (or GH_TOKEN) with contents:write"
+        )
+    from ci.store.github import GitHubStore
+
+    return GitHubStore(repo, api_url=env.api_url, token=env.token, dry_run=dry_run, progress=progress)

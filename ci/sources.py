@@ -1,0 +1,183 @@
+"""Fetch a component's sources: a git ref, an sdist release, or a local directory.
+
+Git checkouts are cached by (url, ref) under the cache directory and made
+clean on every use (reset, clean -ffdx, submodules too), so a build never sees
+files from an earlier ref. Fetches are shallow and retried: the anchor met
+transient "shallow file has changed" failures and flaky proxies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci import naming
+from ci.errors import WheelhouseError
+from ci.versions import REPO_ROOT, Component
+
+FETCH_ATTEMPTS = 4
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """A clean source tree ready to copy into a build directory."""
+
+    path: Path
+    kind: str
+    location: str
+    ref: str
+    revision: str
+    """git commit, sdist sha256, or a digest of the directory's files."""
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "location": self.location, "ref": self.ref, "revision": self.revision}
+
+
+def _git(args: list[str], cwd: Path | None = None, *, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, **_GIT_ENV}
+    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    if check and result.returncode != 0:
+        raise subprocess.CalledProcessError(result.returncode, ["git", *args], result.stdout, result.stderr)
+    return result
+
+
+def resolve_ref(url: str, ref: str) -> str | None:
+    """The commit ``ref`` points at, without cloning (``git ls-remote``); a SHA resolves to itself."""
+    if _looks_like_sha(ref):
+        return ref
+    result = _git(["ls-remote", url, ref, f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}"], check=False)
+    if result.returncode != 0:
+        return None
+    lines = [line.split("\t") for line in result.stdout.splitlines() if "\t" in line]
+    peeled = [sha for sha, name in lines if name.endswith("^{}")]
+    return (peeled or [sha for sha, _ in lines] or [None])[0]
+
+
+def _looks_like_sha(ref: str) -> bool:
+    return len(ref) == 40 and all(c in "0123456789abcdef" for c in ref)
+
+
+def fetch_git(url: str, ref: str, cache_dir: Path, *, submodules: bool, component: str = "") -> Checkout:
+    key = hashlib.sha256(url.encode()).hexdigest()[:12]
+    path = cache_dir / "sources" / "git" / f"{key}-{naming.sanitize_ref(ref)}"
+    if not (path / ".git").is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        _git(["init", "-q"], path)
+        _git(["remote", "add", "origin", url], path)
+    last_error = ""
+    for attempt in range(1, FETCH_ATTEMPTS + 1):
+        result = _git(["fetch", "-q", "--depth", "1", "origin", ref], path, check=False)
+        if result.returncode == 0:
+            break
+        last_error = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no output"
+        if "couldn't find remote ref" in result.stderr or "not our ref" in result.stderr or "not found" in result.stderr:
+            where = f"components.{component}.ref" if component else "ref"
+            raise WheelhouseError(f"{where}: '{ref}' not found in {url}; use an existing branch, tag or commit")
+        time.sleep(min(2**attempt, 10))
+    else:
+        raise WheelhouseError(f"git fetch {url} {ref} failed {FETCH_ATTEMPTS} times: {last_error}; check the URL and network")
+    _git(["checkout", "-q", "--detach", "--force", "FETCH_HEAD"], path)
+    _git(["clean", "-q", "-ffdx"], path)
+    if submodules:
+        _git(["submodule", "sync", "-q", "--recursive"], path)
+        _git(["submodule", "update", "-q", "--init", "--recursive", "--force", "--depth", "1"], path)
+        _git(["submodule", "foreach", "-q", "--recursive", "git clean -q -ffdx && git reset -q --hard"], path)
+    revision = _git(["rev-parse", "HEAD"], path).stdout.strip()
+    return Checkout(path, "git", url, ref, revision)
+
+
+def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expected_sha256: str | None = None) -> Checkout:
+    """Download ``name==version`` as an sdist from the package index and unpack it."""
+    downloads = cache_dir / "sources" / "sdist"
+    downloads.mkdir(parents=True, exist_ok=True)
+    archives = _sdist_archives(downloads, name, version)
+    if not archives:
+        result = subprocess.run(
+            [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+             "-d", str(downloads), f"{name}=={version}"],
+            capture_output=True, text=True,
+        )
+        archives = _sdist_archives(downloads, name, version)
+        if result.returncode != 0 and not archives:
+            tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise WheelhouseError(f"sdist {name}=={version} could not be downloaded: {tail[:200]}; check the name and version")
+    archive = archives[0]
+    sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
+    if expected_sha256 and sha256 != expected_sha256:
+        raise WheelhouseError(
+            f"sdist {archive.name}: sha256 {sha256} does not match source.sha256 {expected_sha256}; "
+            "the release changed or the pin is wrong"
+        )
+    target = cache_dir / "sources" / "unpacked" / f"{naming.normalize_package_name(name)}-{version}-{sha256[:12]}"
+    if not target.is_dir():
+        staging = target.with_name(target.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        _unpack(archive, staging)
+        roots = [p for p in staging.iterdir() if p.is_dir()]
+        (roots[0] if len(roots) == 1 else staging).rename(target)
+        shutil.rmtree(staging, ignore_errors=True)
+    return Checkout(target, "sdist", name, version, sha256)
+
+
+def _sdist_archives(folder: Path, name: str, version: str) -> list[Path]:
+    stems = {f"{name}-{version}", f"{name.replace('-', '_')}-{version}"}
+    return sorted(p for p in folder.iterdir() if any(p.name.startswith(s + ".") for s in stems))
+
+
+def _unpack(archive: Path, dest: Path) -> None:
+    dest = dest.resolve()
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            for member in zf.namelist():
+                if not (dest / member).resolve().is_relative_to(dest):
+                    raise WheelhouseError(f"{archive.name}: member {member} escapes the extraction directory; refusing it")
+            zf.extractall(dest)
+        return
+    with tarfile.open(archive) as tf:
+        tf.extractall(dest, filter="data")
+
+
+def local_directory(path: Path) -> Checkout:
+    path = path.resolve()
+    if not path.is_dir():
+        raise WheelhouseError(f"--source {path}: not a directory; pass the path of a source checkout")
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts):
+        digest.update(str(file.relative_to(path)).encode() + b"\0")
+        digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return Checkout(path, "path", str(path), "local", digest.hexdigest())
+
+
+def fetch(component: Component, cache_dir: Path, *, python: str, override: Path | None = None) -> Checkout:
+    """The clean sources of ``component`` (or of ``override``, a local checkout)."""
+    if override is not None:
+        return local_directory(Path(override))
+    source = component.source
+    if source.kind == "git":
+        return fetch_git(source.location, component.ref, cache_dir, submodules=source.submodules, component=component.name)
+    if source.kind == "sdist":
+        return fetch_sdist(source.location, component.ref, cache_dir, python=python, expected_sha256=source.sha256)
+    return local_directory(REPO_ROOT / source.location)
+
+
+def describe_plan(component: Component, override: Path | None = None) -> str:
+    if override is not None:
+        return f"local directory {override}"
+    source = component.source
+    if source.kind == "git":
+        subs = " with submodules" if source.submodules else ""
+        return f"git {source.location} @ {component.ref} (shallow{subs}, cleaned)"
+    if source.kind == "sdist":
+        pin = f", sha256 {source.sha256}" if source.sha256 else ""
+        return f"sdist {source.location}=={component.ref} from the package index{pin}"
+    return f"repository directory {source.location}"

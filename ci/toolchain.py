@@ -1,0 +1,258 @@
+"""The build interpreter of a row: a venv pinned to its Python, torch and CUDA.
+
+``prepare`` finds the row's Python (PATH, pyenv, or a uv-managed interpreter),
+makes a venv for it (cached by the exact pins, so a second build reuses it),
+installs torch from the row's index and verifies what it got. ``verify`` is
+the same check for an existing interpreter (``--reuse-env``): torch version,
+torch's CUDA major.minor, the CUDA toolkit nvcc reports, and the libstdc++ ABI
+must all match the row, or the build stops with one line saying what to fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.errors import WheelhouseError
+from ci.matrix import MatrixRow
+
+TORCH_INDEX_BASE = "https://download.pytorch.org/whl"
+BUILD_TOOLS = ("setuptools", "wheel", "ninja", "packaging")
+
+_PROBE = (
+    "import json, sys, sysconfig\n"
+    "info = {'python': '%d.%d' % sys.version_info[:2], 'executable': sys.executable,\n"
+    "        'ext_suffix': sysconfig.get_config_var('EXT_SUFFIX'), 'include': sysconfig.get_paths()['include']}\n"
+    "try:\n"
+    "    import torch\n"
+    "    info.update(torch=torch.__version__, torch_cuda=torch.version.cuda,\n"
+    "                cxx11_abi=bool(torch.compiled_with_cxx11_abi()), torch_dir=torch.__path__[0])\n"
+    "except Exception as exc:\n"
+    "    info.update(torch=None, torch_error='%s: %s' % (type(exc).__name__, exc))\n"
+    "print(json.dumps(info))\n"
+)
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """What a verified build interpreter reports about itself."""
+
+    python: Path
+    python_version: str
+    torch_version: str
+    torch_cuda: str | None
+    cxx11_abi: bool
+    torch_dir: Path
+    nvcc: Path | None
+    nvcc_version: str | None
+
+    def describe(self) -> dict:
+        return {
+            "python": str(self.python),
+            "python_version": self.python_version,
+            "torch": self.torch_version,
+            "torch_cuda": self.torch_cuda,
+            "cxx11_abi": self.cxx11_abi,
+            "nvcc": str(self.nvcc) if self.nvcc else None,
+            "nvcc_version": self.nvcc_version,
+        }
+
+
+def torch_index(row: MatrixRow, override: str | None = None) -> str | None:
+    """The index torch comes from; None means pip's own configuration.
+
+    Precedence: WHEELHOUSE_TORCH_INDEX, the row's ``torch_index``, then the
+    one derived from the CUDA version (``.../whl/cu130``, ``.../whl/cpu``).
+    """
+    chosen = override or row.torch_index
+    if chosen == "default":
+        return None
+    if chosen:
+        return chosen
+    if row.cuda == "cpu":
+        return f"{TORCH_INDEX_BASE}/cpu"
+    major, minor = row.cuda.split(".")[:2]
+    return f"{TORCH_INDEX_BASE}/cu{major}{minor}"
+
+
+def torch_requirements(row: MatrixRow) -> list[str]:
+    reqs = [f"torch=={row.torch}"]
+    if row.torch_vision:
+        reqs.append(f"torchvision=={row.torch_vision}")
+    if row.torch_audio:
+        reqs.append(f"torchaudio=={row.torch_audio}")
+    return reqs
+
+
+def install_command(python: Path | str, row: MatrixRow, index: str | None) -> list[str]:
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *torch_requirements(row)]
+    if index:
+        # torch's own indexes also carry its dependencies (nvidia-*, triton, sympy...).
+        cmd += ["--index-url", index]
+    return cmd
+
+
+def find_python(version: str, *, uv: str | None = None) -> Path:
+    """An interpreter for ``version`` (``3.12``): PATH, pyenv, then uv (downloads if needed)."""
+    found = shutil.which(f"python{version}")
+    if found:
+        return Path(found)
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    if pyenv_root.is_dir():
+        candidates = sorted(
+            (p for p in pyenv_root.glob(f"{version}.*/bin/python{version}") if p.is_file()),
+            key=lambda p: [int(x) if x.isdigit() else 0 for x in p.parent.parent.name.split(".")],
+        )
+        if candidates:
+            return candidates[-1]
+    uv = uv or shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    if uv and Path(uv).exists():
+        # uv's managed builds carry headers, which per-Python bundle builds need.
+        result = subprocess.run([uv, "python", "find", "--managed-python", version], capture_output=True, text=True)
+        if result.returncode != 0:
+            subprocess.run([uv, "python", "install", version], capture_output=True, text=True)
+            result = subprocess.run([uv, "python", "find", "--managed-python", version], capture_output=True, text=True)
+        if result.returncode == 0 and result.stdout.strip():
+            return Path(result.stdout.strip())
+    raise WheelhouseError(
+        f"Python {version} not found on PATH, in pyenv, or through uv; install it (e.g. `uv python install {version}`)"
+    )
+
+
+def probe(python: Path | str) -> dict:
+    result = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True)
+    if result.returncode != 0 or not result.stdout.strip():
+        raise WheelhouseError(f"{python}: cannot run this interpreter ({result.stderr.strip()[-200:]}); check the path")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def find_nvcc(env: dict[str, str] | None = None) -> Path | None:
+    env = env if env is not None else dict(os.environ)
+    for home in (env.get("CUDA_HOME"), env.get("CUDA_PATH")):
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return Path(home) / "bin" / "nvcc"
+    found = shutil.which("nvcc", path=env.get("PATH"))
+    if found:
+        return Path(found)
+    default = Path("/usr/local/cuda/bin/nvcc")
+    return default if default.is_file() else None
+
+
+def nvcc_version(nvcc: Path) -> str | None:
+    result = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True)
+    match = re.search(r"release (\d+\.\d+)", result.stdout)
+    return match.group(1) if match else None
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def verify(python: Path | str, row: MatrixRow, *, env: dict[str, str] | None = None) -> Interpreter:
+    """Check that ``python`` can build ``row``; one line naming the mismatch otherwise."""
+    info = probe(python)
+    where = f"{python}"
+    if info["python"] != row.python:
+        raise WheelhouseError(
+            f"{where} is Python {info['python']} but the row wants {row.python}; "
+            f"run the session for Python {info['python']} or use a {row.python} interpreter"
+        )
+    if not info.get("torch"):
+        raise WheelhouseError(
+            f"{where}: torch is not importable ({info.get('torch_error', '')}); install torch=={row.torch} "
+            "or drop --reuse-env to get a pinned venv"
+        )
+    public = info["torch"].split("+", 1)[0]
+    if public != row.torch:
+        raise WheelhouseError(
+            f"{where} has torch {info['torch']} but the row wants {row.torch}; "
+            f"install torch=={row.torch} there or drop --reuse-env to get a pinned venv"
+        )
+    torch_cuda = info.get("torch_cuda")
+    if row.cuda == "cpu":
+        if torch_cuda:
+            raise WheelhouseError(
+                f"{where} has a CUDA {torch_cuda} torch but the row is CPU-only; install the CPU build of torch {row.torch}"
+            )
+    else:
+        if not torch_cuda:
+            raise WheelhouseError(
+                f"{where} has a CPU-only torch {info['torch']} but the row wants CUDA {_major_minor(row.cuda)}; "
+                f"install torch {row.torch} from {TORCH_INDEX_BASE}/cu{''.join(row.cuda.split('.')[:2])}"
+            )
+        if _major_minor(torch_cuda) != _major_minor(row.cuda):
+            raise WheelhouseError(
+                f"{where} has torch built for CUDA {torch_cuda} but the row wants CUDA {_major_minor(row.cuda)}; "
+                "install the matching torch build or change the row's cuda"
+            )
+    abi_wanted = row.cxx11_abi == "TRUE"
+    if bool(info["cxx11_abi"]) != abi_wanted:
+        raise WheelhouseError(
+            f"{where}: torch was built with _GLIBCXX_USE_CXX11_ABI={int(info['cxx11_abi'])} but the row says "
+            f"cxx11_abi {row.cxx11_abi}; fix the row or install the other torch build"
+        )
+    nvcc = find_nvcc(env)
+    found_version = nvcc_version(nvcc) if nvcc else None
+    if row.cuda != "cpu":
+        if nvcc is None:
+            raise WheelhouseError(
+                f"no nvcc found (CUDA_HOME, PATH, /usr/local/cuda); install the CUDA {_major_minor(row.cuda)} toolkit "
+                "and set CUDA_HOME"
+            )
+        if found_version != _major_minor(row.cuda):
+            raise WheelhouseError(
+                f"{nvcc} is CUDA {found_version} but the row wants CUDA {_major_minor(row.cuda)}; "
+                f"point CUDA_HOME at a CUDA {_major_minor(row.cuda)} toolkit"
+            )
+    return Interpreter(
+        python=Path(python),
+        python_version=info["python"],
+        torch_version=info["torch"],
+        torch_cuda=torch_cuda,
+        cxx11_abi=bool(info["cxx11_abi"]),
+        torch_dir=Path(info["torch_dir"]),
+        nvcc=nvcc,
+        nvcc_version=found_version,
+    )
+
+
+def venv_key(row: MatrixRow, index: str | None) -> str:
+    pins = json.dumps([row.python, torch_requirements(row), index, BUILD_TOOLS])
+    return f"py{row.python}-torch{row.torch}-" + hashlib.sha256(pins.encode()).hexdigest()[:10]
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, log=print) -> Path:
+    """A venv pinned to the row (reused when its pins match); returns its python."""
+    venv = cache_dir / "venvs" / venv_key(row, index)
+    stamp = venv / ".wheelhouse-ready"
+    if stamp.is_file():
+        return venv_python(venv)
+    base = find_python(row.python)
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    log(f"creating venv {venv} from {base}")
+    _run([str(base), "-m", "venv", str(venv)], "create the venv")
+    python = venv_python(venv)
+    log(f"installing {' '.join(torch_requirements(row))}" + (f" from {index}" if index else ""))
+    _run(install_command(python, row, index), f"install torch {row.torch} (index: {index or 'pip default'})")
+    _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *BUILD_TOOLS], "install build tools")
+    stamp.write_text(json.dumps({"python": row.python, "torch": row.torch, "index": index}) + "\n")
+    return python
+
+
+def _run(cmd: list[str], what: str) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise WheelhouseError(f"could not {what}: {tail[0][:300]}")
