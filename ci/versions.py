@@ -299,18 +299,20 @@ def _check_schema(path: Path, data: Any) -> None:
         return
     # The deepest error at the earliest path is the most specific one to show.
     error = jsonschema.exceptions.best_match(errors)
-    if error.validator == "propertyNames":
+    if "propertyNames" in error.absolute_schema_path:
         # jsonschema reports the parent mapping; name the offending key instead.
         parts = list(error.absolute_path)
-        bad = error.instance if isinstance(error.instance, str) else None
-        for sub in error.context or []:
-            bad = sub.instance
+        bad = error.instance
         raise ConfigError(
-            f"{path.name}: {_key_path(parts + [bad] if bad is not None else parts)}: "
-            f"invalid name{_did_you_mean(bad, ['x86_64', 'aarch64']) if bad else ''}; {_name_rule(parts)}"
+            f"{path.name}: {_key_path(parts + [bad])}: invalid name{_did_you_mean(bad, _name_choices(parts))}; "
+            f"{_name_rule(parts)}"
         )
     parts, message = _schema_message(error)
     raise ConfigError(f"{path.name}: {_key_path(parts)}: {message}")
+
+
+def _name_choices(parts: list) -> list[str]:
+    return ["x86_64", "aarch64"] if parts and parts[-1] == "arch_overrides" else []
 
 
 def _name_rule(parts: list) -> str:
