@@ -1,0 +1,774 @@
+"""Static per-world package indexes (PEP 503 HTML) built from release records.
+
+The input is the ``list[Release]`` a :class:`ci.store.model.ReleaseStore`
+returns; the output is a tree of HTML files that pip and uv read as a "simple"
+repository. Nothing here talks to GitHub: bytes that are needed (an asset
+without a digest, a ``.metadata`` sidecar) come through an injected
+``fetch(asset) -> Iterable[bytes]`` callable, once ever, thanks to a digest
+cache that is published with the site (``digests.json``).
+
+Rules
+-----
+Worlds
+    A release's worlds come from its *title*, one per distinct
+    ``(cuda tag, torch major.minor)`` of its segments (:func:`ci.naming.parse_title`):
+    ``cu13.0.2 py3.12 torch2.13.0`` -> ``cu130/torch2.13``; a CPU row's segment
+    ``cucpu py3.11 torch2.13.0`` -> ``cpu/torch2.13``. Python is not part of a
+    world (pip picks by wheel tag). A release whose title does not parse, or
+    whose segments do not give a world of the form ``cu<digits>/torch<X.Y>`` or
+    ``cpu/torch<X.Y>``, is left out of every index with a warning: a 404 is
+    better than a misfiled ABI. Drafts are always left out. A wheel of a release
+    with several worlds appears in each of them.
+Files
+    Only assets named ``*.whl`` (and their ``<wheel>.metadata`` sidecars in the
+    same release) are indexed; other assets are ignored. A wheel name must be a
+    valid wheel filename (``packaging.utils.parse_wheel_filename``) made of
+    ``[A-Za-z0-9._+-]`` only and an ASCII PEP 503 project name; its URL must be
+    ``http``, ``https`` or ``file``. Anything else is refused with a warning.
+    Assets in state ``starter`` (failed uploads) are skipped with a warning.
+Hashes
+    ``href`` is the asset URL plus ``#sha256=<hex>``. The hex comes from the
+    asset's digest, else from the digest cache, else it is computed by hashing
+    ``fetch(asset)`` (and checked against the asset's size) and stored in the
+    cache under ``url|size|id``, so a replaced asset (new id or size) is hashed
+    again and an unchanged one never is. A package page has hashes on all its
+    links or on none: when one hash cannot be had, the package's hashes are
+    dropped with a warning (uv rejects partially hashed pages).
+Metadata (PEP 658/714)
+    When ``<wheel>.metadata`` is an asset of the same release at ``<wheel url>.metadata``,
+    the link carries both ``data-dist-info-metadata`` and ``data-core-metadata``
+    (``sha256=<hex>`` of the sidecar, or ``true`` when its hash cannot be had).
+    The sidecar is read once through ``fetch`` and its Name, Version and
+    Requires-Python are cached under its sha256; ``data-requires-python`` comes
+    from there. A sidecar whose bytes do not match its digest, or whose Name or
+    Version differ from the wheel filename, is not advertised (a wrong metadata
+    promise breaks installs) and a warning says so.
+Yanking (PEP 592)
+    ``yanked`` maps a wheel filename to a reason (``""`` for none); listed files
+    get ``data-yanked``. A name in the list that no index holds gives a warning.
+Duplicates
+    When two releases put a file of one name into one world (a torch patch bump,
+    a restored release), the one kept is from the release with the highest torch
+    version among its segments of that world, then the greatest tag (string
+    order); the warning names the kept and the dropped tag.
+Aliases and landing page
+    ``simple/`` is a byte-for-byte copy of the default world's ``simple/`` tree
+    (an empty root page and a warning when that world has no packages);
+    ``index.html`` lists worlds with package and file counts and gives pip and uv
+    snippets against ``base_url``. Every page carries PEP 629's
+    ``pypi:repository-version`` 1.0; every attribute value and text is
+    HTML-escaped. Output is sorted and carries no timestamps, so the same input
+    gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from email.parser import BytesHeaderParser
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from ci.errors import WheelhouseError
+from ci.naming import normalize_package_name, parse_title, world_path
+from ci.store.model import Asset, Release
+
+Fetch = Callable[[Asset], Iterable[bytes]]
+"""Yields the bytes of one asset, in chunks; may raise on a failed download."""
+
+CACHE_FILE = "digests.json"
+CACHE_VERSION = 1
+METADATA_SUFFIX = ".metadata"
+MAX_METADATA_BYTES = 16 * 1024 * 1024
+
+_WORLD = re.compile(r"^(?:cpu|cu\d{2,4})/torch\d+\.\d+$")
+_SAFE_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.whl$")
+_PROJECT_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+_URL_SCHEMES = ("http", "https", "file")
+
+
+def _esc(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+# --------------------------------------------------------------------------- worlds
+
+
+@dataclass(frozen=True)
+class ReleaseWorlds:
+    """The worlds one release belongs to, with the highest torch version per world."""
+
+    worlds: tuple[str, ...]
+    torch: Mapping[str, str]
+    problem: str | None = None
+
+
+def derive_worlds(release: Release) -> ReleaseWorlds:
+    """The worlds of ``release`` from its title; ``problem`` says why there are none."""
+    parsed = parse_title(release.title)
+    if parsed is None:
+        return ReleaseWorlds(
+            (), {}, f"title {release.title!r} does not follow '<component> <ref> - cu<cuda> py<X.Y> torch<X.Y.Z>; ...'"
+        )
+    worlds: list[str] = []
+    torch: dict[str, str] = {}
+    for segment in parsed.segments:
+        world = world_path(segment.cuda, segment.torch)
+        if not _WORLD.match(world):
+            return ReleaseWorlds((), {}, f"title segment {segment.render()!r} gives no valid world (got {world!r})")
+        if world not in torch:
+            worlds.append(world)
+            torch[world] = segment.torch
+        elif _version_key(segment.torch) > _version_key(torch[world]):
+            torch[world] = segment.torch
+    return ReleaseWorlds(tuple(worlds), torch)
+
+
+def _version_key(text: str) -> tuple[int, Version | str]:
+    try:
+        return (1, Version(text))
+    except InvalidVersion:
+        return (0, text)
+
+
+def check_world(world: str) -> str:
+    """``world`` if it is a valid world path, else a WheelhouseError naming the fix."""
+    if not _WORLD.match(world):
+        raise WheelhouseError(
+            f"default world {world!r} is not a world path: use cu<major><minor>/torch<X.Y> or cpu/torch<X.Y>, e.g. cu130/torch2.13"
+        )
+    return world
+
+
+# --------------------------------------------------------------------------- digest cache
+
+
+@dataclass(frozen=True)
+class CoreMetadata:
+    """What the index needs from a wheel's core metadata file."""
+
+    name: str
+    version: str
+    requires_python: str | None
+
+
+class DigestCache:
+    """sha256 of assets without a digest, and parsed ``.metadata`` sidecars.
+
+    Keys: ``assets[url|size|id] = hex`` and ``metadata[hex] = {name, version,
+    requires_python}``. :meth:`to_json` writes only the entries used since the
+    cache was loaded, so entries of deleted assets fall out on the next run.
+    """
+
+    def __init__(
+        self,
+        assets: Mapping[str, str] | None = None,
+        metadata: Mapping[str, CoreMetadata] | None = None,
+    ) -> None:
+        self._assets = dict(assets or {})
+        self._metadata = dict(metadata or {})
+        self._used_assets: dict[str, str] = {}
+        self._used_metadata: dict[str, CoreMetadata] = {}
+
+    @staticmethod
+    def asset_key(asset: Asset) -> str:
+        return f"{asset.url}|{asset.size}|{asset.id if asset.id is not None else ''}"
+
+    @classmethod
+    def from_json(cls, data: bytes | str | None, *, source: str = CACHE_FILE) -> DigestCache:
+        """Parse a cache written by :meth:`to_json`; ``None`` or empty gives an empty cache."""
+        if not data:
+            return cls()
+        try:
+            raw = json.loads(data)
+            if not isinstance(raw, dict) or raw.get("version") != CACHE_VERSION:
+                raise ValueError(f"version is not {CACHE_VERSION}")
+            assets = {str(k): str(v) for k, v in raw.get("assets", {}).items() if _SHA256_HEX.match(str(v))}
+            metadata = {
+                str(k): CoreMetadata(str(v["name"]), str(v["version"]), v.get("requires_python"))
+                for k, v in raw.get("metadata", {}).items()
+                if _SHA256_HEX.match(str(k))
+            }
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise WheelhouseError(
+                f"{source} is not a digest cache ({_one_line(exc)}): delete it and publish again to rebuild it"
+            ) from None
+        return cls(assets, metadata)
+
+    @classmethod
+    def load(cls, path: Path) -> DigestCache:
+        """The cache at ``path``; an empty cache when the file does not exist."""
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return cls()
+        return cls.from_json(data, source=str(path))
+
+    def to_json(self) -> bytes:
+        doc = {
+            "version": CACHE_VERSION,
+            "assets": dict(sorted(self._used_assets.items())),
+            "metadata": {
+                k: {"name": v.name, "version": v.version, "requires_python": v.requires_python}
+                for k, v in sorted(self._used_metadata.items())
+            },
+        }
+        return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+
+    def asset_sha256(self, asset: Asset) -> str | None:
+        key = self.asset_key(asset)
+        found = self._assets.get(key)
+        if found is not None:
+            self._used_assets[key] = found
+        return found
+
+    def put_asset_sha256(self, asset: Asset, hexdigest: str) -> None:
+        key = self.asset_key(asset)
+        self._assets[key] = self._used_assets[key] = hexdigest
+
+    def metadata(self, hexdigest: str) -> CoreMetadata | None:
+        found = self._metadata.get(hexdigest)
+        if found is not None:
+            self._used_metadata[hexdigest] = found
+        return found
+
+    def put_metadata(self, hexdigest: str, meta: CoreMetadata) -> None:
+        self._metadata[hexdigest] = self._used_metadata[hexdigest] = meta
+
+
+# --------------------------------------------------------------------------- site model
+
+
+@dataclass(frozen=True)
+class IndexLink:
+    """One ``<a>`` of a package page."""
+
+    filename: str
+    url: str
+    sha256: str | None
+    tag: str
+    metadata: bool = False
+    """A ``<url>.metadata`` sidecar exists and is advertised."""
+    metadata_sha256: str | None = None
+    requires_python: str | None = None
+    yanked: str | None = None
+    """None: not yanked; otherwise the reason (may be empty)."""
+
+
+@dataclass(frozen=True)
+class PackagePage:
+    name: str
+    links: tuple[IndexLink, ...]
+
+
+@dataclass(frozen=True)
+class World:
+    path: str
+    packages: tuple[PackagePage, ...]
+
+    @property
+    def link_count(self) -> int:
+        return sum(len(p.links) for p in self.packages)
+
+
+@dataclass(frozen=True)
+class Site:
+    worlds: tuple[World, ...]
+    default_world: str | None
+    warnings: tuple[str, ...]
+    fetches: int
+    """Calls made to ``fetch`` while building (0 on a warm cache)."""
+    fetched_bytes: int
+
+    def world(self, path: str) -> World | None:
+        for world in self.worlds:
+            if world.path == path:
+                return world
+        return None
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    world: str
+    package: str
+    release: Release
+    wheel: Asset
+    sidecar: Asset | None
+    torch: str
+
+
+class _Builder:
+    def __init__(self, fetch: Fetch | None, cache: DigestCache) -> None:
+        self.fetch = fetch
+        self.cache = cache
+        self.warnings: list[str] = []
+        self.fetches = 0
+        self.fetched_bytes = 0
+        self._sha: dict[str, tuple[str | None, str | None]] = {}
+        self._meta: dict[str, tuple[bool, str | None, CoreMetadata | None]] = {}
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(_one_line(message))
+
+    def _download(self, asset: Asset, limit: int | None = None) -> tuple[bytes | None, str, int]:
+        """(bytes if kept, sha256 hex, size); bytes are kept only when ``limit`` is given."""
+        assert self.fetch is not None
+        self.fetches += 1
+        digest = hashlib.sha256()
+        size = 0
+        kept: list[bytes] = []
+        for chunk in self.fetch(asset):
+            digest.update(chunk)
+            size += len(chunk)
+            if limit is not None:
+                if size > limit:
+                    raise WheelhouseError(f"{asset.name} is larger than {limit} bytes")
+                kept.append(chunk)
+        self.fetched_bytes += size
+        return (b"".join(kept) if limit is not None else None), digest.hexdigest(), size
+
+    def sha256(self, asset: Asset) -> tuple[str | None, str | None]:
+        """(hex, problem) for one asset, fetching at most once per run and once ever."""
+        key = DigestCache.asset_key(asset)
+        if key not in self._sha:
+            self._sha[key] = self._sha256_uncached(asset)
+        return self._sha[key]
+
+    def _sha256_uncached(self, asset: Asset) -> tuple[str | None, str | None]:
+        if asset.digest is not None:
+            if asset.sha256 and _SHA256_HEX.match(asset.sha256):
+                return asset.sha256, None
+            self.warn(f"{asset.name}: digest {asset.digest!r} is not 'sha256:<64 hex>', hashing the asset instead")
+        cached = self.cache.asset_sha256(asset)
+        if cached is not None:
+            return cached, None
+        if self.fetch is None:
+            return None, "no digest and no fetch to compute one"
+        try:
+            _, hexdigest, size = self._download(asset)
+        except Exception as exc:  # noqa: BLE001 - fetch is injected: any failure only costs the hash
+            return None, f"download failed ({_one_line(exc)})"
+        if size != asset.size:
+            return None, f"downloaded {size} bytes but the asset says {asset.size}"
+        self.cache.put_asset_sha256(asset, hexdigest)
+        return hexdigest, None
+
+    def sidecar(self, wheel: Asset, sidecar: Asset, tag: str) -> tuple[bool, str | None, CoreMetadata | None]:
+        """(advertise, sha256 hex or None, parsed metadata or None) for a ``.metadata`` asset."""
+        key = DigestCache.asset_key(sidecar) + "|" + wheel.name
+        if key not in self._meta:
+            self._meta[key] = self._sidecar_uncached(wheel, sidecar, tag)
+        return self._meta[key]
+
+    def _sidecar_uncached(self, wheel: Asset, sidecar: Asset, tag: str) -> tuple[bool, str | None, CoreMetadata | None]:
+        where = f"{sidecar.name} (release {tag})"
+        if sidecar.url != wheel.url + METADATA_SUFFIX:
+            self.warn(f"{where}: its URL is not the wheel URL + '.metadata', so it is not advertised")
+            return False, None, None
+        own = sidecar.sha256 if sidecar.sha256 and _SHA256_HEX.match(sidecar.sha256) else None
+        expected = own
+        if expected is None:
+            expected = self.cache.asset_sha256(sidecar)
+        if expected is not None:
+            cached = self.cache.metadata(expected)
+            if cached is not None:
+                return self._check_meta(wheel, where, expected, cached)
+        if self.fetch is None:
+            return True, expected, None
+        try:
+            data, actual, size = self._download(sidecar, limit=MAX_METADATA_BYTES)
+        except Exception as exc:  # noqa: BLE001 - fetch is injected: any failure only costs requires-python
+            self.warn(f"{where}: download failed ({_one_line(exc)}), so data-requires-python is left out")
+            return True, expected, None
+        assert data is not None
+        if expected is not None and actual != expected:
+            self.warn(f"{where}: its bytes do not match its digest, so it is not advertised; upload it again")
+            return False, None, None
+        if size != sidecar.size:
+            self.warn(f"{where}: downloaded {size} bytes but the asset says {sidecar.size}, so it is not advertised")
+            return False, None, None
+        if own is None:
+            self.cache.put_asset_sha256(sidecar, actual)
+        headers = BytesHeaderParser().parsebytes(data)
+        meta = CoreMetadata(
+            str(headers.get("Name", "")).strip(),
+            str(headers.get("Version", "")).strip(),
+            (str(headers["Requires-Python"]).strip() or None) if headers.get("Requires-Python") is not None else None,
+        )
+        self.cache.put_metadata(actual, meta)
+        return self._check_meta(wheel, where, actual, meta)
+
+    def _check_meta(
+        self, wheel: Asset, where: str, hexdigest: str, meta: CoreMetadata
+    ) -> tuple[bool, str | None, CoreMetadata | None]:
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+        try:
+            same_version = Version(meta.version) == version
+        except InvalidVersion:
+            same_version = False
+        if canonicalize_name(meta.name) != name or not same_version:
+            self.warn(
+                f"{where}: says {meta.name} {meta.version} but the wheel is {name} {version}, so it is not advertised;"
+                " rebuild the sidecar from the wheel"
+            )
+            return False, None, None
+        if meta.requires_python is not None:
+            try:
+                SpecifierSet(meta.requires_python)
+            except InvalidSpecifier:
+                self.warn(f"{where}: Requires-Python {meta.requires_python!r} is not a valid specifier, left out")
+                meta = CoreMetadata(meta.name, meta.version, None)
+        return True, hexdigest, meta
+
+
+def _wheel_problem(asset: Asset) -> str | None:
+    """Why this wheel asset cannot be indexed, or None."""
+    if not _SAFE_FILENAME.match(asset.name):
+        return "the name has characters outside [A-Za-z0-9._+-]"
+    try:
+        name, _, _, _ = parse_wheel_filename(asset.name)
+    except InvalidWheelFilename as exc:
+        return f"not a valid wheel filename ({_one_line(exc)})"
+    if not _PROJECT_NAME.match(name):
+        return f"project name {name!r} is not a PEP 503 name"
+    scheme = urlsplit(asset.url).scheme.lower()
+    if scheme not in _URL_SCHEMES or any(c in asset.url for c in "\r\n\t"):
+        return f"URL {asset.url!r} is not an http, https or file URL"
+    return None
+
+
+def build_site(
+    releases: Iterable[Release],
+    *,
+    default_world: str | None,
+    fetch: Fetch | None = None,
+    cache: DigestCache | None = None,
+    yanked: Mapping[str, str] | None = None,
+) -> Site:
+    """The index model of ``releases`` (the module docstring states the rules).
+
+    ``cache`` is read and updated in place; write ``cache.to_json()`` next to
+    the site so that the next run does not download anything again.
+    """
+    if default_world is not None:
+        check_world(default_world)
+    builder = _Builder(fetch, cache if cache is not None else DigestCache())
+    yanked = dict(yanked or {})
+
+    chosen: dict[tuple[str, str], _Candidate] = {}
+    for release in sorted(releases, key=lambda r: r.tag):
+        if release.draft:
+            continue
+        wheels = sorted((a for a in release.assets if a.name.endswith(".whl")), key=lambda a: a.name)
+        if not wheels:
+            continue
+        derived = derive_worlds(release)
+        if derived.problem is not None:
+            builder.warn(f"release {release.tag!r} left out of every index: {derived.problem}; fix the release title")
+            continue
+        by_name = {a.name: a for a in release.assets}
+        for wheel in wheels:
+            if wheel.state != "uploaded":
+                builder.warn(
+                    f"{wheel.name!r} (release {release.tag}) skipped: its upload is incomplete (state {wheel.state!r})"
+                )
+                continue
+            problem = _wheel_problem(wheel)
+            if problem is not None:
+                builder.warn(f"asset {wheel.name!r} (release {release.tag}) refused: {problem}")
+                continue
+            package = normalize_package_name(str(parse_wheel_filename(wheel.name)[0]))
+            sidecar = by_name.get(wheel.name + METADATA_SUFFIX)
+            if sidecar is not None and sidecar.state != "uploaded":
+                sidecar = None
+            for world in derived.worlds:
+                candidate = _Candidate(world, package, release, wheel, sidecar, derived.torch[world])
+                key = (world, wheel.name)
+                previous = chosen.get(key)
+                if previous is None:
+                    chosen[key] = candidate
+                    continue
+                keep, drop = sorted(
+                    (previous, candidate), key=lambda c: (_version_key(c.torch), c.release.tag), reverse=True
+                )
+                chosen[key] = keep
+                builder.warn(
+                    f"duplicate {wheel.name} in {world}: kept release {keep.release.tag}, ignored release {drop.release.tag}"
+                )
+
+    packages: dict[str, dict[str, list[IndexLink]]] = {}
+    missing: dict[tuple[str, str], list[str]] = {}
+    seen_files: set[str] = set()
+    for (world, filename), cand in sorted(chosen.items()):
+        sha, problem = builder.sha256(cand.wheel)
+        if sha is None:
+            missing.setdefault((world, cand.package), []).append(f"{filename}: {problem}")
+        advertise, meta_sha, meta = (False, None, None)
+        if cand.sidecar is not None:
+            advertise, meta_sha, meta = builder.sidecar(cand.wheel, cand.sidecar, cand.release.tag)
+        seen_files.add(filename)
+        link = IndexLink(
+            filename=filename,
+            url=cand.wheel.url,
+            sha256=sha,
+            tag=cand.release.tag,
+            metadata=advertise,
+            metadata_sha256=meta_sha if advertise else None,
+            requires_python=meta.requires_python if meta is not None else None,
+            yanked=yanked.get(filename),
+        )
+        packages.setdefault(world, {}).setdefault(cand.package, []).append(link)
+
+    for name in sorted(set(yanked) - seen_files):
+        builder.warn(f"yank list names {name!r}, which no index holds")
+
+    worlds: list[World] = []
+    for world in sorted(packages):
+        pages: list[PackagePage] = []
+        for package in sorted(packages[world]):
+            links = sorted(packages[world][package], key=lambda link: link.filename)
+            if (world, package) in missing:
+                reasons = "; ".join(missing[(world, package)])
+                builder.warn(f"{world} {package}: hashes dropped from every link because one is missing ({reasons})")
+                links = [_replace_sha(link, None) for link in links]
+            pages.append(PackagePage(package, tuple(links)))
+        worlds.append(World(world, tuple(pages)))
+    if default_world is not None and default_world not in packages:
+        builder.warn(f"default world {default_world} has no wheels: /simple/ is an empty index")
+    return Site(tuple(worlds), default_world, tuple(builder.warnings), builder.fetches, builder.fetched_bytes)
+
+
+def _replace_sha(link: IndexLink, sha: str | None) -> IndexLink:
+    return replace(link, sha256=sha)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _page(title: str, body: list[str]) -> bytes:
+    lines = [
+        "<!DOCTYPE html>",
+        "<html>",
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="pypi:repository-version" content="1.0">',
+        f"<title>{_esc(title)}</title>",
+        "</head>",
+        "<body>",
+        *body,
+        "</body>",
+        "</html>",
+        "",
+    ]
+    return "\n".join(lines).encode("utf-8")
+
+
+def _link_html(link: IndexLink) -> str:
+    href = link.url + (f"#sha256={link.sha256}" if link.sha256 else "")
+    attrs = [("href", href)]
+    if link.requires_python:
+        attrs.append(("data-requires-python", link.requires_python))
+    if link.metadata:
+        value = f"sha256={link.metadata_sha256}" if link.metadata_sha256 else "true"
+        attrs.append(("data-dist-info-metadata", value))
+        attrs.append(("data-core-metadata", value))
+    if link.yanked is not None:
+        attrs.append(("data-yanked", link.yanked))
+    rendered = " ".join(f'{name}="{_esc(value)}"' for name, value in attrs)
+    return f"<a {rendered}>{_esc(link.filename)}</a><br>"
+
+
+def render_world(world: World | None, *, label: str, site_name: str) -> dict[str, bytes]:
+    """``simple/index.html`` and ``simple/<pkg>/index.html`` of one world, keyed by relative path."""
+    packages = world.packages if world is not None else ()
+    files = {
+        "simple/index.html": _page(
+            f"{site_name} {label} simple index",
+            [f"<h1>{_esc(site_name)} {_esc(label)}</h1>"]
+            + [f'<a href="{_esc(p.name)}/">{_esc(p.name)}</a><br>' for p in packages],
+        )
+    }
+    for package in packages:
+        files[f"simple/{package.name}/index.html"] = _page(
+            f"Links for {package.name}",
+            [f"<h1>Links for {_esc(package.name)}</h1>"] + [_link_html(link) for link in package.links],
+        )
+    return files
+
+
+def _uv_index_name(world: str) -> str:
+    return "wheelhouse-" + world.replace("/", "-")
+
+
+def render_landing(site: Site, *, base_url: str, site_name: str) -> bytes:
+    body = [f"<h1>{_esc(site_name)}</h1>"]
+    body.append(
+        "<p>Prebuilt wheels, one package index per CUDA/torch world. Pick the world that matches your torch build"
+        " (a wheel from another world may import and then crash).</p>"
+    )
+    if not site.worlds:
+        body.append("<p>No wheels are published yet.</p>")
+    body.append("<table>")
+    body.append("<tr><th>world</th><th>packages</th><th>files</th><th>index</th></tr>")
+    for world in site.worlds:
+        marker = " (also served at /simple/)" if world.path == site.default_world else ""
+        url = f"{base_url}/{world.path}/simple/"
+        body.append(
+            f"<tr><td>{_esc(world.path)}{_esc(marker)}</td><td>{len(world.packages)}</td><td>{world.link_count}</td>"
+            f'<td><a href="{_esc(world.path)}/simple/">{_esc(url)}</a></td></tr>'
+        )
+    body.append("</table>")
+    for world in site.worlds:
+        url = f"{base_url}/{world.path}/simple/"
+        name = _uv_index_name(world.path)
+        example = world.packages[0].name if world.packages else "<package>"
+        names = ", ".join(p.name for p in world.packages)
+        uv = "\n".join(
+            [
+                "[[tool.uv.index]]",
+                f'name = "{name}"',
+                f'url = "{url}"',
+                "explicit = true",
+                "",
+                "[tool.uv.sources]",
+                f'{example} = {{ index = "{name}" }}',
+            ]
+        )
+        body.append(f'<h2 id="{_esc(world.path)}">{_esc(world.path)}</h2>')
+        body.append(f"<p>Packages: {_esc(names)}</p>")
+        body.append(f"<pre>pip install --extra-index-url {_esc(url)} {_esc(example)}</pre>")
+        body.append(f"<pre>{_esc(uv)}</pre>")
+    return _page(f"{site_name} package indexes", body)
+
+
+def render_site(site: Site, *, base_url: str, site_name: str = "wheelhouse") -> dict[str, bytes]:
+    """Every file of the site (without the digest cache), keyed by POSIX relative path, sorted."""
+    base_url = check_base_url(base_url)
+    files: dict[str, bytes] = {
+        ".nojekyll": b"",
+        "index.html": render_landing(site, base_url=base_url, site_name=site_name),
+    }
+    for world in site.worlds:
+        for rel, data in render_world(world, label=world.path, site_name=site_name).items():
+            files[f"{world.path}/{rel}"] = data
+    if site.default_world is not None:
+        files.update(
+            render_world(site.world(site.default_world), label=f"(alias of {site.default_world})", site_name=site_name)
+        )
+    return dict(sorted(files.items()))
+
+
+def check_base_url(base_url: str) -> str:
+    """``base_url`` without a trailing slash, or a WheelhouseError naming the fix."""
+    parts = urlsplit(base_url)
+    if parts.scheme not in _URL_SCHEMES or any(c in base_url for c in " \"'<>\r\n\t"):
+        raise WheelhouseError(
+            f"base URL {base_url!r} is not an http(s):// or file:// URL: pass e.g. https://<owner>.github.io/<repo>"
+        )
+    return base_url.rstrip("/")
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class WorldSummary:
+    path: str
+    packages: int
+    links: int
+
+
+@dataclass(frozen=True)
+class IndexSummary:
+    worlds: tuple[WorldSummary, ...]
+    default_world: str | None
+    warnings: tuple[str, ...]
+    files: tuple[str, ...]
+    """Relative POSIX paths written, sorted (digests.json included)."""
+    fetches: int
+    fetched_bytes: int
+
+    def line(self) -> str:
+        worlds = ", ".join(f"{w.path} ({w.packages} package(s))" for w in self.worlds) or "none"
+        total = sum(w.links for w in self.worlds)
+        return f"Indexed {total} wheel link(s) across {len(self.worlds)} world(s): {worlds}"
+
+
+def site_files(
+    releases: Iterable[Release],
+    *,
+    base_url: str,
+    default_world: str | None,
+    fetch: Fetch | None = None,
+    cache: DigestCache | None = None,
+    yanked: Mapping[str, str] | None = None,
+    site_name: str = "wheelhouse",
+) -> tuple[Site, dict[str, bytes]]:
+    """The model and every file of the site, including ``digests.json``."""
+    base_url = check_base_url(base_url)
+    cache = cache if cache is not None else DigestCache()
+    site = build_site(releases, default_world=default_world, fetch=fetch, cache=cache, yanked=yanked)
+    files = render_site(site, base_url=base_url, site_name=site_name)
+    files[CACHE_FILE] = cache.to_json()
+    return site, dict(sorted(files.items()))
+
+
+def write_files(files: Mapping[str, bytes], out_dir: Path) -> None:
+    """Write ``files`` under ``out_dir`` (which must be empty or absent)."""
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise WheelhouseError(
+            f"{out_dir} is not empty: write the site into an empty directory, or publish it with ci.pages"
+        )
+    for rel, data in files.items():
+        path = out_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def summarize(site: Site, files: Iterable[str]) -> IndexSummary:
+    return IndexSummary(
+        worlds=tuple(WorldSummary(w.path, len(w.packages), w.link_count) for w in site.worlds),
+        default_world=site.default_world,
+        warnings=site.warnings,
+        files=tuple(sorted(files)),
+        fetches=site.fetches,
+        fetched_bytes=site.fetched_bytes,
+    )
+
+
+def generate_index(
+    releases: Iterable[Release],
+    out_dir: Path,
+    *,
+    base_url: str,
+    default_world: str | None,
+    fetch: Fetch | None = None,
+    cache: DigestCache | None = None,
+    yanked: Mapping[str, str] | None = None,
+    site_name: str = "wheelhouse",
+) -> IndexSummary:
+    """Build the whole site into the empty directory ``out_dir``; return what was written."""
+    site, files = site_files(
+        releases,
+        base_url=base_url,
+        default_world=default_world,
+        fetch=fetch,
+        cache=cache,
+        yanked=yanked,
+        site_name=site_name,
+    )
+    write_files(files, out_dir)
+    return summarize(site, files)

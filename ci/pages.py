@@ -1,0 +1,395 @@
+"""Publishing a generated index site: git branch, Pages artifact or plain directory.
+
+Every target takes a finished site directory (built into a temporary directory
+by :func:`publish_index`) and converges to it:
+
+- :class:`GitBranchTarget` clones one branch (e.g. ``gh-pages``) of a git
+  remote into a temporary worktree (or starts it as an orphan branch), replaces
+  its content, commits only when something changed, and pushes. Running it
+  again with the same site makes no commit.
+- :class:`ArtifactTarget` writes a directory for ``actions/upload-pages-artifact``
+  (plain files, no symlinks): the new tree is assembled in a sibling temporary
+  directory (unchanged files hard-linked from the old tree) and renamed into
+  place, so a reader sees the old tree or the new one, never a mix.
+- :class:`DirectoryTarget` updates a plain directory in place (the local
+  store's index, served over file:// or loopback http); each file is replaced
+  atomically.
+
+Files whose bytes are equal are never rewritten, so their mtimes stay and a
+change in one world touches only that world's files (and the shared landing
+page / digest cache when their content changes). ``dry_run=True`` returns the
+plan (files added, changed, removed) and writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+from ci.errors import RemoteError, WheelhouseError
+from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, site_files, summarize, write_files
+from ci.store.model import Release
+
+_GIT_DIR = ".git"
+
+
+@dataclass(frozen=True)
+class SiteChanges:
+    """What publishing a site changes in a target, as sorted relative POSIX paths."""
+
+    added: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    unchanged: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.changed or self.removed)
+
+    def line(self) -> str:
+        return f"{len(self.added)} added, {len(self.changed)} changed, {len(self.removed)} removed, {self.unchanged} unchanged"
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    target: str
+    changes: SiteChanges
+    dry_run: bool
+    commit: str | None = None
+    """The commit made (git targets, when something changed and not a dry run)."""
+
+
+@dataclass(frozen=True)
+class PublishOutcome:
+    summary: IndexSummary
+    result: PublishResult
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+    """The index's warnings plus publishing's own (e.g. an unreadable digest cache)."""
+
+
+class PagesTarget(Protocol):
+    description: str
+
+    def read(self, relpath: str) -> bytes | None:
+        """The bytes of one published file, or None."""
+
+    def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
+        """Make the target hold exactly the files of ``site_dir``."""
+
+
+# --------------------------------------------------------------------------- tree comparison
+
+
+def _files(root: Path, *, skip_git: bool = False) -> dict[str, Path]:
+    """Regular files under ``root`` by relative POSIX path; symlinks are refused."""
+    found: dict[str, Path] = {}
+    if not root.exists():
+        return found
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if skip_git and here == root and _GIT_DIR in dirnames:
+            dirnames.remove(_GIT_DIR)
+        for name in list(dirnames) + filenames:
+            path = here / name
+            if path.is_symlink():
+                raise WheelhouseError(f"{path} is a symlink: a Pages site must hold plain files only; remove it")
+        for name in filenames:
+            path = here / name
+            found[path.relative_to(root).as_posix()] = path
+    return dict(sorted(found.items()))
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    with a.open("rb") as fa, b.open("rb") as fb:
+        while True:
+            ca, cb = fa.read(1 << 20), fb.read(1 << 20)
+            if ca != cb:
+                return False
+            if not ca:
+                return True
+
+
+def diff_trees(site_dir: Path, dest: Path, *, skip_git: bool = False) -> SiteChanges:
+    """What :func:`sync_tree` would do to make ``dest`` equal to ``site_dir``."""
+    new = _files(site_dir)
+    old = _files(dest, skip_git=skip_git)
+    added = [rel for rel in new if rel not in old]
+    changed = [rel for rel in new if rel in old and not _same(new[rel], old[rel])]
+    removed = [rel for rel in old if rel not in new]
+    unchanged = len(new) - len(added) - len(changed)
+    return SiteChanges(tuple(added), tuple(changed), tuple(removed), unchanged)
+
+
+def _atomic_copy(src: Path, dst: Path) -> None:
+    if dst.is_dir() and not dst.is_symlink():
+        shutil.rmtree(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _prune_empty_dirs(root: Path) -> None:
+    for dirpath, _dirnames, _filenames in sorted(os.walk(root), key=lambda item: -len(item[0])):
+        path = Path(dirpath)
+        if path == root or _GIT_DIR in path.relative_to(root).parts:
+            continue
+        try:
+            path.rmdir()
+        except OSError:
+            pass
+
+
+def sync_tree(site_dir: Path, dest: Path, *, dry_run: bool = False, skip_git: bool = False) -> SiteChanges:
+    """Make ``dest`` hold exactly the files of ``site_dir``, touching only files that differ."""
+    changes = diff_trees(site_dir, dest, skip_git=skip_git)
+    if dry_run or changes.empty:
+        return changes
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in changes.removed:
+        (dest / rel).unlink()
+    for rel in changes.added + changes.changed:
+        _atomic_copy(site_dir / rel, dest / rel)
+    _prune_empty_dirs(dest)
+    return changes
+
+
+# --------------------------------------------------------------------------- directory targets
+
+
+class DirectoryTarget:
+    """A plain directory updated in place (e.g. the local store's index)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.description = f"directory {self.path}"
+
+    def read(self, relpath: str) -> bytes | None:
+        try:
+            return (self.path / relpath).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
+        changes = sync_tree(site_dir, self.path, dry_run=dry_run)
+        return PublishResult(self.description, changes, dry_run)
+
+
+class ArtifactTarget(DirectoryTarget):
+    """A Pages artifact directory, replaced as a whole by a rename."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.description = f"pages artifact {self.path}"
+
+    def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
+        changes = diff_trees(site_dir, self.path)
+        if dry_run or (changes.empty and self.path.is_dir()):
+            return PublishResult(self.description, changes, dry_run)
+        parent = self.path.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.new-", dir=parent))
+        backup = parent / f".{self.path.name}.old-{os.getpid()}"
+        try:
+            old = _files(self.path)
+            unchanged = set(_files(site_dir)) - set(changes.added) - set(changes.changed)
+            for rel, src in _files(site_dir).items():
+                target = staging / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if rel in unchanged:
+                    try:
+                        os.link(old[rel], target)  # same inode: bytes and mtime kept
+                        continue
+                    except OSError:
+                        pass
+                    shutil.copy2(old[rel], target)
+                else:
+                    shutil.copyfile(src, target)
+            staging.chmod(0o755)
+            if self.path.exists():
+                os.rename(self.path, backup)
+                os.rename(staging, self.path)
+                shutil.rmtree(backup)
+            else:
+                os.rename(staging, self.path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return PublishResult(self.description, changes, dry_run)
+
+
+# --------------------------------------------------------------------------- git target
+
+
+def _redact(remote: str) -> str:
+    parts = urlsplit(remote)
+    if parts.password or parts.username:
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+        return urlunsplit((parts.scheme, "***@" + host, parts.path, parts.query, parts.fragment))
+    return remote
+
+
+class GitBranchTarget:
+    """One branch of a git remote (``gh-pages``), updated by commit and push.
+
+    Use as a context manager (or call :meth:`close`): the worktree is a
+    temporary clone made on first use.
+    """
+
+    def __init__(
+        self,
+        remote: str,
+        branch: str = "gh-pages",
+        *,
+        message: str = "Update package index",
+        author_name: str = "wheelhouse",
+        author_email: str = "wheelhouse@localhost",
+    ) -> None:
+        self.remote = remote
+        self.branch = branch
+        self.message = message
+        self.author = (author_name, author_email)
+        self.description = f"git {_redact(remote)} branch {branch}"
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._worktree: Path | None = None
+
+    def __enter__(self) -> GitBranchTarget:  # noqa: PYI034 - Python 3.10 has no typing.Self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+            self._worktree = None
+
+    def _git(self, *args: str, cwd: Path | None = None) -> str:
+        name, email = self.author
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+        cmd = ["git", "-c", f"user.name={name}", "-c", f"user.email={email}", "-c", "core.autocrlf=false", *args]
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            detail = " ".join((proc.stderr or proc.stdout).split())
+            secret = urlsplit(self.remote).password
+            if secret:
+                detail = detail.replace(secret, "***")
+            detail = detail.replace(self.remote, _redact(self.remote))
+            raise RemoteError(
+                f"git {args[0]} failed for {self.description}: {detail[:400]}; check the remote URL and its access"
+            )
+        return proc.stdout
+
+    def worktree(self) -> Path:
+        """The clone of the branch (created on first call); an orphan branch when the remote lacks it."""
+        if self._worktree is not None:
+            return self._worktree
+        self._tmp = tempfile.TemporaryDirectory(prefix="wheelhouse-pages-")
+        work = Path(self._tmp.name) / "site"
+        heads = self._git("ls-remote", "--heads", self.remote, f"refs/heads/{self.branch}")
+        if heads.strip():
+            self._git(
+                "clone",
+                "--quiet",
+                "--depth",
+                "1",
+                "--no-tags",
+                "--single-branch",
+                "--branch",
+                self.branch,
+                self.remote,
+                str(work),
+            )
+        else:
+            work.mkdir()
+            self._git("init", "--quiet", cwd=work)
+            self._git("checkout", "--quiet", "--orphan", self.branch, cwd=work)
+            self._git("remote", "add", "origin", self.remote, cwd=work)
+        self._worktree = work
+        return work
+
+    def read(self, relpath: str) -> bytes | None:
+        path = self.worktree() / relpath
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def head(self) -> str | None:
+        work = self.worktree()
+        try:
+            return self._git("rev-parse", "--verify", "--quiet", "HEAD", cwd=work).strip() or None
+        except RemoteError:
+            return None
+
+    def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
+        work = self.worktree()
+        changes = sync_tree(site_dir, work, dry_run=dry_run, skip_git=True)
+        if dry_run or changes.empty:
+            return PublishResult(self.description, changes, dry_run)
+        self._git("add", "--all", cwd=work)
+        if not self._git("status", "--porcelain", cwd=work).strip():
+            return PublishResult(self.description, changes, dry_run)
+        self._git("commit", "--quiet", "--no-verify", "-m", self.message, cwd=work)
+        commit = self._git("rev-parse", "HEAD", cwd=work).strip()
+        try:
+            self._git("push", "--quiet", "origin", f"HEAD:refs/heads/{self.branch}", cwd=work)
+        except RemoteError as exc:
+            raise RemoteError(f"{exc} (if another publish pushed meanwhile, run publish again)") from None
+        return PublishResult(self.description, changes, dry_run, commit)
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def publish_index(
+    releases: Iterable[Release],
+    target: PagesTarget,
+    *,
+    base_url: str,
+    default_world: str | None,
+    fetch: Fetch | None = None,
+    yanked: Mapping[str, str] | None = None,
+    site_name: str = "wheelhouse",
+    previous_cache: bytes | None = None,
+    dry_run: bool = False,
+) -> PublishOutcome:
+    """Build the index of ``releases`` into a temporary directory and publish it to ``target``.
+
+    The digest cache comes from ``previous_cache`` when given, else from the
+    target's published ``digests.json``; an unreadable one is replaced, with a
+    warning.
+    """
+    warnings: list[str] = []
+    raw = previous_cache if previous_cache is not None else target.read(CACHE_FILE)
+    try:
+        cache = DigestCache.from_json(raw, source=f"{CACHE_FILE} of {target.description}")
+    except WheelhouseError as exc:
+        warnings.append(str(exc))
+        cache = DigestCache()
+    site, files = site_files(
+        releases,
+        base_url=base_url,
+        default_world=default_world,
+        fetch=fetch,
+        cache=cache,
+        yanked=yanked,
+        site_name=site_name,
+    )
+    summary = summarize(site, files)
+    with tempfile.TemporaryDirectory(prefix="wheelhouse-site-") as tmp:
+        site_dir = Path(tmp) / "site"
+        write_files(files, site_dir)
+        result = target.publish(site_dir, dry_run=dry_run)
+    return PublishOutcome(summary, result, tuple(warnings) + summary.warnings)

@@ -1,0 +1,535 @@
+"""ci.index: worlds, links, hashes, metadata, escaping, duplicates, cache, determinism, speed."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from html.parser import HTMLParser
+
+import pytest
+
+from ci.errors import WheelhouseError
+from ci.index import (
+    CACHE_FILE,
+    DigestCache,
+    build_site,
+    derive_worlds,
+    generate_index,
+    render_site,
+    site_files,
+)
+from ci.store.model import Asset, Release
+
+BASE = "https://owner.github.io/repo"
+DL = "https://example.invalid/releases/download"
+TITLE = "comp v1 - cu13.0.2 py3.11 torch2.13.0"
+
+
+class Anchors(HTMLParser):
+    """Every <a> of a page as (attributes, text); also every start tag seen."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.anchors: list[tuple[dict[str, str | None], str]] = []
+        self.tags: list[str] = []
+        self.metas: list[dict[str, str | None]] = []
+        self._current: dict[str, str | None] | None = None
+        self._text = ""
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "a":
+            self._current, self._text = dict(attrs), ""
+        if tag == "meta":
+            self.metas.append(dict(attrs))
+
+    def handle_data(self, data):
+        if self._current is not None:
+            self._text += data
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._current is not None:
+            self.anchors.append((self._current, self._text))
+            self._current = None
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def wheel_asset(
+    name: str, tag: str = "t", *, data: bytes | None = None, digest: bool = True, aid: int = 1, url: str | None = None
+) -> Asset:
+    data = data if data is not None else name.encode()
+    return Asset(name, len(data), url or f"{DL}/{tag}/{name}", f"sha256:{sha(data)}" if digest else None, id=aid)
+
+
+def sidecar_asset(wheel: Asset, meta: bytes, *, digest: bool = True, aid: int = 2) -> Asset:
+    return Asset(
+        wheel.name + ".metadata", len(meta), wheel.url + ".metadata", f"sha256:{sha(meta)}" if digest else None, id=aid
+    )
+
+
+def meta_bytes(name: str, version: str, requires_python: str | None = None) -> bytes:
+    text = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    if requires_python:
+        text += f"Requires-Python: {requires_python}\n"
+    return (text + "\n").encode()
+
+
+class MemoryFetch:
+    """fetch(asset) over a url -> bytes map, counting calls."""
+
+    def __init__(self, blobs: dict[str, bytes] | None = None) -> None:
+        self.blobs = dict(blobs or {})
+        self.calls: list[str] = []
+
+    def __call__(self, asset: Asset):
+        self.calls.append(asset.name)
+        data = self.blobs[asset.url]
+        for i in range(0, len(data), 7):
+            yield data[i : i + 7]
+
+
+def page(files: dict[str, bytes], rel: str) -> Anchors:
+    return Anchors(files[rel].decode())
+
+
+# --------------------------------------------------------------------------- worlds
+
+
+@pytest.mark.parametrize(
+    ("title", "worlds"),
+    [
+        ("c v1 - cu13.0.2 py3.12 torch2.13.0", ("cu130/torch2.13",)),
+        ("c v1 - cu12.9 py3.12 torch2.13.1", ("cu129/torch2.13",)),
+        ("c v1 - cucpu py3.11 torch2.13.0", ("cpu/torch2.13",)),
+        ("c v1 - cu13.0.2 py3.12 torch2.13.0; aarch64 cu13.0.2 py3.12 torch2.13.0", ("cu130/torch2.13",)),
+        ("c v1 - cu12.9.1 py3.12 torch2.13.0; cu13.0.2 py3.12 torch2.13.0", ("cu129/torch2.13", "cu130/torch2.13")),
+        ("c v1 - cu13.0 py3.12 torch2.12.0+cu130; cu13.0 py3.12 torch2.13.0", ("cu130/torch2.12", "cu130/torch2.13")),
+    ],
+)
+def test_worlds_from_title(title, worlds):
+    derived = derive_worlds(Release("tag", title))
+    assert derived.problem is None
+    assert derived.worlds == worlds
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        "",
+        "apex",
+        "apex v1 - py3.12 torch2.13.0",
+        "apex v1 - cuabc py3.12 torch2.13.0",
+        "apex v1 - cu13.0 py3.12 torchx",
+        "apex v1 - cu13.0 py3.12 torch2.13.0; garbage",
+    ],
+)
+def test_underivable_world_leaves_release_out_with_warning(title):
+    assert derive_worlds(Release("t", title)).worlds == ()
+    good = Release("good", TITLE, assets=(wheel_asset("a-1.0-py3-none-any.whl", "good"),))
+    bad = Release("bad", title, assets=(wheel_asset("b-1.0-py3-none-any.whl", "bad"),))
+    site = build_site([good, bad], default_world="cu130/torch2.13")
+    assert [p.name for p in site.world("cu130/torch2.13").packages] == ["a"]
+    assert len(site.warnings) == 1 and "'bad'" in site.warnings[0] and "left out" in site.warnings[0]
+
+
+def test_drafts_and_releases_without_wheels_are_silent_and_excluded():
+    draft = Release("d", TITLE, draft=True, assets=(wheel_asset("a-1.0-py3-none-any.whl", "d"),))
+    notes = Release("n", "not a title", assets=(Asset("notes.txt", 1, f"{DL}/n/notes.txt"),))
+    site = build_site([draft, notes], default_world=None)
+    assert site.worlds == () and site.warnings == ()
+
+
+def test_one_wheel_in_every_world_of_its_release():
+    rel = Release(
+        "t",
+        "c v1 - cu12.9 py3.12 torch2.13.0; cucpu py3.12 torch2.13.0",
+        assets=(wheel_asset("a-1.0-py3-none-any.whl"),),
+    )
+    site = build_site([rel], default_world=None)
+    assert [w.path for w in site.worlds] == ["cpu/torch2.13", "cu129/torch2.13"]
+
+
+# --------------------------------------------------------------------------- pages and links
+
+
+def test_pages_links_hashes_metadata_and_alias():
+    whl = wheel_asset("Tiny_Pkg-1.0-py3-none-any.whl")
+    meta = meta_bytes("tiny-pkg", "1.0", ">=3.10,<3.13")
+    side = sidecar_asset(whl, meta)
+    other = wheel_asset("other-2.0-cp311-cp311-linux_x86_64.whl", aid=3)
+    rel = Release("t", TITLE, assets=(whl, side, other, Asset("build.log", 3, f"{DL}/t/build.log")))
+    fetch = MemoryFetch({side.url: meta})
+    site, files = site_files([rel], base_url=BASE + "/", default_world="cu130/torch2.13", fetch=fetch)
+    assert site.warnings == ()
+    root = page(files, "cu130/torch2.13/simple/index.html")
+    assert [(a["href"], t) for a, t in root.anchors] == [("other/", "other"), ("tiny-pkg/", "tiny-pkg")]
+    assert {"name": "pypi:repository-version", "content": "1.0"} in root.metas
+    pkg = page(files, "cu130/torch2.13/simple/tiny-pkg/index.html")
+    [(attrs, text)] = pkg.anchors
+    assert text == whl.name
+    assert attrs["href"] == f"{whl.url}#sha256={whl.sha256}"
+    assert attrs["data-core-metadata"] == attrs["data-dist-info-metadata"] == f"sha256={sha(meta)}"
+    assert attrs["data-requires-python"] == ">=3.10,<3.13"
+    assert b'data-requires-python="&gt;=3.10,&lt;3.13"' in files["cu130/torch2.13/simple/tiny-pkg/index.html"]
+    assert "data-yanked" not in attrs
+    plain = page(files, "cu130/torch2.13/simple/other/index.html")
+    [(attrs, _)] = plain.anchors
+    assert set(attrs) == {"href"}
+    # /simple/ is a copy of the default world's pages
+    for rel_path in ("tiny-pkg/index.html", "other/index.html"):
+        assert files[f"simple/{rel_path}"] == files[f"cu130/torch2.13/simple/{rel_path}"]
+    assert [a["href"] for a, _ in page(files, "simple/index.html").anchors] == ["other/", "tiny-pkg/"]
+    assert fetch.calls == [side.name]
+
+
+def test_landing_page_counts_and_snippets():
+    rels = [
+        Release("a", TITLE, assets=(wheel_asset("flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl"),)),
+        Release(
+            "b",
+            "b v1 - cu12.9 py3.11 torch2.13.0",
+            assets=(
+                wheel_asset("apex-0.1-cp311-cp311-linux_x86_64.whl"),
+                wheel_asset("deep_ep-1.0-py3-none-any.whl", aid=2),
+            ),
+        ),
+    ]
+    _, files = site_files(rels, base_url="http://127.0.0.1:8000/", default_world="cu130/torch2.13")
+    landing = files["index.html"].decode()
+    assert "pip install --extra-index-url http://127.0.0.1:8000/cu130/torch2.13/simple/ flash-attn" in landing
+    assert "[[tool.uv.index]]" in landing and "explicit = true" in landing and "[tool.uv.sources]" in landing
+    assert "url = &quot;http://127.0.0.1:8000/cu129/torch2.13/simple/&quot;" in landing
+    assert "apex = { index = &quot;wheelhouse-cu129-torch2.13&quot; }" in landing
+    assert "<td>cu129/torch2.13</td><td>2</td><td>2</td>" in landing
+    assert "cu130/torch2.13 (also served at /simple/)</td><td>1</td>" in landing
+    assert files[".nojekyll"] == b""
+
+
+def test_default_world_without_wheels_gives_empty_alias_and_warning():
+    rel = Release("a", TITLE, assets=(wheel_asset("a-1.0-py3-none-any.whl"),))
+    site, files = site_files([rel], base_url=BASE, default_world="cu129/torch2.13")
+    assert page(files, "simple/index.html").anchors == []
+    assert any("cu129/torch2.13 has no wheels" in w for w in site.warnings)
+
+
+def test_bad_parameters_are_one_line_errors():
+    with pytest.raises(WheelhouseError, match="default world 'cu130' is not a world path"):
+        build_site([], default_world="cu130")
+    with pytest.raises(WheelhouseError, match="base URL"):
+        site_files([], base_url="javascript:alert(1)", default_world=None)
+    with pytest.raises(WheelhouseError, match="base URL"):
+        site_files([], base_url='https://x/"><script>', default_world=None)
+
+
+# --------------------------------------------------------------------------- hostile input
+
+
+def _only_warning_refused(assets: tuple[Asset, ...]) -> tuple[object, dict[str, bytes]]:
+    rel = Release("t", TITLE, assets=assets)
+    site, files = site_files([rel], base_url=BASE, default_world=None)
+    return site, files
+
+
+def _assert_refused(name: str, url: str | None = None):
+    bad = wheel_asset(name, url=url)
+    site, files = _only_warning_refused((bad, wheel_asset("ok-1.0-py3-none-any.whl", aid=9)))
+    assert len(site.warnings) == 1 and "refused" in site.warnings[0], site.warnings
+    assert "\n" not in site.warnings[0]
+    body = b"".join(files.values())
+    if url is None:
+        assert name.encode() not in body
+    assert sorted(f for f in files if f.endswith("/index.html")) == [
+        "cu130/torch2.13/simple/index.html",
+        "cu130/torch2.13/simple/ok/index.html",
+    ]
+
+
+def test_hostile_markup_name_refused():
+    _assert_refused("evil-1.0-py3-none-any<script>alert(1)</script>.whl")
+
+
+def test_hostile_quote_name_refused():
+    _assert_refused('evil-1.0-py3-none-any" onmouseover="x.whl')
+
+
+def test_hostile_path_traversal_name_refused():
+    _assert_refused("../../evil-1.0-py3-none-any.whl")
+    _assert_refused("..-1.0-py3-none-any.whl")
+
+
+def test_hostile_unicode_name_refused():
+    _assert_refused("pkg\u00e9-1.0-py3-none-any.whl")
+    _assert_refused("pkg-1.0-py3-none-any\u202e.whl")
+
+
+def test_invalid_wheel_filename_refused():
+    _assert_refused("pkg-1.0.whl")
+    _assert_refused("pkg-notaversion!-py3-none-any.whl")
+    _assert_refused("pkg__x-1.0-py3-none-any.whl")
+
+
+def test_hostile_url_scheme_refused():
+    _assert_refused("pkg-1.0-py3-none-any.whl", url="javascript:alert(1)//pkg-1.0-py3-none-any.whl")
+
+
+def test_url_with_markup_and_quotes_is_escaped():
+    url = f'{DL}/t/"><script>x</script>/pkg-1.0-py3-none-any.whl'
+    rel = Release("t", TITLE, assets=(wheel_asset("pkg-1.0-py3-none-any.whl", url=url),))
+    _, files = site_files([rel], base_url=BASE, default_world=None)
+    raw = files["cu130/torch2.13/simple/pkg/index.html"].decode()
+    assert "<script>" not in raw and "&quot;&gt;&lt;script&gt;" in raw
+    parsed = Anchors(raw)
+    assert "script" not in parsed.tags
+    assert parsed.anchors[0][0]["href"].startswith(url + "#sha256=")
+
+
+def test_yanked_and_requires_python_are_escaped():
+    whl = wheel_asset("pkg-1.0-py3-none-any.whl")
+    meta = meta_bytes("pkg", "1.0", ">=3.10,<3.13")
+    side = sidecar_asset(whl, meta)
+    whl2 = wheel_asset("pkg-2.0-py3-none-any.whl", aid=5)
+    rel = Release("t", TITLE, assets=(whl, side, whl2))
+    reason = 'broken <b>ABI</b> & "quotes"'
+    site, files = site_files(
+        [rel],
+        base_url=BASE,
+        default_world=None,
+        fetch=MemoryFetch({side.url: meta}),
+        yanked={whl.name: reason, whl2.name: "", "ghost-1.0-py3-none-any.whl": "x"},
+    )
+    raw = files["cu130/torch2.13/simple/pkg/index.html"].decode()
+    assert "<b>" not in raw
+    assert 'data-yanked="broken &lt;b&gt;ABI&lt;/b&gt; &amp; &quot;quotes&quot;"' in raw
+    (a1, _), (a2, _) = Anchors(raw).anchors
+    assert a1["data-yanked"] == reason and a1["data-requires-python"] == ">=3.10,<3.13"
+    assert a2["data-yanked"] == ""
+    assert site.warnings == ("yank list names 'ghost-1.0-py3-none-any.whl', which no index holds",)
+
+
+def test_starter_assets_are_skipped():
+    starter = Asset("pkg-1.0-py3-none-any.whl", 0, f"{DL}/t/pkg-1.0-py3-none-any.whl", state="starter")
+    site = build_site([Release("t", TITLE, assets=(starter,))], default_world=None)
+    assert site.worlds == () and "incomplete" in site.warnings[0]
+
+
+# --------------------------------------------------------------------------- duplicates
+
+
+def test_duplicate_filename_keeps_highest_torch_then_tag():
+    name = "pkg-1.0-cp311-cp311-linux_x86_64.whl"
+    old = Release(
+        "pkg-v1-py3.11-torch2.13.0",
+        "pkg v1 - cu13.0.2 py3.11 torch2.13.0",
+        assets=(wheel_asset(name, "old", data=b"old"),),
+    )
+    new = Release(
+        "aaa-restored", "pkg v1 - cu13.0.2 py3.11 torch2.13.1", assets=(wheel_asset(name, "new", data=b"new"),)
+    )
+    for order in ([old, new], [new, old]):
+        site = build_site(order, default_world=None)
+        [link] = site.world("cu130/torch2.13").packages[0].links
+        assert link.tag == "aaa-restored" and link.sha256 == sha(b"new")
+        assert site.warnings == (
+            f"duplicate {name} in cu130/torch2.13: kept release aaa-restored, ignored release pkg-v1-py3.11-torch2.13.0",
+        )
+    # same torch: the greater tag wins
+    a = Release("tag-a", TITLE, assets=(wheel_asset(name, "a", data=b"a"),))
+    b = Release("tag-b", TITLE, assets=(wheel_asset(name, "b", data=b"b"),))
+    site = build_site([b, a], default_world=None)
+    assert site.world("cu130/torch2.13").packages[0].links[0].tag == "tag-b"
+    assert "kept release tag-b, ignored release tag-a" in site.warnings[0]
+
+
+# --------------------------------------------------------------------------- hashes and cache
+
+
+def test_mixed_hashes_dropped_for_the_whole_package():
+    hashed = wheel_asset("pkg-1.0-py3-none-any.whl")
+    unhashed = wheel_asset("pkg-2.0-py3-none-any.whl", digest=False, aid=2)
+    fine = wheel_asset("fine-1.0-py3-none-any.whl", aid=3)
+    site, files = site_files([Release("t", TITLE, assets=(hashed, unhashed, fine))], base_url=BASE, default_world=None)
+    hrefs = [a["href"] for a, _ in page(files, "cu130/torch2.13/simple/pkg/index.html").anchors]
+    assert hrefs == [hashed.url, unhashed.url]
+    assert (
+        page(files, "cu130/torch2.13/simple/fine/index.html").anchors[0][0]["href"].endswith(f"#sha256={fine.sha256}")
+    )
+    assert len(site.warnings) == 1 and "pkg: hashes dropped" in site.warnings[0] and "pkg-2.0" in site.warnings[0]
+
+
+def test_failed_fetch_and_wrong_size_drop_hashes():
+    a = wheel_asset("pkg-1.0-py3-none-any.whl", digest=False)
+    b = Asset("pkg-2.0-py3-none-any.whl", 999, f"{DL}/t/pkg-2.0-py3-none-any.whl", None, id=2)
+    fetch = MemoryFetch({b.url: b"short"})
+    site = build_site([Release("t", TITLE, assets=(a, b))], default_world=None, fetch=fetch)
+    assert all(link.sha256 is None for link in site.worlds[0].packages[0].links)
+    assert "download failed" in site.warnings[0] and "asset says 999" in site.warnings[0]
+
+
+def test_digest_cache_fetches_once_ever_and_rehashes_changed_assets():
+    blobs: dict[str, bytes] = {}
+    assets = []
+    for i in range(3):
+        whl = wheel_asset(f"p{i}-1.0-py3-none-any.whl", digest=False, aid=10 + i)
+        meta = meta_bytes(f"p{i}", "1.0", ">=3.9")
+        side = sidecar_asset(whl, meta, digest=False, aid=20 + i)
+        blobs[whl.url] = whl.name.encode()
+        blobs[side.url] = meta
+        assets += [whl, side]
+    rel = Release("t", TITLE, assets=tuple(assets))
+    fetch = MemoryFetch(blobs)
+    cache = DigestCache()
+    site1, files1 = site_files([rel], base_url=BASE, default_world=None, fetch=fetch, cache=cache)
+    assert len(fetch.calls) == 6 and site1.fetches == 6 and site1.warnings == ()
+    link = site1.worlds[0].packages[0].links[0]
+    assert link.sha256 == sha(b"p0-1.0-py3-none-any.whl") and link.requires_python == ">=3.9"
+
+    fetch2 = MemoryFetch(blobs)
+    cache2 = DigestCache.from_json(files1[CACHE_FILE])
+    site2, files2 = site_files([rel], base_url=BASE, default_world=None, fetch=fetch2, cache=cache2)
+    assert fetch2.calls == [] and site2.fetches == 0
+    assert files2 == files1
+
+    # without any fetch at all, the cache alone gives the same site
+    _, files3 = site_files([rel], base_url=BASE, default_world=None, cache=DigestCache.from_json(files1[CACHE_FILE]))
+    assert files3 == files1
+
+    # p1 re-uploaded (new id, new bytes): only it is downloaded again
+    new_p1 = Asset(assets[2].name, 7, assets[2].url, None, id=99)
+    blobs[new_p1.url] = b"changed"
+    rel4 = Release("t", TITLE, assets=(assets[0], assets[1], new_p1, assets[3], assets[4], assets[5]))
+    fetch4 = MemoryFetch(blobs)
+    site4, files4 = site_files(
+        [rel4], base_url=BASE, default_world=None, fetch=fetch4, cache=DigestCache.from_json(files1[CACHE_FILE])
+    )
+    assert fetch4.calls == [new_p1.name]
+    assert site4.world("cu130/torch2.13").packages[1].links[0].sha256 == sha(b"changed")
+    assert DigestCache.asset_key(assets[2]) not in files4[CACHE_FILE].decode()
+
+
+def test_corrupt_cache_is_a_one_line_error():
+    with pytest.raises(WheelhouseError, match="is not a digest cache.*delete it"):
+        DigestCache.from_json(b"{not json")
+    with pytest.raises(WheelhouseError):
+        DigestCache.from_json(b'{"version": 42}')
+    assert DigestCache.from_json(None).to_json() == DigestCache().to_json()
+
+
+def test_sidecar_with_wrong_bytes_or_wrong_name_is_not_advertised():
+    whl = wheel_asset("pkg-1.0-py3-none-any.whl")
+    good_meta = meta_bytes("pkg", "1.0")
+    side = sidecar_asset(whl, good_meta)
+    site = build_site(
+        [Release("t", TITLE, assets=(whl, side))], default_world=None, fetch=MemoryFetch({side.url: b"tampered"})
+    )
+    link = site.worlds[0].packages[0].links[0]
+    assert not link.metadata and "do not match its digest" in site.warnings[0]
+
+    wrong = meta_bytes("other", "1.0")
+    side2 = sidecar_asset(whl, wrong)
+    site = build_site(
+        [Release("t", TITLE, assets=(whl, side2))], default_world=None, fetch=MemoryFetch({side2.url: wrong})
+    )
+    assert not site.worlds[0].packages[0].links[0].metadata and "says other 1.0" in site.warnings[0]
+
+    # sidecar at another URL than <wheel url>.metadata: PEP 658 clients would miss it
+    moved = Asset(side.name, side.size, f"{DL}/elsewhere/{side.name}", side.digest, id=7)
+    site = build_site([Release("t", TITLE, assets=(whl, moved))], default_world=None)
+    assert not site.worlds[0].packages[0].links[0].metadata and "not the wheel URL" in site.warnings[0]
+
+    # no fetch: the sidecar is still advertised with its digest, without requires-python
+    site = build_site([Release("t", TITLE, assets=(whl, side))], default_world=None)
+    link = site.worlds[0].packages[0].links[0]
+    assert link.metadata and link.metadata_sha256 == sha(good_meta) and link.requires_python is None
+
+
+# --------------------------------------------------------------------------- determinism, writing, speed
+
+
+def _many_releases(n: int, per_release: int = 12) -> tuple[list[Release], dict[str, bytes]]:
+    blobs: dict[str, bytes] = {}
+    releases = []
+    components = ["apex", "flash-attn", "flashinfer-python", "deep-ep", "flash-mla", "transformer-engine"]
+    worlds = ["cu13.0.2 py{py} torch2.13.0", "cu12.9.1 py{py} torch2.13.0", "cu13.0.2 py{py} torch2.12.0"]
+    aid = 0
+    for i in range(n):
+        comp = components[i % len(components)]
+        py = ["3.10", "3.11", "3.12"][i % 3]
+        cp = "cp" + py.replace(".", "")
+        tag = f"{comp}-v{i}-py{py}-torch2.13"
+        title = f"{comp} v{i} - " + worlds[i % 3].format(py=py) + "; aarch64 " + worlds[i % 3].format(py=py)
+        assets = []
+        for j in range(per_release // 2):
+            arch = ["x86_64", "aarch64"][j % 2]
+            name = f"{comp.replace('-', '_')}-{i}.{j}-{cp}-{cp}-manylinux_2_28_{arch}.whl"
+            whl = Asset(name, 100 + j, f"{DL}/{tag}/{name}", f"sha256:{sha(name.encode())}", id=(aid := aid + 1))
+            meta = meta_bytes(comp, f"{i}.{j}", f">={py}")
+            side = Asset(
+                name + ".metadata", len(meta), whl.url + ".metadata", f"sha256:{sha(meta)}", id=(aid := aid + 1)
+            )
+            blobs[side.url] = meta
+            assets += [whl, side]
+        releases.append(Release(tag, title, assets=tuple(assets), id=i))
+    return releases, blobs
+
+
+def test_output_is_deterministic():
+    releases, blobs = _many_releases(30)
+    _, a = site_files(releases, base_url=BASE, default_world="cu130/torch2.13", fetch=MemoryFetch(blobs))
+    shuffled = releases[:]
+    random.Random(7).shuffle(shuffled)
+    _, b = site_files(shuffled, base_url=BASE, default_world="cu130/torch2.13", fetch=MemoryFetch(blobs))
+    assert a == b and list(a) == sorted(a)
+
+
+def test_generate_index_writes_and_summarizes(tmp_path):
+    releases, blobs = _many_releases(6)
+    out = tmp_path / "_site"
+    summary = generate_index(releases, out, base_url=BASE, default_world="cu130/torch2.13", fetch=MemoryFetch(blobs))
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert written == list(summary.files)
+    assert CACHE_FILE in summary.files and "index.html" in summary.files
+    assert [w.path for w in summary.worlds] == ["cu129/torch2.13", "cu130/torch2.12", "cu130/torch2.13"]
+    assert sum(w.links for w in summary.worlds) == 6 * 6 and summary.warnings == ()
+    assert summary.fetches == 36
+    assert summary.line().startswith("Indexed 36 wheel link(s) across 3 world(s)")
+    with pytest.raises(WheelhouseError, match="not empty"):
+        generate_index(releases, out, base_url=BASE, default_world=None)
+
+
+def test_render_site_is_pure():
+    releases, _ = _many_releases(3)
+    site = build_site(releases, default_world="cu130/torch2.13")
+    assert render_site(site, base_url=BASE) == render_site(site, base_url=BASE)
+
+
+def test_thousand_releases_of_twelve_assets_is_fast(record_property):
+    releases, blobs = _many_releases(1000)
+    cache = DigestCache()
+    t0 = time.perf_counter()
+    site, files = site_files(
+        releases, base_url=BASE, default_world="cu130/torch2.13", fetch=MemoryFetch(blobs), cache=cache
+    )
+    cold = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    fetch = MemoryFetch(blobs)
+    _, files2 = site_files(
+        releases,
+        base_url=BASE,
+        default_world="cu130/torch2.13",
+        fetch=fetch,
+        cache=DigestCache.from_json(files[CACHE_FILE]),
+    )
+    warm = time.perf_counter() - t0
+    assert fetch.calls == [] and files2 == files
+    assert sum(w.link_count for w in site.worlds) == 6000 and site.warnings == ()
+    record_property("generation_cold_s", round(cold, 3))
+    record_property("generation_warm_s", round(warm, 3))
+    print(
+        f"\n1000 releases x 12 assets: cold {cold:.2f} s (6000 sidecars read), warm cache {warm:.2f} s, {len(files)} files"
+    )
+    assert warm < 5 and cold < 10
