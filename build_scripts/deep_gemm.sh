@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# DeepGEMM. Its extension deep_gemm._C is host C++ only (python_api.cpp; the
+# CUDA kernels are compiled at run time by its JIT), so no GPU arch list
+# applies, but it links against torch and must be built against the row's
+# torch: a _C built for another torch fails to import (undefined c10 symbols).
+# Needs the toolkit (CUDA_HOME: headers, cudart, nvrtc) and the checkout's
+# third-party submodules (cutlass, fmt). With WHEELHOUSE_BUNDLE_INTERPRETERS
+# (versions.yaml bundle_pythons) the one wheel carries a _C per CPython.
+# shellcheck source-path=SCRIPTDIR
+set -euo pipefail
+
+LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib"
+# shellcheck source=lib/env.sh
+source "$LIB/env.sh"
+# shellcheck source=lib/wheel_pack.sh
+source "$LIB/wheel_pack.sh"
+
+require_env MAX_JOBS DIST_DIR WHEELHOUSE_ROOT
+ensure_dist_dir
+export_extra_env
+
+for sub in third-party/cutlass/include third-party/fmt/include; do
+    [[ -d "$sub" ]] || die "DeepGEMM checkout lacks $sub; check out its submodules (git submodule update --init --recursive)"
+done
+
+pip_install_build_deps ninja packaging wheel setuptools
+# DG_FORCE_BUILD=1: compile instead of trying upstream's prebuilt wheel.
+# DG_USE_LOCAL_VERSION=0: no "+<sha>" (or "+local" when the tree is dirty).
+# DG_SKIP_CUDA_BUILD=0: the extension is the point of this wheel.
+export DG_FORCE_BUILD=1 DG_USE_LOCAL_VERSION=0 DG_SKIP_CUDA_BUILD=0
+print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION CUDA_HOME TORCH_VERSION MAX_JOBS CXX11_ABI \
+    DG_FORCE_BUILD DG_USE_LOCAL_VERSION DG_SKIP_CUDA_BUILD DG_JIT_USE_RUNTIME_API WHEELHOUSE_BUNDLE_PYTHONS DIST_DIR
+print_torch
+
+MAX_JOBS="$MAX_JOBS" row_python -m pip wheel -v --no-build-isolation --no-deps -w "$DIST_DIR" \
+    --disable-pip-version-check .
+# Belt and braces: other revisions append a local version unconditionally.
+strip_local_version "$DIST_DIR"
+
+# bundle_pythons: one wheel for several CPythons. The build step names their
+# interpreters; each gets its own _C, compiled against this row's torch.
+if [[ -n "${WHEELHOUSE_BUNDLE_INTERPRETERS:-}" ]]; then
+    read -r -a interpreters <<<"$WHEELHOUSE_BUNDLE_INTERPRETERS"
+    wheels=("$DIST_DIR"/*.whl)
+    ((${#wheels[@]} == 1)) && [[ -e "${wheels[0]}" ]] \
+        || die "expected exactly one wheel in $DIST_DIR to bundle Pythons into, found: ${wheels[*]##*/}"
+    log_info "bundling _C for Pythons ${WHEELHOUSE_BUNDLE_PYTHONS:-?}: ${interpreters[*]}"
+    row_python "$LIB/bundle_pythons.py" "${wheels[0]}" . "${interpreters[@]}"
+fi
+list_dist_wheels

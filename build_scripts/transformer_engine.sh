@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# TransformerEngine with its PyTorch extension. Needs NCCL (installed here)
+# and cuDNN (provisioned before the build: provision/install_cudnn.sh).
+# shellcheck source-path=SCRIPTDIR
+set -euo pipefail
+
+LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib"
+# shellcheck source=lib/env.sh
+source "$LIB/env.sh"
+# shellcheck source=lib/arch.sh
+source "$LIB/arch.sh"
+# shellcheck source=lib/nccl.sh
+source "$LIB/nccl.sh"
+
+require_env CUDA_VERSION TORCH_CUDA_ARCH_LIST MAX_JOBS DIST_DIR
+ensure_dist_dir
+export_extra_env
+
+install_nccl
+pip_install_build_deps pybind11 nvidia-mathdx ninja wheel packaging
+
+export NVTE_FRAMEWORK=pytorch
+# No "+<sha>" local version, while keeping the torch extension (which
+# NVTE_RELEASE_BUILD would drop).
+export NVTE_NO_LOCAL_VERSION=1
+NVTE_CUDA_ARCHS="$(arch_list_strip_dots "$TORCH_CUDA_ARCH_LIST")"
+export NVTE_CUDA_ARCHS
+# NVTE_BUILD_THREADS_PER_JOB comes from extra_env (nvcc threads per ninja job).
+
+print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION TORCH_VERSION TORCH_CUDA_ARCH_LIST NVTE_CUDA_ARCHS \
+    NVTE_FRAMEWORK NVTE_NO_LOCAL_VERSION NVTE_BUILD_THREADS_PER_JOB MAX_JOBS CXX11_ABI DIST_DIR
+print_torch
+
+# --resume-retries (pip >= 25.1) resumes interrupted downloads of build
+# inputs; older pips reject the option, so pass it only where it exists.
+resume=()
+if row_python -m pip wheel --help 2>/dev/null | grep -q -- '--resume-retries'; then
+    resume=(--resume-retries 999)
+fi
+MAX_JOBS="$MAX_JOBS" row_python -m pip wheel -v --no-build-isolation --no-deps -w "$DIST_DIR" \
+    --disable-pip-version-check "${resume[@]}" .
+list_dist_wheels

