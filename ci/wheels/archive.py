@@ -1,0 +1,239 @@
+"""Safe, streaming access to a wheel (a zip archive).
+
+Opening a wheel validates it first; any of these ends in one
+:class:`~ci.errors.CheckFailed` line naming the wheel and the member:
+
+- the file is not a readable zip archive (corrupt, truncated);
+- a member name is absolute or contains a ``..`` component;
+- a member is a symbolic link (``S_IFLNK`` in the zip external attributes);
+- a member name occurs twice.
+
+Members are only ever read as streams (bounded chunks); when a tool needs a
+real file (an ELF parser that seeks, cuobjdump, c++filt) the member is copied
+chunk by chunk into a temporary directory the caller owns, never elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import stat
+import zipfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from ci.errors import CheckFailed
+
+CHUNK = 1 << 20
+"""Bytes per read when streaming a member (1 MiB keeps memory flat)."""
+
+
+@dataclass(frozen=True)
+class WheelName:
+    """The parts of a wheel filename (``{name}-{version}(-{build})?-{tags}.whl``)."""
+
+    filename: str
+    name: str
+    """Normalised project name (PEP 503)."""
+    version: str
+    """The version as written in the filename (local segment included)."""
+    build: str
+    tags: frozenset[Tag]
+
+    @property
+    def distribution(self) -> str:
+        """The name as it appears in the filename and the ``.dist-info`` directory."""
+        return self.filename.split("-", 1)[0]
+
+
+@dataclass(frozen=True)
+class Member:
+    """One zip member, as recorded in the central directory."""
+
+    name: str
+    file_size: int
+    compress_size: int
+    compress_type: int
+    crc: int
+
+    @property
+    def is_dir(self) -> bool:
+        return self.name.endswith("/")
+
+
+def parse_filename(path: Path | str) -> WheelName:
+    """Parse a wheel filename; a malformed one is a :class:`CheckFailed`."""
+    filename = Path(path).name
+    try:
+        name, version, build, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        raise CheckFailed(
+            f"{filename}: not a valid wheel filename ({exc}); rename it to name-version-tags.whl"
+        ) from None
+    version_text = filename[:-4].split("-")[1]
+    return WheelName(
+        filename=filename,
+        name=str(name),
+        version=version_text,
+        build="".join(str(part) for part in build) if build else "",
+        tags=frozenset(tags),
+    )
+
+
+def _unsafe_reason(name: str) -> str | None:
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", name):
+        return "has an absolute path"
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    if ".." in parts:
+        return "contains a '..' path component"
+    return None
+
+
+def _is_symlink(info: zipfile.ZipInfo) -> bool:
+    mode = info.external_attr >> 16
+    return stat.S_ISLNK(mode)
+
+
+class WheelArchive:
+    """A validated wheel open for reading; use as a context manager."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.wheel_name = parse_filename(self.path)
+        label = self.path.name
+        try:
+            self._zip = zipfile.ZipFile(self.path)
+        except FileNotFoundError:
+            raise CheckFailed(f"{label}: no such file ({self.path}); check the path") from None
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+            raise CheckFailed(
+                f"{label}: not a readable zip archive ({exc}); rebuild or re-download the wheel"
+            ) from None
+        try:
+            self._members = self._validate(label)
+        except BaseException:
+            self._zip.close()
+            raise
+
+    def _validate(self, label: str) -> dict[str, Member]:
+        members: dict[str, Member] = {}
+        for info in self._zip.infolist():
+            name = info.filename
+            reason = _unsafe_reason(name)
+            if reason:
+                raise CheckFailed(f"{label}: member {name!r} {reason}; rebuild the wheel with relative member paths")
+            if _is_symlink(info):
+                raise CheckFailed(f"{label}: member {name!r} is a symbolic link; wheels must hold regular files only")
+            if name in members:
+                raise CheckFailed(f"{label}: member {name!r} occurs more than once; rebuild the wheel")
+            members[name] = Member(name, info.file_size, info.compress_size, info.compress_type, info.CRC)
+        return members
+
+    # -- context manager --------------------------------------------------
+    def __enter__(self) -> WheelArchive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._zip.close()
+
+    # -- listing ----------------------------------------------------------
+    @property
+    def zipfile(self) -> zipfile.ZipFile:
+        """The underlying reader (for low-level copying; do not extract from it)."""
+        return self._zip
+
+    @property
+    def members(self) -> tuple[Member, ...]:
+        """Members in archive order."""
+        return tuple(self._members.values())
+
+    def member(self, name: str) -> Member:
+        try:
+            return self._members[name]
+        except KeyError:
+            raise CheckFailed(f"{self.path.name}: has no member {name!r}") from None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._members)
+
+    @property
+    def dist_info(self) -> str:
+        """The single top-level ``*.dist-info`` directory (without trailing slash)."""
+        found = sorted({n.split("/", 1)[0] for n in self._members if n.split("/", 1)[0].endswith(".dist-info")})
+        if len(found) != 1:
+            what = "no" if not found else f"{len(found)} ({', '.join(found)})"
+            raise CheckFailed(
+                f"{self.path.name}: has {what} top-level .dist-info directories; a wheel needs exactly one"
+            )
+        return found[0]
+
+    # -- reading ----------------------------------------------------------
+    def open(self, name: str) -> IO[bytes]:
+        """A stream of one member's uncompressed bytes (CRC checked at the end)."""
+        self.member(name)
+        return self._zip.open(name)
+
+    def read_small(self, name: str, limit: int = 16 << 20) -> bytes:
+        """The whole of a small member (METADATA, RECORD, WHEEL); refuses large ones."""
+        member = self.member(name)
+        if member.file_size > limit:
+            raise CheckFailed(f"{self.path.name}: member {name!r} is {member.file_size} bytes, more than {limit}")
+        with self._reading(name):
+            return self._zip.read(name)
+
+    def iter_chunks(self, name: str, chunk: int = CHUNK) -> Iterator[bytes]:
+        """Stream a member in chunks of at most ``chunk`` bytes."""
+        with self._reading(name), self.open(name) as stream:
+            while True:
+                block = stream.read(chunk)
+                if not block:
+                    return
+                yield block
+
+    def copy_to(self, name: str, directory: Path) -> Path:
+        """Copy one member into ``directory`` (a temp dir) under a flat, safe file name."""
+        target = Path(directory) / (hashlib.sha256(name.encode()).hexdigest()[:16] + "-" + PurePosixPath(name).name)
+        with self._reading(name), self.open(name) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, CHUNK)
+        return target
+
+    @contextmanager
+    def _reading(self, name: str) -> Iterator[None]:
+        """Turn a corrupt member (bad CRC, bad deflate data, truncation) into one CheckFailed line."""
+        try:
+            yield
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise CheckFailed(
+                f"{self.path.name}: member {name!r} is corrupt ({exc}); rebuild or re-download the wheel"
+            ) from None
+
+
+def open_wheel(path: Path | str) -> WheelArchive:
+    """Open and validate a wheel (see the module docstring for what is rejected)."""
+    return WheelArchive(path)
+
+
+def sha256_file(path: Path | str, chunk: int = CHUNK) -> str:
+    """Hex sha256 of a file, streamed."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_shared_object_name(name: str) -> bool:
+    """``x.so``, ``x.so.1.2`` or a standalone ``x.cubin``: members worth an ELF look."""
+    base = PurePosixPath(name).name
+    return base.endswith((".so", ".cubin")) or ".so." in base

@@ -1,0 +1,284 @@
+"""Run every wheel check and report: what is wrong, where, and which exact bytes passed.
+
+:func:`check_wheels` reads each wheel once for its digest, validates the
+archive, checks METADATA against the filename and Python coverage, then
+streams each ELF member once to a temporary file for both the torch ABI needs
+and the CUDA architecture scan. The target torch (if any) is read once for all
+wheels. ``auditwheel show`` runs only when asked (it is slow on big wheels).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ci.errors import CheckFailed
+from ci.wheels.abi import (
+    AbiResult,
+    ElfNeeds,
+    TorchExports,
+    elf_needs,
+    evaluate_abi,
+    resolve_torch_target,
+    scan_torch_exports,
+)
+from ci.wheels.archive import is_shared_object_name, open_wheel, sha256_file
+from ci.wheels.archs import ArchList, format_archs, parse_arch_list
+from ci.wheels.audit import AuditResult, audit_show
+from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons
+from ci.wheels.fatbin import ArchScan, MemberArchs, arch_problems, find_cuobjdump, scan_elf_file
+from ci.wheels.metadata import read_metadata
+
+REPORT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WheelReport:
+    path: Path
+    sha256: str | None
+    size: int | None
+    problems: tuple[str, ...]
+    coverage: CoverageResult | None = None
+    abi: AbiResult | None = None
+    archs: ArchScan | None = None
+    audit: AuditResult | None = None
+
+    @property
+    def filename(self) -> str:
+        return self.path.name
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    wheels: tuple[WheelReport, ...]
+    torch_target: str | None = None
+    torch_version: str | None = None
+    required_archs: str | None = None
+    pythons: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return all(w.ok for w in self.wheels)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(p for w in self.wheels for p in w.problems)
+
+    @property
+    def digests(self) -> dict[str, str | None]:
+        """Wheel filename -> sha256 of the exact bytes checked."""
+        return {w.filename: w.sha256 for w in self.wheels}
+
+    def render_text(self) -> str:
+        lines: list[str] = []
+        for w in self.wheels:
+            lines.append(f"{'PASS' if w.ok else 'FAIL'} {w.filename} (sha256 {w.sha256 or 'unreadable'})")
+            if w.coverage is not None:
+                pys = ", ".join(w.coverage.claimed_pythons) or "none"
+                mods = ", ".join(w.coverage.stems) or "none"
+                lines.append(f"  pythons: {pys}; extension modules: {mods}")
+            if w.abi is not None:
+                needed = sum(e.needed for e in w.abi.elves)
+                lines.append(
+                    f"  torch ABI vs {w.abi.target}: {needed} torch symbol reference(s), "
+                    f"{sum(len(e.missing) for e in w.abi.elves)} missing"
+                )
+            if w.archs is not None:
+                ptx = format_archs(w.archs.ptx_archs)
+                lines.append(f"  CUDA cubins: {format_archs(w.archs.cubin_archs)}; PTX: {ptx}")
+            if w.audit is not None:
+                tag = w.audit.best_tag or "unclassified"
+                lines.append(f"  auditwheel: {tag}" + ("" if w.audit.classified else f" ({w.audit.summary})"))
+            for problem in w.problems:
+                lines.append(f"  - {problem}")
+        failed = sum(1 for w in self.wheels if not w.ok)
+        lines.append(f"{len(self.wheels)} wheel(s) checked, {failed} failed.")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": REPORT_VERSION,
+            "ok": self.ok,
+            "torch_target": self.torch_target,
+            "torch_version": self.torch_version,
+            "required_archs": self.required_archs,
+            "pythons": list(self.pythons),
+            "wheels": [_wheel_dict(w) for w in self.wheels],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+
+def _wheel_dict(w: WheelReport) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "filename": w.filename,
+        "sha256": w.sha256,
+        "size": w.size,
+        "ok": w.ok,
+        "problems": list(w.problems),
+    }
+    if w.coverage is not None:
+        data["pythons"] = list(w.coverage.claimed_pythons)
+        data["modules"] = [{"member": m.member, "stem": m.stem, "python": m.python} for m in w.coverage.modules]
+    if w.abi is not None:
+        data["torch_abi"] = {
+            "target": w.abi.target,
+            "torch_version": w.abi.torch_version,
+            "torch_cxx11_abi": w.abi.torch_cxx11_abi,
+            "elves": [
+                {
+                    "member": e.member,
+                    "torch_symbols_needed": e.needed,
+                    "uses_cxx11_abi": e.uses_cxx11_abi,
+                    "missing": [{"mangled": m.mangled, "demangled": m.demangled} for m in e.missing],
+                }
+                for e in w.abi.elves
+            ],
+        }
+    if w.archs is not None:
+        data["cuda"] = {
+            "cubins": [str(a) for a in w.archs.cubin_archs],
+            "ptx": [str(a) for a in w.archs.ptx_archs],
+            "members": [
+                {
+                    "member": m.member,
+                    "cubins": [str(a) for a in m.cubins],
+                    "ptx": [str(a) for a in m.ptx],
+                    "method": m.method,
+                }
+                for m in w.archs.members
+            ],
+        }
+    if w.audit is not None:
+        data["auditwheel"] = {
+            "classified": w.audit.classified,
+            "consistent_tag": w.audit.consistent_tag,
+            "best_tag": w.audit.best_tag,
+            "summary": w.audit.summary,
+        }
+    return data
+
+
+@dataclass
+class _Pending:
+    """Per-wheel state between the wheel pass and the torch pass."""
+
+    path: Path
+    sha256: str | None
+    size: int | None
+    problems: list[str]
+    coverage: CoverageResult | None = None
+    needs: tuple[ElfNeeds, ...] = ()
+    archs: ArchScan | None = None
+    readable: bool = False
+
+
+def _inspect(
+    path: Path, pythons: tuple[str, ...], want_abi: bool, cuobjdump: Path | None, required: ArchList | None
+) -> _Pending:
+    if not path.is_file():
+        return _Pending(path, None, None, [f"{path.name}: no such file ({path}); check the path"])
+    pending = _Pending(path, sha256_file(path), path.stat().st_size, [])
+    try:
+        with open_wheel(path) as archive:
+            pending.readable = True
+            try:
+                read_metadata(archive)
+            except CheckFailed as exc:
+                pending.problems.append(str(exc))
+            pending.coverage = check_coverage(archive, pythons)
+            pending.problems.extend(pending.coverage.problems)
+            needs: list[ElfNeeds] = []
+            device: list[MemberArchs] = []
+            with tempfile.TemporaryDirectory(prefix="wheel-check-") as tmp:
+                for member in archive.members:
+                    if member.is_dir or not is_shared_object_name(member.name):
+                        continue
+                    copy = archive.copy_to(member.name, Path(tmp))
+                    try:
+                        if want_abi:
+                            found = elf_needs(member.name, copy)
+                            if found is not None:
+                                needs.append(found)
+                        scanned = scan_elf_file(member.name, copy, cuobjdump)
+                        if scanned is not None:
+                            device.append(scanned)
+                    except CheckFailed as exc:
+                        pending.problems.append(f"{path.name}: {exc}")
+                    finally:
+                        copy.unlink()
+            pending.needs = tuple(needs)
+            pending.archs = ArchScan(path.name, tuple(device))
+            if required is not None:
+                pending.problems.extend(arch_problems(pending.archs, required))
+    except CheckFailed as exc:
+        pending.problems.append(str(exc))
+    return pending
+
+
+def check_wheels(
+    paths: Iterable[Path | str],
+    *,
+    torch_target: Path | str | None = None,
+    require_archs: str | ArchList | None = None,
+    pythons: str | Iterable[str] | None = None,
+    audit: bool = False,
+    cuda_home: Path | str | None = None,
+    use_cuobjdump: bool = True,
+) -> CheckReport:
+    """Check wheels; never raises for a defective wheel (it is in the report), only for bad arguments.
+
+    ``torch_target``: a Python interpreter, site-packages, torch dir or torch wheel (see ci.wheels.abi).
+    ``require_archs``: ``"8.0;9.0a;10.0"``-style list; ``pythons``: ``"3.10,3.11"``.
+    """
+    wheel_paths = [Path(p) for p in paths]
+    required = parse_arch_list(require_archs) if isinstance(require_archs, str) else require_archs
+    wanted_pythons = parse_pythons(pythons)
+    target = resolve_torch_target(torch_target) if torch_target is not None else None
+    cuobjdump = find_cuobjdump(cuda_home) if use_cuobjdump else None
+
+    pending = [_inspect(p, wanted_pythons, target is not None, cuobjdump, required) for p in wheel_paths]
+
+    exports: TorchExports | None = None
+    if target is not None:
+        wanted = {s for p in pending for n in p.needs for s in n.torch_symbols}
+        exports = scan_torch_exports(target, wanted)
+
+    reports = []
+    for p in pending:
+        abi = None
+        if exports is not None and p.readable:
+            abi = evaluate_abi(p.path.name, p.needs, exports)
+            p.problems.extend(abi.problems)
+        audit_result = audit_show(p.path) if audit and p.readable else None
+        reports.append(
+            WheelReport(
+                path=p.path,
+                sha256=p.sha256,
+                size=p.size,
+                problems=tuple(p.problems),
+                coverage=p.coverage,
+                abi=abi,
+                archs=p.archs,
+                audit=audit_result,
+            )
+        )
+    return CheckReport(
+        wheels=tuple(reports),
+        torch_target=target.description if target else None,
+        torch_version=target.version if target else None,
+        required_archs=str(required) if required else None,
+        pythons=wanted_pythons,
+    )
+
+
+__all__ = ["REPORT_VERSION", "CheckReport", "WheelReport", "check_wheels"]

@@ -1,0 +1,225 @@
+"""Which CUDA architectures a wheel's device code covers.
+
+Every ELF member (``*.so``, ``*.so.*``, ``*.cubin``) is streamed in 1 MiB
+chunks to a temporary file (a wheel of any size keeps memory flat), then:
+
+- with ``cuobjdump`` available (PATH, or ``<cuda_home>/bin``):
+  ``cuobjdump --list-elf --list-ptx`` names each embedded cubin/PTX;
+- otherwise the fatbin containers in the ELF's ``.nv_fatbin*``/``__nv_relfatbin``
+  sections are parsed here. Container: a 16-byte header (``u32`` magic
+  ``0xBA55ED50``, or ``0x466243B1`` for relocatable code; ``u16`` version 1;
+  ``u16`` header size 16; ``u64`` size of the entries that follow), then entries
+  back to back, each a header of ``u32`` size at offset 4 (64, 80 or 112 bytes)
+  with ``u16`` kind at 0 (1 = PTX, 2 = ELF cubin), ``u64`` payload size at 8,
+  ``u32`` SM number at 28 (80, 90, 100, 120) and ``u64`` flags at 40 (bit 20:
+  arch-specific ``a``, bit 21: family ``f``), followed by the payload. Only
+  headers are read; payloads are skipped by offset.
+- a section that holds no container is searched for ``sm_XX`` strings
+  (documented fallback, reported as method ``regex``).
+
+A standalone cubin (``e_machine`` 190) names its SM in ``e_flags``. Host ELFs
+without a fatbin section contribute nothing (never scanned whole).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.errors import CheckFailed
+from ci.wheels.archive import WheelArchive, is_shared_object_name, open_wheel
+from ci.wheels.archs import ArchList, CudaArch, format_archs, missing_archs
+from ci.wheels.elf import EM_CUDA, ElfFile, Section, is_elf
+
+FATBIN_MAGICS = (0xBA55ED50, 0x466243B1)
+FATBIN_SECTION_PREFIXES = (".nv_fatbin", "__nv_relfatbin")
+_MAGIC_BYTES = tuple(struct.pack("<I", m) for m in FATBIN_MAGICS)
+_CONTAINER = struct.Struct("<IHHQ")
+_ENTRY = struct.Struct("<HHIQ")
+_KIND_PTX = 1
+_KIND_CUBIN = 2
+_FLAG_ARCH_SPECIFIC = 1 << 20
+_FLAG_FAMILY = 1 << 21
+_SM_RE = re.compile(rb"(sm|compute)_(\d{2,3})([af]?)(?![0-9a-z])")
+_CUOBJDUMP_LINE = re.compile(r"^(ELF|PTX) file\s+\d+:.*?\bsm_(\d{2,3})([af]?)\b")
+_SEARCH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class MemberArchs:
+    member: str
+    cubins: tuple[CudaArch, ...]
+    ptx: tuple[CudaArch, ...]
+    method: str
+    """``cuobjdump``, ``fatbin`` (our container parser), ``regex`` (fallback) or ``cubin`` (ELF header)."""
+
+
+@dataclass(frozen=True)
+class ArchScan:
+    wheel: str
+    members: tuple[MemberArchs, ...]
+    """Only members that carry device code."""
+
+    @property
+    def cubin_archs(self) -> tuple[CudaArch, ...]:
+        return tuple(sorted({a for m in self.members for a in m.cubins}))
+
+    @property
+    def ptx_archs(self) -> tuple[CudaArch, ...]:
+        return tuple(sorted({a for m in self.members for a in m.ptx}))
+
+    @property
+    def base_archs(self) -> tuple[CudaArch, ...]:
+        return tuple(sorted({a.base for a in self.cubin_archs}))
+
+
+def find_cuobjdump(cuda_home: Path | str | None = None) -> Path | None:
+    """cuobjdump on PATH, else under ``cuda_home/bin``; None when absent."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return Path(found)
+    if cuda_home is not None:
+        candidate = Path(cuda_home) / "bin" / "cuobjdump"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _arch(sm: int, flags: int = 0) -> CudaArch:
+    suffix = "a" if flags & _FLAG_ARCH_SPECIFIC else ("f" if flags & _FLAG_FAMILY else "")
+    return CudaArch.from_sm(sm, suffix)
+
+
+def _scan_section(elf: ElfFile, section: Section, cubins: set[CudaArch], ptx: set[CudaArch]) -> int:
+    """Parse the fatbin containers of one section; returns how many were found."""
+    pos, end = section.offset, section.offset + section.size
+    containers = 0
+    while pos + _CONTAINER.size <= end:
+        magic, version, header_size, body = _CONTAINER.unpack(elf.read_range(pos, _CONTAINER.size))
+        if magic in FATBIN_MAGICS and version == 1 and header_size == _CONTAINER.size:
+            containers += 1
+            entry = pos + header_size
+            stop = min(pos + header_size + body, end)
+            while entry + 64 <= stop:
+                raw = elf.read_range(entry, 64)
+                kind, _unknown, entry_size, payload = _ENTRY.unpack_from(raw)
+                if entry_size < 64:
+                    break
+                sm = struct.unpack_from("<I", raw, 28)[0]
+                flags = struct.unpack_from("<Q", raw, 40)[0]
+                if 10 <= sm < 1000:
+                    if kind & _KIND_CUBIN or kind == 0x10:
+                        cubins.add(_arch(sm, flags))
+                    elif kind & _KIND_PTX:
+                        ptx.add(_arch(sm, flags))
+                entry += entry_size + payload
+            pos = max(stop, pos + _CONTAINER.size)
+            continue
+        # Not at a container: look for the next magic in bounded chunks.
+        chunk = elf.read_range(pos, min(_SEARCH_CHUNK, end - pos))
+        hits = [i for i in (chunk.find(m, 1) for m in _MAGIC_BYTES) if i > 0]
+        pos += min(hits) if hits else max(1, len(chunk) - 3)
+    return containers
+
+
+def _regex_section(elf: ElfFile, section: Section, cubins: set[CudaArch], ptx: set[CudaArch]) -> None:
+    tail = b""
+    for chunk in elf.iter_section(section):
+        data = tail + chunk
+        for match in _SM_RE.finditer(data):
+            arch = CudaArch.from_sm(int(match.group(2)), match.group(3).decode())
+            (cubins if match.group(1) == b"sm" else ptx).add(arch)
+        tail = data[-16:]
+
+
+def _cuobjdump(tool: Path, path: Path, label: str) -> tuple[set[CudaArch], set[CudaArch]]:
+    try:
+        proc = subprocess.run(
+            [str(tool), "--list-elf", "--list-ptx", str(path)], capture_output=True, text=True, timeout=300
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CheckFailed(f"{label}: cuobjdump failed ({exc}); check the CUDA toolkit install") from None
+    cubins: set[CudaArch] = set()
+    ptx: set[CudaArch] = set()
+    for line in proc.stdout.splitlines():
+        match = _CUOBJDUMP_LINE.match(line.strip())
+        if match:
+            arch = CudaArch.from_sm(int(match.group(2)), match.group(3))
+            (cubins if match.group(1) == "ELF" else ptx).add(arch)
+    return cubins, ptx
+
+
+def scan_elf_file(member: str, path: Path, cuobjdump: Path | None = None) -> MemberArchs | None:
+    """The device code of one ELF on disk; None when it has none (or is not an ELF)."""
+    with open(path, "rb") as fp:
+        if not is_elf(fp):
+            return None
+        elf = ElfFile(fp, member)
+        cubins: set[CudaArch] = set()
+        ptx: set[CudaArch] = set()
+        if elf.machine == EM_CUDA:
+            sm = (elf.flags >> 8) & 0xFF if elf.abi_version >= 8 else elf.flags & 0xFF
+            return MemberArchs(member, (CudaArch.from_sm(sm),), (), "cubin") if sm else None
+        sections = elf.sections_with_prefix(*FATBIN_SECTION_PREFIXES)
+        if not sections:
+            return None
+        if cuobjdump is not None:
+            cubins, ptx = _cuobjdump(cuobjdump, path, member)
+            method = "cuobjdump"
+        else:
+            method = "fatbin"
+            for section in sections:
+                if not _scan_section(elf, section, cubins, ptx):
+                    _regex_section(elf, section, cubins, ptx)
+                    method = "regex"
+    if not cubins and not ptx:
+        return None
+    return MemberArchs(member, tuple(sorted(cubins)), tuple(sorted(ptx)), method)
+
+
+def scan_archive_archs(archive: WheelArchive, cuobjdump: Path | None = None) -> ArchScan:
+    """Scan every ELF member of an open wheel (one temp file at a time)."""
+    found = []
+    with tempfile.TemporaryDirectory(prefix="wheel-fatbin-") as tmp:
+        for member in archive.members:
+            if member.is_dir or not is_shared_object_name(member.name):
+                continue
+            path = archive.copy_to(member.name, Path(tmp))
+            try:
+                result = scan_elf_file(member.name, path, cuobjdump)
+            finally:
+                path.unlink()
+            if result is not None:
+                found.append(result)
+    return ArchScan(archive.wheel_name.filename, tuple(found))
+
+
+def scan_wheel_archs(wheel: Path | str, *, cuda_home: Path | str | None = None, use_cuobjdump: bool = True) -> ArchScan:
+    """The CUDA architectures of a wheel's device code (cuobjdump when found, else our parser)."""
+    tool = find_cuobjdump(cuda_home) if use_cuobjdump else None
+    with open_wheel(wheel) as archive:
+        return scan_archive_archs(archive, tool)
+
+
+def arch_problems(scan: ArchScan, required: ArchList) -> tuple[str, ...]:
+    """One line when required architectures have no cubin (compared on base archs), else nothing."""
+    problems = []
+    missing = missing_archs(required, scan.cubin_archs)
+    if missing:
+        problems.append(
+            f"{scan.wheel}: device code is missing required CUDA arch(es) {format_archs(missing)} "
+            f"(found cubins for {format_archs(scan.cubin_archs)}); add them to TORCH_CUDA_ARCH_LIST and rebuild"
+        )
+    if required.ptx and not scan.ptx_archs:
+        problems.append(f"{scan.wheel}: +PTX was required but the wheel embeds no PTX; build with +PTX")
+    return tuple(problems)
+
+
+def union_archs(scans: Iterable[ArchScan]) -> tuple[CudaArch, ...]:
+    return tuple(sorted({a for s in scans for a in s.cubin_archs}))

@@ -1,0 +1,440 @@
+"""Remove the ``+local`` segment of a wheel's version without repacking it.
+
+A release asset name cannot carry ``+`` (GitHub turns it into ``.``), so a
+wheel built as ``1.2.0+cu130`` is published as ``1.2.0``. Unpacking and
+re-zipping would recompress every member (slow for GB-sized wheels) and stamp
+new timestamps (a new sha256 on every run). Instead:
+
+- the filename, ``*.dist-info/METADATA`` ``Version:``, the ``.dist-info`` and
+  ``.data`` directory names and RECORD are rewritten;
+- METADATA and RECORD are the only members whose bytes change; they are
+  deflated afresh with a fixed timestamp (1980-01-01) and their original
+  permissions; RECORD gets METADATA's new hash and the renamed paths;
+- every other member is copied raw (local header, compressed data and data
+  descriptor as they are, only the name replaced when its directory was
+  renamed), in the original order;
+- the central directory is written here (zip64 records where sizes or offsets
+  need them).
+
+The same input therefore gives the same output bytes, and a member's
+compressed bytes are never touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import re
+import shutil
+import struct
+import zipfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from packaging.version import InvalidVersion, Version
+
+from ci.errors import CheckFailed
+from ci.wheels.archive import CHUNK, open_wheel
+
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
+_EOCD = struct.Struct("<4s4H2LH")
+_ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")
+_SIG_LOCAL = b"PK\x03\x04"
+_SIG_CENTRAL = b"PK\x01\x02"
+_SIG_DESCRIPTOR = b"PK\x07\x08"
+_LIMIT32 = 0xFFFFFFFF
+_FIXED_DATE_TIME = (1980, 1, 1, 0, 0, 0)
+_VERSION_LINE = re.compile(rb"^Version:[ \t]*([^\r\n]*?)[ \t]*(\r?\n)", re.M)
+
+
+@dataclass
+class _Entry:
+    """One central-directory record to write."""
+
+    name: bytes
+    create_version: int
+    create_system: int
+    extract_version: int
+    reserved: int
+    flag_bits: int
+    compress_type: int
+    date_time: tuple[int, int, int, int, int, int]
+    crc: int
+    compress_size: int
+    file_size: int
+    extra: bytes
+    comment: bytes
+    internal_attr: int
+    external_attr: int
+    header_offset: int
+
+
+def _dos(date_time: tuple[int, ...]) -> tuple[int, int]:
+    y, mo, d, h, mi, s = date_time
+    return (h << 11) | (mi << 5) | (s // 2), ((y - 1980) << 9) | (mo << 5) | d
+
+
+def _strip_zip64(extra: bytes) -> bytes:
+    out = bytearray()
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, size = struct.unpack_from("<HH", extra, pos)
+        if tag != 1:
+            out += extra[pos : pos + 4 + size]
+        pos += 4 + size
+    return bytes(out)
+
+
+def _encode_name(name: str, flag_bits: int) -> tuple[bytes, int]:
+    if flag_bits & 0x800:
+        return name.encode("utf-8"), flag_bits
+    try:
+        return name.encode("ascii"), flag_bits
+    except UnicodeEncodeError:
+        return name.encode("utf-8"), flag_bits | 0x800
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _copy_exact(src: BinaryIO, dst: BinaryIO, size: int, label: str) -> None:
+    remaining = size
+    while remaining:
+        block = src.read(min(CHUNK, remaining))
+        if not block:
+            raise CheckFailed(f"{label}: truncated member data; re-download the wheel")
+        dst.write(block)
+        remaining -= len(block)
+
+
+def local_version_free(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def stripped_filename(filename: str) -> str:
+    """``pkg-1.0+abc-cp311-cp311-linux_x86_64.whl`` -> ``pkg-1.0-cp311-cp311-linux_x86_64.whl``."""
+    dist, version, rest = filename.split("-", 2)
+    return f"{dist}-{local_version_free(version)}-{rest}"
+
+
+def strip_local_version(wheel: Path | str, out_dir: Path | str) -> Path:
+    """Write ``wheel`` without its local version segment into ``out_dir``; returns the new path.
+
+    A wheel without a local segment is copied unchanged (idempotent).
+    """
+    wheel = Path(wheel)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open_wheel(wheel) as archive:
+        name = archive.wheel_name
+        version = name.version
+        target = out_dir / stripped_filename(name.filename)
+        if "+" not in version:
+            if target.resolve() != wheel.resolve():
+                shutil.copyfile(wheel, target)
+            return target
+        public = local_version_free(version)
+        dist_info = archive.dist_info
+        if not dist_info.endswith(f"-{version}.dist-info"):
+            raise CheckFailed(
+                f"{name.filename}: {dist_info} does not carry the filename's version {version}; rebuild the wheel"
+            )
+        stem = dist_info[: -len(".dist-info")]
+        new_stem = stem[: -len(version)] + public
+        renames = {f"{stem}.dist-info/": f"{new_stem}.dist-info/", f"{stem}.data/": f"{new_stem}.data/"}
+
+        def rename(path: str) -> str:
+            for old, new in renames.items():
+                if path.startswith(old):
+                    return new + path[len(old) :]
+            return path
+
+        metadata_name = f"{dist_info}/METADATA"
+        record_name = f"{dist_info}/RECORD"
+        metadata = archive.read_small(metadata_name)
+        new_metadata = _rewrite_metadata(name.filename, metadata, version, public)
+        record = archive.read_small(record_name)
+        new_record = _rewrite_record(name.filename, record, rename, metadata_name, new_metadata)
+        replaced = {metadata_name: new_metadata, record_name: new_record}
+
+        partial = target.with_name(target.name + ".partial")
+        try:
+            with open(wheel, "rb") as src, open(partial, "wb") as dst:
+                _write_archive(archive.zipfile, src, dst, rename, replaced, name.filename)
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
+    return target
+
+
+def _rewrite_metadata(label: str, metadata: bytes, version: str, public: str) -> bytes:
+    head_end = metadata.find(b"\n\n")
+    head_end = len(metadata) if head_end < 0 else head_end
+    match = _VERSION_LINE.search(metadata, 0, head_end + 1)
+    if not match:
+        raise CheckFailed(f"{label}: METADATA has no Version: header; rebuild the wheel")
+    found = match.group(1).decode("utf-8", "replace")
+    try:
+        same = Version(found) == Version(version)
+    except InvalidVersion:
+        same = False
+    if not same:
+        raise CheckFailed(
+            f"{label}: METADATA Version {found!r} differs from the filename's {version!r}; rebuild the wheel"
+        )
+    line = b"Version: " + public.encode() + match.group(2)
+    return metadata[: match.start()] + line + metadata[match.end() :]
+
+
+def _rewrite_record(
+    label: str, record: bytes, rename: Callable[[str], str], metadata_name: str, new_metadata: bytes
+) -> bytes:
+    text = record.decode("utf-8")
+    terminator = "\r\n" if "\r\n" in text else "\n"
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator=terminator)
+    seen_metadata = False
+    for row in csv.reader(io.StringIO(text)):
+        if not row:
+            continue
+        path = row[0]
+        if path == metadata_name:
+            row = [path, _record_hash(new_metadata), str(len(new_metadata))]
+            seen_metadata = True
+        row[0] = rename(path)
+        writer.writerow(row)
+    if not seen_metadata:
+        raise CheckFailed(f"{label}: RECORD has no line for {metadata_name}; rebuild the wheel")
+    return out.getvalue().encode("utf-8")
+
+
+def _write_archive(
+    zin: zipfile.ZipFile,
+    src: BinaryIO,
+    dst: BinaryIO,
+    rename: Callable[[str], str],
+    replaced: dict[str, bytes],
+    label: str,
+) -> None:
+    entries: list[_Entry] = []
+    for info in zin.infolist():
+        new_name = rename(info.filename)
+        offset = dst.tell()
+        if info.filename in replaced:
+            entries.append(_write_fresh(dst, new_name, replaced[info.filename], info, offset))
+            continue
+        entries.append(_copy_raw(src, dst, info, new_name, offset, label))
+    _write_central_directory(dst, entries, zin.comment)
+
+
+def _write_fresh(dst: BinaryIO, name: str, data: bytes, like: zipfile.ZipInfo, offset: int) -> _Entry:
+    compressor = zlib.compressobj(6, zlib.DEFLATED, -15)
+    body = compressor.compress(data) + compressor.flush()
+    crc = zlib.crc32(data)
+    raw_name, flags = _encode_name(name, 0)
+    dostime, dosdate = _dos(_FIXED_DATE_TIME)
+    dst.write(
+        _LOCAL_HEADER.pack(
+            _SIG_LOCAL,
+            20,
+            0,
+            flags,
+            zipfile.ZIP_DEFLATED,
+            dostime,
+            dosdate,
+            crc,
+            len(body),
+            len(data),
+            len(raw_name),
+            0,
+        )
+    )
+    dst.write(raw_name)
+    dst.write(body)
+    return _Entry(
+        name=raw_name,
+        create_version=20,
+        create_system=3,
+        extract_version=20,
+        reserved=0,
+        flag_bits=flags,
+        compress_type=zipfile.ZIP_DEFLATED,
+        date_time=_FIXED_DATE_TIME,
+        crc=crc,
+        compress_size=len(body),
+        file_size=len(data),
+        extra=b"",
+        comment=b"",
+        internal_attr=0,
+        external_attr=like.external_attr or (0o100644 << 16),
+        header_offset=offset,
+    )
+
+
+def _copy_raw(src: BinaryIO, dst: BinaryIO, info: zipfile.ZipInfo, new_name: str, offset: int, label: str) -> _Entry:
+    src.seek(info.header_offset)
+    header = src.read(_LOCAL_HEADER.size)
+    if len(header) != _LOCAL_HEADER.size or header[:4] != _SIG_LOCAL:
+        raise CheckFailed(f"{label}: member {info.filename!r} has a bad local header; re-download the wheel")
+    fields = list(_LOCAL_HEADER.unpack(header))
+    name_len, extra_len = fields[10], fields[11]
+    old_raw_name = src.read(name_len)
+    local_extra = src.read(extra_len)
+    raw_name, flags = _encode_name(new_name, info.flag_bits)
+    if new_name == info.filename:
+        dst.write(header)
+        dst.write(old_raw_name)
+    else:
+        fields[3] = flags
+        fields[10] = len(raw_name)
+        dst.write(_LOCAL_HEADER.pack(*fields))
+        dst.write(raw_name)
+    dst.write(local_extra)
+    _copy_exact(src, dst, info.compress_size, label)
+    if info.flag_bits & 0x08:  # a data descriptor follows the data
+        zip64 = (
+            any(tag == 1 for tag in _extra_tags(local_extra))
+            or info.compress_size >= _LIMIT32
+            or info.file_size >= _LIMIT32
+        )
+        sizes = 16 if zip64 else 8
+        first = src.read(4)
+        dst.write(first)
+        # With its optional signature first, the descriptor is signature, crc, sizes; without, crc, sizes.
+        _copy_exact(src, dst, sizes + 4 if first == _SIG_DESCRIPTOR else sizes, label)
+    return _Entry(
+        name=raw_name if new_name != info.filename else old_raw_name,
+        create_version=info.create_version,
+        create_system=info.create_system,
+        extract_version=info.extract_version,
+        reserved=info.reserved,
+        flag_bits=flags if new_name != info.filename else info.flag_bits,
+        compress_type=info.compress_type,
+        date_time=info.date_time,
+        crc=info.CRC,
+        compress_size=info.compress_size,
+        file_size=info.file_size,
+        extra=_strip_zip64(info.extra),
+        comment=info.comment,
+        internal_attr=info.internal_attr,
+        external_attr=info.external_attr,
+        header_offset=offset,
+    )
+
+
+def _extra_tags(extra: bytes) -> list[int]:
+    tags = []
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, size = struct.unpack_from("<HH", extra, pos)
+        tags.append(tag)
+        pos += 4 + size
+    return tags
+
+
+def _write_central_directory(dst: BinaryIO, entries: list[_Entry], comment: bytes) -> None:
+    start = dst.tell()
+    for e in entries:
+        zip64 = []
+        file_size, compress_size, offset = e.file_size, e.compress_size, e.header_offset
+        if e.file_size >= _LIMIT32:
+            zip64.append(e.file_size)
+            file_size = _LIMIT32
+        if e.compress_size >= _LIMIT32:
+            zip64.append(e.compress_size)
+            compress_size = _LIMIT32
+        if e.header_offset >= _LIMIT32:
+            zip64.append(e.header_offset)
+            offset = _LIMIT32
+        extra = e.extra
+        extract_version, create_version = e.extract_version, e.create_version
+        if zip64:
+            extra = struct.pack(f"<HH{len(zip64)}Q", 1, 8 * len(zip64), *zip64) + extra
+            extract_version, create_version = max(45, extract_version), max(45, create_version)
+        dostime, dosdate = _dos(e.date_time)
+        dst.write(
+            _CENTRAL.pack(
+                _SIG_CENTRAL,
+                create_version,
+                e.create_system,
+                extract_version,
+                e.reserved,
+                e.flag_bits,
+                e.compress_type,
+                dostime,
+                dosdate,
+                e.crc,
+                compress_size,
+                file_size,
+                len(e.name),
+                len(extra),
+                len(e.comment),
+                0,
+                e.internal_attr,
+                e.external_attr,
+                offset,
+            )
+        )
+        dst.write(e.name)
+        dst.write(extra)
+        dst.write(e.comment)
+    end = dst.tell()
+    size, count = end - start, len(entries)
+    if count > 0xFFFF or size >= _LIMIT32 or start >= _LIMIT32:
+        dst.write(_ZIP64_EOCD.pack(b"PK\x06\x06", _ZIP64_EOCD.size - 12, 45, 45, 0, 0, count, count, size, start))
+        dst.write(_ZIP64_LOCATOR.pack(b"PK\x06\x07", 0, end, 1))
+        dst.write(
+            _EOCD.pack(
+                b"PK\x05\x06",
+                0,
+                0,
+                min(count, 0xFFFF),
+                min(count, 0xFFFF),
+                min(size, _LIMIT32),
+                min(start, _LIMIT32),
+                len(comment),
+            )
+        )
+    else:
+        dst.write(_EOCD.pack(b"PK\x05\x06", 0, 0, count, count, size, start, len(comment)))
+    dst.write(comment)
+
+
+def strip_in_place(wheels: list[Path]) -> list[Path]:
+    """Strip each wheel's local version beside it and remove the original; returns the new paths."""
+    results = []
+    for wheel in wheels:
+        stripped = strip_local_version(wheel, wheel.parent)
+        if stripped != wheel:
+            wheel.unlink()
+        results.append(stripped)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ci.wheels.rewrite WHEEL...``: what build_scripts/lib/wheel_pack.sh runs."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print("usage: python -m ci.wheels.rewrite WHEEL...  (strips +local versions in place)", file=sys.stderr)
+        return 2
+    try:
+        for path in strip_in_place([Path(a) for a in args]):
+            print(path)
+    except CheckFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""Torch ABI check: the fixture extension against the venv's torch, and crafted mismatches."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from wheel_factory import build_wheel, host_shared_object
+
+from ci.errors import CheckFailed
+from ci.wheels.abi import check_torch_abi, resolve_torch_target, torch_expected
+
+TORCH_DIR = Path(__import__("torch").__file__).parent
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("_ZN3c106detail14torchCheckFailEPKcS2_jS2_", True),
+        ("_ZNK2at10TensorBase4sizeEl", True),
+        ("_ZN5torch8autograd12VariableInfoC1Ev", True),
+        ("_ZTVN3c1011StorageImplE", True),
+        ("_ZTIN2at6TensorE", True),
+        ("_ZN6caffe28TypeMeta3NewEv", True),
+        ("_ZN8pybind116detail11type_casterIN2at6TensorEvE4loadENS_6handleEb", True),
+        ("_Z16THPVariable_WrapRKN2at10TensorBaseE", True),
+        ("THPVariableClass", True),
+        ("aoti_torch_get_device_type", True),
+        ("PyLong_AsLong", False),
+        ("_ZNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE9_M_createERmm", False),
+        ("_Z3fooRKN2at6TensorE", False),  # the extension's own function taking a Tensor
+        ("_ZN6mylibs3atXEv", False),
+        ("memcpy", False),
+    ],
+)
+def test_torch_expected_rule(name: str, expected: bool) -> None:
+    assert torch_expected(name) is expected
+
+
+@pytest.mark.parametrize("kind", ["python", "site-packages", "torch-dir"])
+def test_fixture_passes_against_venv_torch(fixture_wheel: Path, kind: str) -> None:
+    target = {"python": Path(sys.executable), "site-packages": TORCH_DIR.parent, "torch-dir": TORCH_DIR}[kind]
+    result = check_torch_abi(fixture_wheel, target)
+    assert result.ok, result.problems
+    (elf,) = result.elves
+    assert elf.member == "wheelhouse_fixture/_C.cpython-311-x86_64-linux-gnu.so"
+    assert elf.needed >= 5 and elf.missing == ()
+    assert elf.uses_cxx11_abi is True and result.torch_cxx11_abi is True
+    assert result.torch_version.startswith("2.13")
+
+
+def test_missing_symbol_and_old_abi_are_reported(tmp_path: Path) -> None:
+    so = host_shared_object(["-D_GLIBCXX_USE_CXX11_ABI=0"])
+    wheel = build_wheel(tmp_path, {"demo_pkg/_C.cpython-311-x86_64-linux-gnu.so": so.read_bytes()})
+    result = check_torch_abi(wheel, TORCH_DIR)
+    assert not result.ok
+    old_string = "std::basic_string<char, std::char_traits<char>, std::allocator<char> >"
+    assert result.missing == {
+        "demo_pkg/_C.cpython-311-x86_64-linux-gnu.so": (f"c10::needs_string({old_string} const&)",)
+    }
+    assert result.elves[0].uses_cxx11_abi is False
+    assert len(result.problems) == 2
+    assert "needs 1 symbol(s) that torch 2.13.0+cpu" in result.problems[0]
+    assert result.problems[1].endswith("built with _GLIBCXX_USE_CXX11_ABI=1; rebuild with -D_GLIBCXX_USE_CXX11_ABI=1")
+
+
+def test_bad_targets_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(CheckFailed, match="does not exist"):
+        resolve_torch_target(tmp_path / "nope")
+    with pytest.raises(CheckFailed, match="neither a torch package dir nor a site-packages"):
+        resolve_torch_target(tmp_path)
+    bare = tmp_path / "python-without-torch"
+    bare.write_text("#!/bin/sh\necho null\n")
+    bare.chmod(0o755)
+    with pytest.raises(CheckFailed, match="torch is not installed for this interpreter"):
+        resolve_torch_target(bare)

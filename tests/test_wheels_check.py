@@ -1,0 +1,106 @@
+"""check_wheels: the whole report, on the fixture wheel and crafted failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from wheel_factory import REPO, build_wheel, host_shared_object
+
+from ci.wheels.check import check_wheels
+
+TORCH_WHEELS = REPO / ".cache" / "torch-wheels"
+SITE_PACKAGES = Path(__import__("torch").__file__).parent.parent
+
+
+@pytest.mark.parametrize("target", [Path(sys.executable), SITE_PACKAGES], ids=["python", "site-packages"])
+def test_fixture_wheel_passes(fixture_wheel: Path, target: Path) -> None:
+    report = check_wheels([fixture_wheel], torch_target=target, pythons="3.11")
+    assert report.ok, report.render_text()
+    (wheel,) = report.wheels
+    assert report.digests == {fixture_wheel.name: wheel.sha256}
+    assert wheel.abi is not None and wheel.abi.ok
+    text = report.render_text()
+    assert text.startswith(f"PASS {fixture_wheel.name} (sha256 {wheel.sha256})")
+    assert text.endswith("1 wheel(s) checked, 0 failed.")
+    data = json.loads(report.to_json())
+    assert data["version"] == 1 and data["ok"] is True
+    assert data["wheels"][0]["sha256"] == wheel.sha256
+    assert data["wheels"][0]["torch_abi"]["elves"][0]["missing"] == []
+
+
+def test_failures_are_reported_not_raised(tmp_path: Path, fixture_wheel: Path) -> None:
+    broken = tmp_path / "broken_pkg-1.0-cp311-cp311-linux_x86_64.whl"
+    broken.write_bytes(b"not a zip")
+    partial = build_wheel(
+        tmp_path,
+        {
+            "pkg/_C.cpython-311-x86_64-linux-gnu.so": host_shared_object().read_bytes(),
+            "pkg/_C.cpython-312-x86_64-linux-gnu.so": host_shared_object().read_bytes(),
+            "pkg/_ext.cpython-311-x86_64-linux-gnu.so": host_shared_object().read_bytes(),
+        },
+        name="pkg",
+        tags="cp311.cp312-cp311.cp312-linux_x86_64",
+    )
+    report = check_wheels([fixture_wheel, broken, partial], torch_target=SITE_PACKAGES, require_archs="8.0")
+    assert not report.ok
+    ok, bad, part = report.wheels
+    assert [p for p in ok.problems if "CUDA arch" not in p] == []
+    assert bad.problems == (
+        f"{broken.name}: not a readable zip archive (File is not a zip file); rebuild or re-download the wheel",
+    )
+    assert any("module pkg/_ext has no build for Python 3.12" in p for p in part.problems)
+    assert any("c10::needs_string" in p for p in part.problems)
+    text = report.render_text()
+    assert f"FAIL {broken.name}" in text and text.endswith("3 wheel(s) checked, 3 failed.")
+    assert all("\n" not in p for p in report.problems)
+
+
+def _torch_211_wheel() -> Path:
+    found = sorted(TORCH_WHEELS.glob("torch-2.11.0-cp311-cp311-manylinux*_x86_64.whl"))
+    if found:
+        return found[0]
+    TORCH_WHEELS.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.11",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "torch==2.11.0",
+            "-d",
+            str(TORCH_WHEELS),
+        ],
+        check=True,
+    )
+    return sorted(TORCH_WHEELS.glob("torch-2.11.0-cp311-cp311-manylinux*_x86_64.whl"))[0]
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_fixture_against_torch_211_wheel_file(fixture_wheel: Path) -> None:
+    torch_wheel = _torch_211_wheel()
+    report = check_wheels([fixture_wheel], torch_target=torch_wheel)
+    print(report.render_text())
+    (wheel,) = report.wheels
+    assert wheel.abi is not None and wheel.abi.torch_version == "2.11.0"
+    missing = [m for e in wheel.abi.elves for m in e.missing]
+    assert len(missing) == 1
+    assert (
+        missing[0].mangled
+        == "_ZN3c1010ValueErrorC1ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+    )
+    assert missing[0].demangled == (
+        "c10::ValueError::ValueError(c10::SourceLocation, "
+        "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >)"
+    )
+    assert not report.ok and len(report.problems) == 1

@@ -1,0 +1,124 @@
+"""strip_local_version: renames, raw member copies, reproducible bytes, installable result."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from wheel_factory import build_wheel, reversion_wheel
+
+from ci.errors import CheckFailed
+from ci.wheels.rewrite import strip_local_version
+
+LOCAL = "0.1.0+abc1234"
+
+
+def _raw_member_bytes(wheel: Path, name: str) -> bytes:
+    """The compressed bytes of one member exactly as stored."""
+    with zipfile.ZipFile(wheel) as zf, open(wheel, "rb") as fp:
+        info = zf.getinfo(name)
+        fp.seek(info.header_offset)
+        header = fp.read(30)
+        name_len, extra_len = int.from_bytes(header[26:28], "little"), int.from_bytes(header[28:30], "little")
+        fp.seek(info.header_offset + 30 + name_len + extra_len)
+        return fp.read(info.compress_size)
+
+
+def _validate_record(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        (record_name,) = [n for n in zf.namelist() if n.endswith(".dist-info/RECORD")]
+        rows = list(csv.reader(io.StringIO(zf.read(record_name).decode())))
+        assert {r[0] for r in rows} == set(zf.namelist())
+        for path, digest, size in rows:
+            if path == record_name:
+                continue
+            data = zf.read(path)
+            expected = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert (digest, int(size)) == (expected, len(data)), path
+
+
+@pytest.mark.parametrize("data_descriptors", [False, True], ids=["plain", "data-descriptors"])
+def test_round_trip_on_fixture(tmp_path: Path, fixture_wheel: Path, data_descriptors: bool) -> None:
+    local = reversion_wheel(fixture_wheel, LOCAL, tmp_path / "local", data_descriptors=data_descriptors)
+    assert local.name == "wheelhouse_fixture-0.1.0+abc1234-cp311-cp311-linux_x86_64.whl"
+    first = strip_local_version(local, tmp_path / "one")
+    second = strip_local_version(local, tmp_path / "two")
+    assert first.name == "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"
+    assert hashlib.sha256(first.read_bytes()).digest() == hashlib.sha256(second.read_bytes()).digest()
+
+    with zipfile.ZipFile(local) as before, zipfile.ZipFile(first) as after:
+        old_names, new_names = before.namelist(), after.namelist()
+        assert new_names == [n.replace("0.1.0+abc1234.dist-info", "0.1.0.dist-info") for n in old_names]
+        assert after.testzip() is None
+        metadata = after.read("wheelhouse_fixture-0.1.0.dist-info/METADATA").decode()
+        assert "\nVersion: 0.1.0\n" in metadata
+        assert metadata == before.read(f"wheelhouse_fixture-{LOCAL}.dist-info/METADATA").decode().replace(
+            LOCAL, "0.1.0"
+        )
+    for old, new in zip(old_names, new_names, strict=True):
+        if old.endswith(("/METADATA", "/RECORD")):
+            continue
+        assert _raw_member_bytes(first, new) == _raw_member_bytes(local, old), old
+    _validate_record(first)
+
+    unpacked = tmp_path / "unpacked"
+    subprocess.run([sys.executable, "-m", "wheel", "unpack", "--dest", str(unpacked), str(first)], check=True)
+    assert (unpacked / "wheelhouse_fixture-0.1.0" / "wheelhouse_fixture-0.1.0.dist-info" / "METADATA").is_file()
+
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(first)],
+        check=True,
+    )
+    assert (target / "wheelhouse_fixture-0.1.0.dist-info").is_dir()
+    assert (target / "wheelhouse_fixture" / "_C.cpython-311-x86_64-linux-gnu.so").is_file()
+
+
+def test_data_dir_renamed_and_stored_members_raw(tmp_path: Path) -> None:
+    files = {"pkg/__init__.py": b"x = 1\n", "pkg-2.0+cu130.data/scripts/tool": b"#!/bin/sh\n", "pkg/blob": b"\1" * 4096}
+    wheel = build_wheel(tmp_path / "in", files, name="pkg", version="2.0+cu130", compression=zipfile.ZIP_STORED)
+    out = strip_local_version(wheel, tmp_path / "out")
+    with zipfile.ZipFile(out) as zf:
+        assert "pkg-2.0.data/scripts/tool" in zf.namelist()
+        assert zf.getinfo("pkg/blob").compress_type == zipfile.ZIP_STORED
+    _validate_record(out)
+
+
+def test_without_local_segment_is_copied_unchanged(tmp_path: Path, fixture_wheel: Path) -> None:
+    out = strip_local_version(fixture_wheel, tmp_path)
+    assert out.name == fixture_wheel.name and out.read_bytes() == fixture_wheel.read_bytes()
+
+
+def test_metadata_version_mismatch_is_refused(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path, {"pkg/__init__.py": b""}, name="pkg", version="1.0+abc")
+    bad = tmp_path / "bad" / wheel.name
+    bad.parent.mkdir()
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("METADATA"):
+                data = data.replace(b"Version: 1.0+abc", b"Version: 1.1+abc")
+            zout.writestr(info, data)
+    with pytest.raises(CheckFailed, match=r"METADATA Version '1.1\+abc' differs from the filename's '1.0\+abc'"):
+        strip_local_version(bad, tmp_path / "out")
+    assert not list((tmp_path / "out").glob("*"))
+
+
+def test_command_line_strips_in_place(tmp_path: Path, fixture_wheel: Path) -> None:
+    """The entry point build_scripts/lib/wheel_pack.sh runs: the +local wheel is replaced by the plain one."""
+    import subprocess
+    import sys
+
+    local = reversion_wheel(fixture_wheel, LOCAL, tmp_path)
+    result = subprocess.run([sys.executable, "-m", "ci.wheels.rewrite", str(local)], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.whl")) == ["wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"]
+    assert result.stdout.strip() == str(tmp_path / "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl")

@@ -1,0 +1,257 @@
+"""Small builders for the wheel-check tests: synthetic wheels, raw zips, real ELF files.
+
+Compiled artefacts (gcc/nvcc shared objects) are cached under .cache/tests/
+keyed by a digest of their source, flags and compiler version.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import shutil
+import struct
+import subprocess
+import zipfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = REPO / ".cache" / "tests"
+NVCC = Path("/usr/local/cuda/bin/nvcc")
+
+CUDA_SOURCE = """\
+__global__ void scale(float* x, float a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= a;
+}
+extern "C" void launch_scale(float* x, float a, int n) { scale<<<(n + 255) / 256, 256>>>(x, a, n); }
+"""
+
+HOST_SOURCE = """\
+#include <string>
+#include <stdio.h>
+namespace c10 { void needs_string(const std::string&); }
+extern "C" int PyLong_AsLong(void*);
+extern "C" __attribute__((weak)) void optional_hook(void);
+int exported_value = 3;
+int exported_function(int x) { puts("hi"); return x + exported_value; }
+void calls_torch() { c10::needs_string(std::string("x")); PyLong_AsLong(nullptr); if (optional_hook) optional_hook(); }
+"""
+
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def build_wheel(
+    out_dir: Path,
+    files: dict[str, bytes],
+    *,
+    name: str = "demo_pkg",
+    version: str = "1.0",
+    tags: str = "cp311-cp311-linux_x86_64",
+    compression: int = zipfile.ZIP_DEFLATED,
+    requires_python: str | None = ">=3.10",
+) -> Path:
+    """A valid wheel holding ``files`` plus METADATA, WHEEL and RECORD."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dist_info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    if requires_python:
+        metadata += f"Requires-Python: {requires_python}\n"
+    wheel_meta = "Wheel-Version: 1.0\nGenerator: wheel-factory\nRoot-Is-Purelib: false\n"
+    interp, abi, plat = tags.split("-")
+    for i in interp.split("."):
+        for a in abi.split("."):
+            for p in plat.split("."):
+                wheel_meta += f"Tag: {i}-{a}-{p}\n"
+    members = dict(files)
+    members[f"{dist_info}/METADATA"] = metadata.encode()
+    members[f"{dist_info}/WHEEL"] = wheel_meta.encode()
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for path, data in members.items():
+        writer.writerow([path, record_hash(data), len(data)])
+    writer.writerow([f"{dist_info}/RECORD", "", ""])
+    members[f"{dist_info}/RECORD"] = record.getvalue().encode()
+    target = out_dir / f"{name}-{version}-{tags}.whl"
+    with zipfile.ZipFile(target, "w", compression) as zf:
+        for path, data in members.items():
+            info = zipfile.ZipInfo(path, date_time=(2024, 1, 1, 0, 0, 0))
+            info.external_attr = 0o100644 << 16
+            info.compress_type = compression
+            zf.writestr(info, data)
+    return target
+
+
+def raw_zip(path: Path, entries: Iterable[tuple[zipfile.ZipInfo | str, bytes]]) -> Path:
+    """A zip with exactly these entries (duplicates allowed; zipfile only warns)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with zipfile.ZipFile(path, "w") as zf:
+            for info, data in entries:
+                zf.writestr(info, data)
+    return path
+
+
+class _NonSeekable(io.RawIOBase):
+    """A write-only stream without seek/tell, so zipfile writes data descriptors."""
+
+    def __init__(self, target: io.BufferedWriter) -> None:
+        self._target = target
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        return self._target.write(data)
+
+
+def reversion_wheel(src: Path, new_version: str, out_dir: Path, *, data_descriptors: bool = False) -> Path:
+    """Re-version a wheel (filename, dist-info, METADATA, RECORD); every member recompressed.
+
+    ``data_descriptors`` writes through a non-seekable stream, as streaming zip writers do.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dist, old_version, rest = src.name.split("-", 2)
+    old_di, new_di = f"{dist}-{old_version}.dist-info/", f"{dist}-{new_version}.dist-info/"
+    with zipfile.ZipFile(src) as zin:
+        items = [(info, zin.read(info)) for info in zin.infolist()]
+    renamed: list[tuple[zipfile.ZipInfo, bytes]] = []
+    metadata_bytes = b""
+    for info, data in items:
+        name = info.filename.replace(old_di, new_di, 1)
+        if name.endswith(".dist-info/METADATA"):
+            data = data.replace(f"\nVersion: {old_version}\n".encode(), f"\nVersion: {new_version}\n".encode(), 1)
+            metadata_bytes = data
+        new = zipfile.ZipInfo(name, date_time=info.date_time)
+        new.external_attr, new.compress_type = info.external_attr, info.compress_type
+        renamed.append((new, data))
+    fixed = []
+    for info, data in renamed:
+        if info.filename.endswith(".dist-info/RECORD"):
+            rows = []
+            for row in csv.reader(io.StringIO(data.decode())):
+                if not row:
+                    continue
+                row[0] = row[0].replace(old_di, new_di, 1)
+                if row[0].endswith(".dist-info/METADATA"):
+                    row[1:] = [record_hash(metadata_bytes), str(len(metadata_bytes))]
+                rows.append(row)
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="\n").writerows(rows)
+            data = buf.getvalue().encode()
+        fixed.append((info, data))
+    target = out_dir / f"{dist}-{new_version}-{rest}"
+    with open(target, "wb") as raw:
+        stream = _NonSeekable(raw) if data_descriptors else raw
+        with zipfile.ZipFile(stream, "w") as zf:  # type: ignore[arg-type]
+            for info, data in fixed:
+                zf.writestr(info, data)
+    return target
+
+
+def _compile_cached(kind: str, key_parts: Iterable[str], build: Callable[[Path], None]) -> Path:
+    key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:16]
+    out_dir = CACHE / kind / key
+    target = out_dir / "lib.so"
+    if target.is_file():
+        return target
+    staging = out_dir.with_suffix(".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    build(staging)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    staging.rename(out_dir)
+    return target
+
+
+def cuda_shared_object(archs: Iterable[str] = ("80", "90")) -> Path:
+    """A real host .so with a fatbin holding one cubin per arch (nvcc + g++ -shared)."""
+    archs = tuple(archs)
+    version = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True, check=True).stdout
+
+    def build(d: Path) -> None:
+        (d / "k.cu").write_text(CUDA_SOURCE)
+        gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+        subprocess.run([str(NVCC), "-c", "k.cu", "-o", "k.o", "-Xcompiler", "-fPIC", *gencode], cwd=d, check=True)
+        subprocess.run(["g++", "-shared", "k.o", "-o", "lib.so"], cwd=d, check=True)
+
+    return _compile_cached("cuda-so", [CUDA_SOURCE, *archs, version], build)
+
+
+def host_shared_object(extra_flags: Iterable[str] = ()) -> Path:
+    """A host-only C++ .so (no device code) referencing a c10 symbol, CPython API and libc."""
+    flags = tuple(extra_flags)
+    version = subprocess.run(["g++", "--version"], capture_output=True, text=True, check=True).stdout
+
+    def build(d: Path) -> None:
+        (d / "h.cpp").write_text(HOST_SOURCE)
+        subprocess.run(["g++", "-shared", "-fPIC", "-O1", *flags, "h.cpp", "-o", "lib.so"], cwd=d, check=True)
+
+    return _compile_cached("host-so", [HOST_SOURCE, *flags, version], build)
+
+
+def fatbin_section_bytes(so: Path) -> bytes:
+    """The raw bytes of the ``.nv_fatbin`` section of a real shared object."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from ci.wheels.elf import ElfFile
+
+    with open(so, "rb") as fp:
+        elf = ElfFile(fp)
+        sec = elf.section(".nv_fatbin")
+        assert sec is not None
+        return elf.read_section(sec)
+
+
+def write_synthetic_elf(stream: IO[bytes], sections: list[tuple[str, int, Iterable[bytes]]]) -> None:
+    """Write a minimal ELF64 (x86_64, ET_DYN) with the given PROGBITS sections to a write stream.
+
+    Each section is (name, size, chunks); chunks are written as they come, so sections may be huge.
+    """
+    names = b"\0" + b"".join(n.encode() + b"\0" for n, _, _ in sections) + b".shstrtab\0"
+    offset = 64
+    headers = [struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)]
+    name_off = 1
+    layout = []
+    for name, size, _ in sections:
+        layout.append((name_off, offset, size))
+        name_off += len(name) + 1
+        offset += size
+    shstr_off, shoff = offset, offset + len(names)
+    ehdr = struct.pack(
+        "<16sHHIQQQIHHHHHH",
+        b"\x7fELF\x02\x01\x01" + b"\0" * 9,
+        3,
+        62,
+        1,
+        0,
+        0,
+        shoff,
+        0,
+        64,
+        0,
+        0,
+        64,
+        len(sections) + 2,
+        len(sections) + 1,
+    )
+    stream.write(ehdr)
+    for (_, size, chunks), (noff, soff, _) in zip(sections, layout, strict=True):
+        written = 0
+        for chunk in chunks:
+            stream.write(chunk)
+            written += len(chunk)
+        assert written == size, (written, size)
+        headers.append(struct.pack("<IIQQQQIIQQ", noff, 1, 2, 0, soff, size, 0, 0, 8, 0))
+    stream.write(names)
+    headers.append(struct.pack("<IIQQQQIIQQ", name_off, 3, 0, 0, shstr_off, len(names), 0, 0, 1, 0))
+    for h in headers:
+        stream.write(h)
