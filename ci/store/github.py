@@ -1,0 +1,550 @@
+"""GitHub Releases as a :class:`~ci.store.model.ReleaseStore`.
+
+JSON endpoints go through ghapi's generated operations (``GhApi(gh_host=api_url)``); uploads are
+streamed from disk over http.client to the release's ``upload_url`` (ghapi's ``upload_file`` reads
+the whole file into memory). Every call is retried by :class:`ci.store.http.Retrier`.
+
+Nothing here reads the environment: the entry point passes the token and API URL. The token never
+appears in a message, log line, progress label or repr.
+
+Dry run: ``GitHubStore(..., dry_run=True)`` reads as usual but records each change it would make
+instead of making it; ``store.plan`` is the list of lines, e.g.
+``POST /repos/o/r/releases {"tag_name": "v1", "name": "...", "make_latest": "false"}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import mimetypes
+import random
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qs, quote, urlsplit
+
+from ci.errors import RemoteError
+from ci.store.http import ProgressFn, Response, Retrier, RetryPolicy, TransientError, stream_upload
+from ci.store.model import Asset, Release
+
+API_VERSION = "2022-11-28"
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_+-]([A-Za-z0-9._+-]*[A-Za-z0-9_+-])?")
+"""Names GitHub keeps as they are (see tests/github_server/names.py for the evidence)."""
+CLOBBER_SUFFIX = ".clobber-"
+"""Temporary assets of a safe clobber are named ``<name>.clobber-<hex>``; index builders skip them."""
+
+
+def _lower(headers: Any) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in headers.items()}
+
+
+def _next_query(link: str) -> dict[str, str] | None:
+    """The query parameters of the ``rel="next"`` URL of a Link header, or None on the last page."""
+    for part in link.split(","):
+        m = re.search(r'<([^>]*)>\s*;\s*rel="?next"?', part.strip())
+        if m:
+            return {k: v[0] for k, v in parse_qs(urlsplit(m.group(1)).query).items()}
+    return None
+
+
+def _page_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    """ghapi keyword arguments for a page query (unknown parameters go through ``query_``)."""
+    kw: dict[str, Any] = {k: int(v) for k, v in params.items() if k in ("per_page", "page")}
+    extra = {k: v for k, v in params.items() if k not in ("per_page", "page")}
+    if extra:
+        kw["query_"] = extra
+    return kw
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return f"sha256:{h.hexdigest()}"
+
+
+class GitHubStore:
+    """Releases of one GitHub repository.
+
+    Args:
+        repo: ``owner/name``.
+        token: a token with ``contents: write`` (never logged).
+        api_url: the REST API root (``https://api.github.com``, a GHES ``https://host/api/v3``, or a test server).
+        retry: attempts and backoff; ``sleep``/``clock``/``seed`` make waiting testable.
+        progress: ``progress(label, done, total)`` during uploads.
+        logger: receives one line per retry and per change.
+        dry_run: record changes in :attr:`plan` instead of making them.
+    """
+
+    def __init__(self, repo: str, *, token: str, api_url: str = "https://api.github.com",
+                 retry: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.time, seed: int | None = None,
+                 progress: ProgressFn | None = None, logger: logging.Logger | None = None,
+                 dry_run: bool = False, timeout: float = 60.0, upload_timeout: float = 900.0) -> None:
+        from ghapi.core import GhApi  # deferred: importing ghapi builds its endpoint table
+
+        owner, sep, name = repo.partition("/")
+        if not sep or not owner or not name or "/" in name:
+            raise RemoteError(f"GitHub repository {repo!r} is not of the form owner/name: fix the repository setting")
+        if not token:
+            raise RemoteError("no GitHub token: set GITHUB_TOKEN (or GH_TOKEN) to a token with contents: write")
+        self.owner, self.name = owner, name
+        self.description = f"github:{repo}"
+        self.api_url = api_url.rstrip("/")
+        self.dry_run = dry_run
+        self.plan: list[str] = []
+        self._token = token
+        self._progress = progress
+        self._log = logger
+        self._upload_timeout = upload_timeout
+        self._rng = random.Random(seed)
+        self._retrier = Retrier(policy=retry or RetryPolicy(), sleep=sleep, clock=clock, rng=self._rng,
+                                logger=logger, scrub=self._scrub)
+        # authenticate=False: GhApi would otherwise read GITHUB_TOKEN / GITHUB_JWT_TOKEN itself.
+        api = GhApi(owner=owner, repo=name, gh_host=self.api_url, authenticate=False, sync=True, timeout=timeout)
+        api.headers["Authorization"] = f"token {token}"  # the transport shares this dict
+        api.headers["X-GitHub-Api-Version"] = API_VERSION
+        api.transport.retries = 0  # retries (and their sleeps) are ours
+        # One pooled client (keep-alive) instead of a new connection per call; it drops the
+        # Authorization header on cross-host redirects (asset downloads go to object storage).
+        import httpx2
+
+        api.transport.client = httpx2.Client(timeout=timeout, follow_redirects=True)
+        self._api = api
+        self._rename_onto_taken: bool | None = None
+        """Whether the server lets a PATCH rename an asset onto a taken name (learned on first clobber)."""
+        self._dry_releases: dict[str, dict[str, Any]] = {}
+
+    def close(self) -> None:
+        self._api.transport.close()
+
+    def __enter__(self) -> "GitHubStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"GitHubStore({self.owner}/{self.name!s}, api_url={self.api_url!r}, dry_run={self.dry_run})"
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Retries made so far: ``retries`` and one count per reason."""
+        return dict(self._retrier.stats)
+
+    # ---- plumbing ---------------------------------------------------------------------------------
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._token, "***") if self._token else text
+
+    def _info(self, msg: str) -> None:
+        if self._log:
+            self._log.info(self._scrub(msg))
+
+    def _call(self, what: str, op: str, **kwargs: Any) -> Response:
+        """One ghapi operation (``group.name``) with retries; returns the final answer, any status."""
+        from fasttransport.errors import APIError
+
+        group, _, fname = op.partition(".")
+        fn = getattr(getattr(self._api, group), fname)
+
+        def attempt() -> Response:
+            try:
+                r = fn(raw_=True, **kwargs)
+            except APIError as e:
+                if e.response is not None:
+                    return Response(e.response.status_code, _lower(e.response.headers), e.response.content)
+                if e.retryable:
+                    raise TransientError(e.error_type or "connection error") from None
+                raise RemoteError(self._scrub(f"{what}: {e.error_type or 'request failed'}: check api_url "
+                                              f"{self.api_url} and the network")) from None
+            return Response(r.status_code, _lower(r.headers), r.content)
+
+        return self._retrier.run(what, attempt)
+
+    def _fail(self, what: str, resp: Response, fix: str = "") -> RemoteError:
+        msg = resp.message()
+        hint = fix or {
+            401: "the token is invalid or expired: set GITHUB_TOKEN to a valid token",
+            403: "the token lacks permission: it needs contents: write on the repository",
+            404: f"repository {self.owner}/{self.name} not found or not visible to the token",
+        }.get(resp.status, "see GitHub's status page and re-run")
+        return RemoteError(self._scrub(f"{what}: HTTP {resp.status}{(' ' + msg) if msg else ''}; {hint}"))
+
+    def _record(self, line: str) -> None:
+        self.plan.append(self._scrub(line))
+        self._info(f"dry run: {line}")
+
+    @property
+    def _repo_path(self) -> str:
+        return f"/repos/{self.owner}/{self.name}"
+
+    # ---- records ----------------------------------------------------------------------------------
+    @staticmethod
+    def _asset(a: dict[str, Any]) -> Asset:
+        return Asset(name=a["name"], size=int(a.get("size") or 0), url=a.get("browser_download_url") or "",
+                     digest=a.get("digest"), state=a.get("state") or "uploaded", id=a.get("id"))
+
+    def _release(self, r: dict[str, Any]) -> Release:
+        return Release(tag=r["tag_name"], title=r.get("name") or "", body=r.get("body") or "",
+                       draft=bool(r.get("draft")), assets=tuple(self._asset(a) for a in r.get("assets") or ()),
+                       id=r.get("id"))
+
+    # ---- reads ------------------------------------------------------------------------------------
+    def _raw_releases(self) -> list[dict[str, Any]]:
+        """Every release, drafts included: ``per_page=100``, following Link ``next`` only."""
+        out: list[dict[str, Any]] = []
+        params: dict[str, Any] | None = {"per_page": 100, "page": 1}
+        while params is not None:
+            resp = self._call(f"list releases of {self.owner}/{self.name} (page {params.get('page')})",
+                              "repos.list_releases", **_page_kwargs(params))
+            if resp.status != 200:
+                raise self._fail(f"list releases of {self.owner}/{self.name}", resp)
+            out.extend(resp.json() or [])
+            params = _next_query(resp.headers.get("link", ""))
+        return out
+
+    def list_releases(self) -> list[Release]:
+        return [self._release(r) for r in self._raw_releases() if not r.get("draft")]
+
+    def _get_raw(self, tag: str) -> dict[str, Any] | None:
+        """The published release of ``tag`` (GitHub never returns drafts by tag)."""
+        resp = self._call(f"get release {tag}", "repos.get_release_by_tag", tag=tag)
+        if resp.status == 404:
+            return self._dry_releases.get(tag)
+        if resp.status != 200:
+            raise self._fail(f"get release {tag}", resp)
+        return resp.json()
+
+    def get_release(self, tag: str) -> Release | None:
+        raw = self._get_raw(tag)
+        return self._release(raw) if raw else None
+
+    def list_assets(self, release_id: int) -> list[dict[str, Any]]:
+        """Every asset of a release: the first page as GitHub serves it (30; a release rarely has
+        more), then each Link ``next`` page."""
+        out: list[dict[str, Any]] = []
+        params: dict[str, Any] | None = {}
+        while params is not None:
+            resp = self._call(f"list assets of release {release_id}", "repos.list_release_assets",
+                              release_id=release_id, **_page_kwargs(params))
+            if resp.status != 200:
+                raise self._fail(f"list assets of release {release_id}", resp)
+            out.extend(resp.json() or [])
+            params = _next_query(resp.headers.get("link", ""))
+        return out
+
+    def get_release_json(self, tag: str) -> dict[str, Any] | None:
+        """The published release of ``tag`` as GitHub's JSON (None when missing)."""
+        return self._get_raw(tag)
+
+    def get_asset(self, asset_id: int) -> dict[str, Any] | None:
+        resp = self._call(f"get asset {asset_id}", "repos.get_release_asset", asset_id=asset_id)
+        if resp.status == 404:
+            return None
+        if resp.status != 200:
+            raise self._fail(f"get asset {asset_id}", resp)
+        return resp.json()
+
+    def read_asset(self, tag: str, name: str) -> bytes:
+        raw = self._get_raw(tag)
+        if raw is None:
+            raise RemoteError(f"release {tag} not found in {self.owner}/{self.name}: publish it first or fix the tag")
+        match = [a for a in raw.get("assets") or () if a["name"] == name and a.get("state") == "uploaded"]
+        if not match or raw.get("id") is None:
+            raise RemoteError(f"asset {name} not found in release {tag}: upload it first or fix the name")
+        aid = match[-1]["id"]
+        resp = self._call(f"download {name} from {tag}", "repos.get_release_asset", asset_id=aid,
+                          headers_={"Accept": "application/octet-stream"})
+        if resp.status != 200:
+            raise self._fail(f"download {name} from {tag}", resp)
+        return resp.body
+
+    # ---- low-level changes (dry-run aware) ------------------------------------------------------
+    def _change(self, what: str, line: str, op: str, **kwargs: Any) -> Response | None:
+        """A mutating call: recorded in dry-run mode (returns None), else made with retries."""
+        if self.dry_run:
+            self._record(line)
+            return None
+        self._info(line)
+        return self._call(what, op, **kwargs)
+
+    def update_asset(self, asset_id: int, *, name: str | None = None, label: str | None = None) -> Response | None:
+        body = {k: v for k, v in (("name", name), ("label", label)) if v is not None}
+        return self._change(f"update asset {asset_id}", f"PATCH {self._repo_path}/releases/assets/{asset_id} "
+                            f"{json.dumps(body)}", "repos.update_release_asset", asset_id=asset_id, **body)
+
+    def delete_asset_id(self, asset_id: int) -> None:
+        """Delete one asset by id; 404 (already gone, e.g. a retried DELETE) is fine."""
+        resp = self._change(f"delete asset {asset_id}", f"DELETE {self._repo_path}/releases/assets/{asset_id}",
+                            "repos.delete_release_asset", asset_id=asset_id)
+        if resp is not None and resp.status not in (204, 404):
+            raise self._fail(f"delete asset {asset_id}", resp)
+
+    def upload_file(self, release: dict[str, Any], path: Path, name: str, *, label: str | None = None) -> Response | None:
+        """One POST of ``path`` as ``name`` to the release's ``upload_url`` (retried on transient failures;
+        the caller handles 422). Returns None in dry-run mode."""
+        upload_url = re.sub(r"\{[^}]*\}$", "", release.get("upload_url") or "")
+        query = f"name={quote(name, safe='')}" + (f"&label={quote(label, safe='')}" if label is not None else "")
+        url = f"{upload_url}?{query}"
+        if self.dry_run or not upload_url:
+            size = path.stat().st_size
+            self._record(f"POST {urlsplit(url).path}?{query} ({size} bytes, {sha256_file(path)})")
+            return None
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if name.endswith(".whl"):
+            ctype = "application/zip"
+        headers = {"Authorization": f"token {self._token}", "Accept": "application/vnd.github+json",
+                   "X-GitHub-Api-Version": API_VERSION, "Content-Type": ctype, "User-Agent": "wheelhouse"}
+        self._info(f"POST {urlsplit(url).path}?{query}")
+        return self._retrier.run(
+            f"upload {name}",
+            lambda: stream_upload(url, path, headers, label=name, progress=self._progress, timeout=self._upload_timeout))
+
+    # ---- releases -----------------------------------------------------------------------------------
+    def ensure_release(self, tag: str, title: str, body: str, *, target_commitish: str | None = None) -> Release:
+        """Create the release (``make_latest: false``), or converge an existing one to title/body.
+
+        A concurrent job may create the same tag first: the 422 ``already_exists`` answer is read as
+        "fetch it and converge". A draft of that tag (invisible to get-by-tag) is published instead
+        of creating a second release.
+        """
+        raw = self._get_raw(tag)
+        if raw is None:
+            draft = next((r for r in self._raw_releases() if r.get("draft") and r.get("tag_name") == tag), None)
+            if draft is not None:
+                fields = {"tag_name": tag, "name": title, "body": body, "draft": False}
+                resp = self._change(f"publish draft release {tag}",
+                                    f"PATCH {self._repo_path}/releases/{draft['id']} {json.dumps(fields)}",
+                                    "repos.update_release", release_id=draft["id"],
+                                    body_={"make_latest": "false"}, **fields)
+                if resp is None:
+                    return self._release({**draft, **fields})
+                if resp.status == 200:
+                    return self._release(resp.json())
+                if resp.status != 422:
+                    raise self._fail(f"publish draft release {tag}", resp)
+                raw = self._get_raw(tag)  # published meanwhile by a peer
+            else:
+                raw = self._create_release(tag, title, body, target_commitish)
+                if raw is not None and raw.get("id") is None:  # dry run
+                    return self._release(raw)
+        if raw is None:
+            raise RemoteError(f"release {tag} exists (422 already_exists) but cannot be read: re-run; "
+                              "if it persists, check the release in the GitHub UI")
+        if (raw.get("name") or "") != title or (raw.get("body") or "") != body:
+            fields = {"name": title, "body": body}
+            resp = self._change(f"update release {tag}", f"PATCH {self._repo_path}/releases/{raw['id']} "
+                                f"{json.dumps(fields)}", "repos.update_release", release_id=raw["id"],
+                                **fields)
+            if resp is None:
+                return self._release({**raw, **fields})
+            if resp.status != 200:
+                raise self._fail(f"update release {tag}", resp)
+            raw = resp.json()
+        return self._release(raw)
+
+    def _create_release(self, tag: str, title: str, body: str, target: str | None) -> dict[str, Any] | None:
+        fields: dict[str, Any] = {"tag_name": tag, "name": title, "body": body, "draft": False, "prerelease": False}
+        if target:
+            fields["target_commitish"] = target
+        line = f"POST {self._repo_path}/releases {json.dumps({**fields, 'make_latest': 'false'})}"
+        resp = self._change(f"create release {tag}", line, "repos.create_release",
+                            body_={"make_latest": "false"}, **fields)
+        if resp is None:
+            fake = {"tag_name": tag, "name": title, "body": body, "draft": False, "assets": [], "id": None,
+                    "upload_url": ""}
+            self._dry_releases[tag] = fake
+            return fake
+        if resp.status == 201:
+            return resp.json()
+        if resp.status == 422 and "already_exists" in resp.error_codes():
+            # A concurrent job (or our own retried POST) created it; reads may lag a moment behind.
+            for attempt in range(1, self._retrier.policy.attempts + 1):
+                raw = self._get_raw(tag)
+                if raw is not None:
+                    return raw
+                self._retrier.sleep(self._retrier._backoff(attempt))
+            return None
+        raise self._fail(f"create release {tag}", resp, "check that the tag name is valid")
+
+    def delete_release(self, tag: str) -> None:
+        raw = self._get_raw(tag)
+        if raw is not None and raw.get("id") is not None:
+            resp = self._change(f"delete release {tag}", f"DELETE {self._repo_path}/releases/{raw['id']}",
+                                "repos.delete_release", release_id=raw["id"])
+            if resp is not None and resp.status not in (204, 404):
+                raise self._fail(f"delete release {tag}", resp)
+        resp = self._change(f"delete tag {tag}", f"DELETE {self._repo_path}/git/refs/tags/{tag}",
+                            "git.delete_ref", ref=f"tags/{tag}")
+        if resp is not None and resp.status not in (204, 404, 422):  # 422: "Reference does not exist"
+            raise self._fail(f"delete tag {tag}", resp)
+
+    def retag_release(self, old_tag: str, new_tag: str) -> Release:
+        """PATCH ``tag_name`` (the old git tag stays; download URLs move to the new tag)."""
+        old, new = self._get_raw(old_tag), self._get_raw(new_tag)
+        if old is None and new is not None:
+            return self._release(new)  # done before (idempotent re-run)
+        if old is None:
+            raise RemoteError(f"release {old_tag} not found in {self.owner}/{self.name}: nothing to retag; fix the tag")
+        if new is not None:
+            raise RemoteError(f"cannot retag {old_tag} to {new_tag}: release {new_tag} already exists; delete one of them")
+        fields = {"tag_name": new_tag}
+        resp = self._change(f"retag {old_tag} to {new_tag}", f"PATCH {self._repo_path}/releases/{old['id']} "
+                            f"{json.dumps(fields)}", "repos.update_release", release_id=old["id"], **fields)
+        if resp is None:
+            return self._release({**old, **fields})
+        if resp.status != 200:
+            raise self._fail(f"retag {old_tag} to {new_tag}", resp)
+        return self._release(resp.json())
+
+    # ---- assets --------------------------------------------------------------------------------------
+    def delete_asset(self, tag: str, name: str) -> None:
+        raw = self._get_raw(tag)
+        if raw is None:
+            return
+        for a in raw.get("assets") or ():
+            if a["name"] == name:
+                self.delete_asset_id(a["id"])
+
+    def upload_asset(self, tag: str, path: Path, *, name: str | None = None, clobber: bool = False,
+                     label: str | None = None) -> Asset:
+        """Upload ``path`` as ``name``; idempotent, safe to run concurrently for different names.
+
+        - A leftover ``starter`` asset of that name (a failed upload) is deleted first.
+        - An ``uploaded`` asset with the same sha256 digest: nothing to do.
+        - A different digest (or none, for assets from before June 2025): RemoteError unless ``clobber``.
+        - ``clobber``: see :meth:`_safe_clobber`.
+        - A 422 ``already_exists`` on upload (a retried upload whose first attempt was stored, a
+          starter left by a dropped connection, or a concurrent peer) lists the assets and resolves
+          the same way.
+
+        ``label`` (an extension of the protocol) sets GitHub's display label.
+        """
+        path = Path(path)
+        name = name or path.name
+        if not _SAFE_NAME.fullmatch(name):
+            raise RemoteError(f"asset name {name!r} has characters GitHub would rename (allowed: letters, digits, "
+                              "'.', '_', '-', '+'; no leading or trailing '.'): rename the file")
+        digest = sha256_file(path)
+        raw = self._get_raw(tag)
+        if raw is None:
+            raise RemoteError(f"release {tag} not found in {self.owner}/{self.name}: create it (ensure_release) first")
+        assets = list(raw.get("assets") or ())
+        for _ in range(3 * self._retrier.policy.attempts):
+            same = [a for a in assets if a["name"] == name]
+            existing = same[-1] if same else None
+            if existing is None:
+                resp = self.upload_file(raw, path, name, label=label)
+                if resp is None:
+                    return Asset(name, path.stat().st_size, "", digest, "uploaded")
+                if resp.status == 201:
+                    done = self._check_uploaded(resp.json(), name, digest)
+                    self._cleanup_temps(assets, name)
+                    return done
+                if resp.status == 422 and "already_exists" in resp.error_codes():
+                    assets = self.list_assets(raw["id"])
+                    continue
+                raise self._fail(f"upload {name} to {tag}", resp)
+            if existing.get("state") != "uploaded":
+                self._info(f"deleting leftover {existing.get('state')} asset {name} of a failed upload")
+                self.delete_asset_id(existing["id"])
+                assets = [a for a in assets if a["id"] != existing["id"]]
+                continue
+            if existing.get("digest") == digest:
+                for dup in same[:-1]:  # duplicates only come from an interrupted clobber on a lenient server
+                    self.delete_asset_id(dup["id"])
+                self._cleanup_temps(assets, name)
+                return self._asset(existing)
+            if not clobber:
+                have = existing.get("digest") or "no digest (uploaded before June 2025)"
+                raise RemoteError(f"asset {name} in release {tag} differs ({have}, local file {digest}): "
+                                  "pass --clobber to replace it, or bump the version")
+            done = self._safe_clobber(raw, existing, path, name, digest, label)
+            self._cleanup_temps(assets, name)
+            return done
+        raise RemoteError(f"upload {name} to {tag} did not converge (the asset keeps changing): "
+                          "another job may be uploading it; re-run when it is done")
+
+    def _cleanup_temps(self, assets: list[dict[str, Any]], name: str) -> None:
+        """Delete temporary assets of an interrupted earlier clobber of ``name``."""
+        for a in assets:
+            if a["name"].startswith(name + CLOBBER_SUFFIX):
+                self.delete_asset_id(a["id"])
+
+    def _check_uploaded(self, asset: dict[str, Any], name: str, digest: str) -> Asset:
+        if asset.get("name") != name:
+            self.delete_asset_id(asset["id"])
+            raise RemoteError(f"GitHub stored asset {name!r} as {asset.get('name')!r} (it renames some characters): "
+                              "rename the file to use only letters, digits, '.', '_', '-', '+'")
+        if asset.get("digest") not in (None, digest):
+            self.delete_asset_id(asset["id"])
+            raise RemoteError(f"asset {name} arrived corrupted ({asset.get('digest')} != {digest}): re-run the upload")
+        return self._asset(asset)
+
+    def _upload_temp(self, raw: dict[str, Any], path: Path, tmp: str, digest: str, label: str | None) -> dict[str, Any] | None:
+        """Upload under a fresh temporary name, coping with 422/starters left by dropped attempts."""
+        for _ in range(3 * self._retrier.policy.attempts):
+            resp = self.upload_file(raw, path, tmp, label=label)
+            if resp is None:
+                return None
+            if resp.status == 201:
+                self._check_uploaded(resp.json(), tmp, digest)
+                return resp.json()
+            if resp.status == 422 and "already_exists" in resp.error_codes():
+                for a in self.list_assets(raw["id"]):
+                    if a["name"] == tmp:
+                        if a.get("state") == "uploaded" and a.get("digest") == digest:
+                            return a
+                        self.delete_asset_id(a["id"])
+                continue
+            raise self._fail(f"upload {tmp}", resp)
+        raise RemoteError(f"upload of temporary asset {tmp} did not converge: re-run")
+
+    def _safe_clobber(self, raw: dict[str, Any], old: dict[str, Any], path: Path, name: str, digest: str,
+                      label: str | None) -> Asset:
+        """Replace asset ``name`` while the old bytes keep being served.
+
+        Order: (1) upload the new bytes as ``<name>.clobber-<hex>`` -- the old asset serves during the
+        whole (long) upload; (2) PATCH the new asset's name to ``name``; (3) delete the old asset.
+
+        Step (2) renames onto a name the old asset still holds. GitHub documents 422 ``already_exists``
+        only for uploads; whether a rename onto a taken name is refused is undocumented. If it is
+        accepted, there is no moment without ``name``: readers may see two ``uploaded`` assets named
+        ``name`` (old and new, complete files) until step (3), one request later. If GitHub refuses it
+        (422, which we assume is the likely answer), we fall back to (3) then (2): then a window of one
+        API round trip (typically 0.1-0.5 s on github.com) remains in which ``name`` is missing and its
+        download URL answers 404. GitHub has no atomic swap, so that window cannot be closed there; it
+        replaces the 30-120 min gap of delete-then-upload. Readers (the index builder) must skip
+        ``*.clobber-*`` names and, for duplicates, take the newest (highest id) uploaded asset.
+        A crash leaves at worst a temporary asset next to the intact old one; a re-run replaces both.
+        """
+        tmp = f"{name}{CLOBBER_SUFFIX}{self._rng.getrandbits(32):08x}" if not self.dry_run else f"{name}{CLOBBER_SUFFIX}<hex>"
+        new = self._upload_temp(raw, path, tmp, digest, label)
+        if new is None:  # dry run
+            self._record(f"PATCH {self._repo_path}/releases/assets/<new> {json.dumps({'name': name})}")
+            self._record(f"DELETE {self._repo_path}/releases/assets/{old['id']}")
+            return Asset(name, path.stat().st_size, old.get("browser_download_url") or "", digest, "uploaded")
+        resp = None
+        if self._rename_onto_taken is not False:
+            resp = self.update_asset(new["id"], name=name)
+            assert resp is not None
+            if resp.status == 422 and "already_exists" in resp.error_codes():
+                self._rename_onto_taken, resp = False, None
+            elif resp.status == 200:
+                self._rename_onto_taken = True
+            else:
+                raise self._fail(f"rename {tmp} to {name}", resp)
+        if resp is not None:
+            renamed = resp.json()
+            self.delete_asset_id(old["id"])
+        else:  # names are unique: delete, then rename at once (the window is this one round trip)
+            self.delete_asset_id(old["id"])
+            resp = self.update_asset(new["id"], name=name)
+            assert resp is not None
+            if resp.status != 200:
+                raise self._fail(f"rename {tmp} to {name} (old asset deleted; re-run to finish)", resp)
+            renamed = resp.json()
+        return self._check_uploaded(renamed, name, digest)

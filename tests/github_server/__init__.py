@@ -1,0 +1,47 @@
+"""A GitHub-compatible test server for the releases subset the wheelhouse uses.
+
+Start it in-process::
+
+    from tests.github_server import GitHubTestServer, FaultConfig
+
+    with GitHubTestServer(token="t") as gh:          # or the ``github_server`` pytest fixture
+        gh.seed_release("v1", repo="o/r", assets=[("a.whl", b"...")])
+        gh.seed_bulk(5000, 12, repo="o/r")           # fast, no bytes kept
+        ... GitHubStore("o/r", api_url=gh.api_url, token="t") ...
+        gh.counters["GET /repos/{owner}/{repo}/releases"], gh.fault_counts, gh.snapshot("o/r")
+
+or as a process: ``python -m tests.github_server --port 8000 [--uploads-port 8001] [--seed-bulk 5000x12]``.
+
+Implemented (GitHub REST semantics, API version 2022-11-28):
+
+- ``GET /repos/{o}/{r}/releases`` (Link pagination: ``per_page`` default 30, capped at 100; newest
+  first; drafts listed), ``POST`` (201; 422 ``already_exists`` on a duplicate published tag),
+  ``GET /releases/latest``, ``GET /releases/tags/{tag}`` (published only), ``GET/PATCH/DELETE
+  /releases/{id}``, ``GET /releases/{id}/assets`` (paginated), ``GET/PATCH/DELETE
+  /releases/assets/{id}`` (``Accept: application/octet-stream`` -> 302 to a signed object URL on
+  the uploads host, which refuses a request that also carries ``Authorization``), the public
+  ``browser_download_url`` (302 likewise), ``DELETE /git/refs/tags/{tag}`` (422 "Reference does not
+  exist" when missing), ``GET /rate_limit`` (not charged).
+- Uploads on a separate host: ``POST /repos/{o}/{r}/releases/{id}/assets?name=&label=`` with
+  ``Content-Length`` and ``Content-Type``; the asset exists in state ``starter`` from the first byte
+  (a failed or aborted upload leaves it and it blocks the name until deleted); 201 sets ``state:
+  uploaded``, ``size``, ``content_type`` and ``digest: sha256:<hex>`` of the received bytes; 422
+  ``already_exists`` when the (normalised) name is taken. Names are normalised as described in
+  :mod:`tests.github_server.names`.
+- PATCH renaming an asset onto a name another asset holds: 422 ``already_exists`` by default
+  (``state.rename_onto_existing = "allow"`` to let both exist; GitHub documents neither).
+- Auth: ``Authorization: token X`` or ``Bearer X`` must match the server token, else 401.
+- Rate limits: ``x-ratelimit-*`` on every authenticated answer; :meth:`GitHubTestServer.exhaust_primary`
+  (403 with ``x-ratelimit-remaining: 0`` until ``x-ratelimit-reset``),
+  :meth:`GitHubTestServer.inject_secondary` (403/429 with ``retry-after``).
+- Faults: :class:`FaultConfig` (seeded): 500/502/503, dropped connections (before or after the
+  change is applied; mid-upload leaving a ``starter``), secondary limits, slow answers.
+"""
+
+from __future__ import annotations
+
+from .names import normalize_asset_name
+from .server import FaultConfig, GitHubTestServer
+from .state import ServerState
+
+__all__ = ["FaultConfig", "GitHubTestServer", "ServerState", "normalize_asset_name"]
