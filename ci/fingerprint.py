@@ -21,6 +21,8 @@ from ci.versions import REPO_ROOT
 
 FINGERPRINT_SCHEMA = 1
 # `source "$HERE/lib/env.sh"`, `. "${SCRIPT_DIR}/../lib/arch.sh"`, `source lib/x.sh`
+# Python helpers a script runs: `"$LIB/bundle_pythons.py"`, `lib/bundle_pythons.py`
+_LIB_PY = re.compile(r"(?:\$\{?\w+\}?/|lib/)(?P<name>[\w.-]+\.py)\b")
 _SOURCE_LINE = re.compile(r"""^\s*(?:source|\.)\s+["']?(?:\$\{?\w+\}?/)?(?P<path>[\w./-]+\.sh)["']?\s*(?:#.*)?$""")
 
 
@@ -37,10 +39,18 @@ def sourced_closure(script: Path) -> list[Path]:
         if current in seen or not current.is_file():
             continue
         seen.append(current)
-        for line in current.read_text(encoding="utf-8").splitlines():
+        text = current.read_text(encoding="utf-8")
+        for match in _LIB_PY.finditer(text):
+            helper = (current.parent / match["name"]) if current.parent.name == "lib" else current.parent / "lib" / match["name"]
+            if helper.is_file() and helper.resolve() not in seen:
+                seen.append(helper.resolve())
+        for line in text.splitlines():
             match = _SOURCE_LINE.match(line)
             if match:
-                pending.append((current.parent / match["path"]).resolve())
+                # `source "$LIB/env.sh"`: the variable is not evaluated, so look
+                # beside the sourcing file, then in the lib/ folder next to it.
+                candidates = [current.parent / match["path"], current.parent / "lib" / match["path"]]
+                pending.append(next((c for c in candidates if c.is_file()), candidates[0]).resolve())
     return seen
 
 

@@ -134,10 +134,12 @@ def probe(python: Path | str) -> dict:
 
 
 def find_nvcc(env: dict[str, str] | None = None) -> Path | None:
+    """nvcc of CUDA_HOME (or CUDA_PATH) when set, else from PATH, else /usr/local/cuda."""
     env = env if env is not None else dict(os.environ)
-    for home in (env.get("CUDA_HOME"), env.get("CUDA_PATH")):
-        if home and (Path(home) / "bin" / "nvcc").is_file():
-            return Path(home) / "bin" / "nvcc"
+    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if home:
+        nvcc = Path(home) / "bin" / "nvcc"
+        return nvcc if nvcc.is_file() else None
     found = shutil.which("nvcc", path=env.get("PATH"))
     if found:
         return Path(found)
@@ -202,9 +204,10 @@ def verify(python: Path | str, row: MatrixRow, *, env: dict[str, str] | None = N
     found_version = nvcc_version(nvcc) if nvcc else None
     if row.cuda != "cpu":
         if nvcc is None:
+            home = (env or os.environ).get("CUDA_HOME") or (env or os.environ).get("CUDA_PATH")
+            where = f"CUDA_HOME={home} has no bin/nvcc" if home else "no nvcc found (CUDA_HOME, PATH, /usr/local/cuda)"
             raise WheelhouseError(
-                f"no nvcc found (CUDA_HOME, PATH, /usr/local/cuda); install the CUDA {_major_minor(row.cuda)} toolkit "
-                "and set CUDA_HOME"
+                f"{where}; install the CUDA {_major_minor(row.cuda)} toolkit and point CUDA_HOME at it"
             )
         if found_version != _major_minor(row.cuda):
             raise WheelhouseError(

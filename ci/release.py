@@ -1,0 +1,100 @@
+"""Publish one built row onto its release: plan first, then apply.
+
+Order matters: ensure the release, upload the wheels, then their ``.metadata``
+files, and the arch's build manifest LAST. A manifest is the claim "these
+exact wheels passed the checks", so it must never precede them (the anchor
+uploaded it first, and a failed wheel upload then looked complete).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci import manifest, matrix
+from ci.errors import WheelhouseError
+from ci.matrix import MatrixRow
+from ci.store.model import ReleaseStore
+from ci.versions import Versions
+
+
+@dataclass(frozen=True)
+class Step:
+    action: str  # "ensure-release" | "upload"
+    tag: str
+    name: str = ""
+    path: Path | None = None
+    title: str = ""
+    body: str = ""
+
+    def render(self) -> str:
+        if self.action == "ensure-release":
+            return f"ensure release {self.tag} (title: {self.title!r}, make_latest: false)"
+        return f"upload {self.name} to {self.tag} ({self.path.stat().st_size} bytes)"
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    row: MatrixRow
+    steps: tuple[Step, ...]
+
+    def render(self) -> str:
+        return "\n".join(f"{i}. {step.render()}" for i, step in enumerate(self.steps, 1))
+
+
+def notes(row: MatrixRow) -> str:
+    """Release body: stable text (no per-build content), so re-runs do not overwrite edits needlessly."""
+    pythons = ", ".join(row.pythons)
+    return (
+        f"Prebuilt CUDA wheel(s) for {row.component} on Python {pythons} / torch {row.torch}, pinned to `{row.ref}`. "
+        "Each arch's wheelhouse-build-manifest-<arch>.json records the source revision, the build-input "
+        "fingerprint and the sha256 of every wheel that passed the checks.\n"
+    )
+
+
+def find_record(row: MatrixRow, dist_root: Path) -> tuple[Path, dict]:
+    path = dist_root / row.world / f"{row.release_tag}-{row.arch}.build.json"
+    if not path.is_file():
+        raise WheelhouseError(
+            f"no build record {path}; build the row first (nox -s {row.session}) or point --dist at the build output"
+        )
+    return path, json.loads(path.read_text())
+
+
+def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
+    record_path, record = find_record(row, dist_root)
+    folder = record_path.parent
+    built = manifest.from_build_record(record)
+    if not built.checks_passed:
+        raise WheelhouseError(f"{record_path}: the wheel checks did not pass for this build; it cannot be released")
+    steps = [Step("ensure-release", row.release_tag, title=matrix.release_title(versions, row), body=notes(row))]
+    for wheel in built.wheels:
+        path = folder / wheel.name
+        if not path.is_file():
+            raise WheelhouseError(f"{path}: listed in {record_path.name} but missing; rebuild the row")
+        from ci.store.local import sha256_file
+
+        if sha256_file(path) != wheel.sha256:
+            raise WheelhouseError(f"{path}: bytes differ from the build record (sha256); rebuild the row")
+        steps.append(Step("upload", row.release_tag, wheel.name, path))
+    for wheel in built.wheels:
+        metadata = folder / f"{wheel.name}.metadata"
+        if metadata.is_file():
+            steps.append(Step("upload", row.release_tag, metadata.name, metadata))
+    manifest_path = folder / f"{row.release_tag}-{manifest.asset_name(row.arch)}"
+    manifest_path.write_text(built.to_json())
+    steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch), manifest_path))
+    return ReleasePlan(row, tuple(steps))
+
+
+def apply(release_plan: ReleasePlan, store: ReleaseStore, *, clobber: bool = True, log=print,
+          dry_run: bool = False) -> None:
+    """Carry out the steps in order; with a dry-run store each step only records its API calls."""
+    verb = "planned" if dry_run else "done"
+    for step in release_plan.steps:
+        if step.action == "ensure-release":
+            store.ensure_release(step.tag, step.title, step.body)
+        else:
+            store.upload_asset(step.tag, step.path, name=step.name, clobber=clobber)
+        log(f"{verb}: {step.render()}")

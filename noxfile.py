@@ -1,0 +1,114 @@
+"""nox sessions, generated from versions.yaml (or $WHEELHOUSE_VERSIONS).
+
+    nox -l                                   every session
+    nox -s build-flash-mla-3.12              build one component for one Python, as CI does
+    nox -s build-flash-mla-3.12 -- --dry-run print the plan only
+    nox -s demo                              the walking skeleton on the fixture extension
+    nox -s tests                             the test suite (what .ci/run runs)
+
+Build sessions make their own venv pinned to the matrix row (ci/toolchain.py),
+so nox itself creates none for them. All logic lives in ci/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ci import build, matrix, naming  # noqa: E402
+from ci.environment import Environment  # noqa: E402
+from ci.errors import WheelhouseError  # noqa: E402
+from ci.versions import load  # noqa: E402
+
+nox.needs_version = ">=2025.2.9"
+nox.options.sessions = ["tests"]
+
+ENV = Environment.from_mapping(os.environ)
+try:
+    VERSIONS = load(ENV.versions_path)
+except WheelhouseError as error:
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(error.exit_code) from None
+
+
+def _build_parser(name: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"nox -s {name} --", description="Build one matrix row.")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, build nothing")
+    parser.add_argument("--reuse-env", action="store_true", help="build in the current interpreter (verified)")
+    parser.add_argument("--source", type=Path, help="build this local checkout instead of fetching the ref")
+    parser.add_argument("--arch", help="matrix arch to build (default: this machine's)")
+    parser.add_argument("--torch", help="torch version, when the matrix has several for this Python")
+    parser.add_argument("--no-checks", action="store_true", help="skip the wheel checks (never for publishing)")
+    parser.add_argument("--dist", type=Path, default=Path("dist"), help="where checked wheels land (default: dist/)")
+    return parser
+
+
+def _register_build(component: str, python: str) -> None:
+    name = naming.session_name(component, python)
+
+    def session_fn(session: nox.Session) -> None:
+        args = _build_parser(name).parse_args(session.posargs)
+        try:
+            rows = matrix.select(
+                matrix.expand(VERSIONS), versions=VERSIONS, component=component, python=python,
+                arch=args.arch or build.host_arch(), torch=args.torch,
+            )
+            if not rows:
+                session.error(f"{component} has no {args.arch or build.host_arch()} row for Python {python}; pass --arch")
+            if len(rows) > 1:
+                session.error(f"{name}: {len(rows)} rows match; pass --torch ({', '.join(r.torch for r in rows)})")
+            row = rows[0]
+            if row.bundle_pythons and row.python != python:
+                # A bundle session builds the whole bundle with this session's Python.
+                row = next(r for r in matrix.session_rows(VERSIONS) if r.component == component and r.python == python)
+            options = build.BuildOptions(
+                cache_dir=ENV.cache_dir, dist_root=args.dist.resolve(), reuse_env=args.reuse_env, source=args.source,
+                torch_index=ENV.torch_index, run_checks=not args.no_checks,
+            )
+            if args.dry_run:
+                print(build.plan(VERSIONS, row, options).render())
+                return
+            result = build.run(VERSIONS, row, options, log=session.log)
+        except WheelhouseError as error:
+            session.error(str(error))
+        for wheel in result.wheels:
+            session.log(f"built {wheel}")
+        session.log(f"build record {result.record}")
+
+    session_fn.__doc__ = f"Build {component} for Python {python} as its CI job does."
+    nox.session(name=name, python=False, tags=["build", component], default=False)(session_fn)
+
+
+for _row in matrix.session_rows(VERSIONS):
+    _register_build(_row.component, _row.python)
+
+
+@nox.session(python=False)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (the default selection: no slow, gpu or network tests)."""
+    session.run(sys.executable, "-m", "pytest", *session.posargs, external=True)
+
+
+@nox.session(python=False, default=False)
+def lint(session: nox.Session) -> None:
+    """ruff over the Python code, shellcheck over build_scripts/."""
+    session.run(sys.executable, "-m", "ruff", "check", "ci", "tests", "noxfile.py", "tasks.py", external=True)
+    scripts = sorted(str(p) for p in Path("build_scripts").rglob("*.sh"))
+    session.run("shellcheck", "-x", *scripts, external=True)
+
+
+@nox.session(python=False, default=False)
+def demo(session: nox.Session) -> None:
+    """Walking skeleton: build the fixture extension, release it locally, index it, pip install it."""
+    from ci import demo as demo_module
+
+    try:
+        demo_module.run(cache_dir=ENV.cache_dir, log=session.log)
+    except WheelhouseError as error:
+        session.error(str(error))

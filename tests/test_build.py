@@ -1,0 +1,202 @@
+"""Build sessions: the plan of every session, a real fixture build through nox, and one-line failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import build, matrix, toolchain
+from ci.versions import load
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
+FAKE_TORCH = REPO / "tests" / "fixtures" / "fake_torch"
+SNAPSHOTS = REPO / "tests" / "snapshots" / "plans"
+NOX = [sys.executable, "-m", "nox"]
+
+
+def nox(*args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([*NOX, *args], cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=timeout)
+
+
+# --- plans ----------------------------------------------------------------------------------------
+
+
+def listed_sessions() -> list[str]:
+    result = nox("-l")
+    assert result.returncode == 0, result.stderr
+    return re.findall(r"^[*-] (\S+)", result.stdout, flags=re.M)
+
+
+def test_nox_lists_the_promised_sessions():
+    names = set(listed_sessions())
+    for expected in ("build-flash-mla-3.12", "build-fast-hadamard-transform-3.11", "build-deep-gemm-3.12",
+                     "build-deep-gemm-3.11", "build-megatron-bridge-3.12", "tests", "lint", "demo"):
+        assert expected in names
+    assert "build-megatron-bridge-3.11" not in names
+    assert "build-flashinfer-3.11" not in names
+
+
+def _normalise(text: str) -> str:
+    text = text.replace(str(Path(sys.executable).parent), "<venv-bin>")
+    text = text.replace(str(REPO), "<repo>")
+    text = re.sub(r"CUDA_HOME=\S+", "CUDA_HOME=<cuda-home>", text)
+    text = re.sub(r"(WHEELHOUSE_REAL_NVCC=)\S+", r"\1<nvcc>", text)
+    return text
+
+
+def _plan_text(versions, row) -> str:
+    environ = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "CUDA_HOME": "/usr/local/cuda"}
+    options = build.BuildOptions(cache_dir=REPO / ".cache", dist_root=REPO / "dist", environ=environ)
+    return _normalise(build.plan(versions, row, options).render()) + "\n"
+
+
+def _real_rows():
+    versions = load()
+    return [(versions, row) for row in matrix.expand(versions)]
+
+
+@pytest.mark.parametrize("versions,row", _real_rows(), ids=lambda v: getattr(v, "release_tag", "") + "-" + getattr(v, "arch", ""))
+def test_plan_snapshot_of_every_real_row(versions, row):
+    """The full plan (venv, torch install, source, env, command) of every real row, pinned."""
+    text = _plan_text(versions, row)
+    snapshot = SNAPSHOTS / f"{row.release_tag}-{row.arch}.txt"
+    if os.environ.get("WHEELHOUSE_UPDATE_SNAPSHOTS") == "1":
+        snapshot.parent.mkdir(parents=True, exist_ok=True)
+        snapshot.write_text(text)
+    assert snapshot.is_file(), f"no snapshot {snapshot}; run with WHEELHOUSE_UPDATE_SNAPSHOTS=1 and review the diff"
+    assert text == snapshot.read_text()
+
+
+def test_every_listed_build_session_dry_runs():
+    listed = [name for name in listed_sessions() if name.startswith("build-")]
+    assert len(listed) == 16
+    for session in listed:
+        result = nox("-s", session, "--", "--dry-run", "--arch", "x86_64")
+        assert result.returncode == 0, f"{session}: {result.stderr[-500:]}"
+        assert "build plan for" in result.stdout and "command:" in result.stdout, session
+
+
+def test_deep_gemm_plan_bundles_both_pythons():
+    result = nox("-s", "build-deep-gemm-3.12", "--", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "torch==2.13.0 torchvision==0.28.0 torchaudio==2.11.0 --index-url https://download.pytorch.org/whl/cu130" in result.stdout
+    assert "bundle:         one wheel for Pythons 3.11, 3.12" in result.stdout
+    assert "WHEELHOUSE_BUNDLE_PYTHONS=3.11 3.12" in result.stdout
+
+
+def test_torch_index_precedence():
+    versions = load()
+    row = matrix.expand(versions)[0]
+    assert toolchain.torch_index(row) == "https://download.pytorch.org/whl/cu130"
+    assert toolchain.torch_index(row, "https://mirror.example/whl") == "https://mirror.example/whl"
+    assert toolchain.torch_index(row, "default") is None
+
+
+def test_fake_torch_answers_like_the_real_one():
+    """The stand-in answers the probe with the same keys and types as the installed torch."""
+    real = toolchain.probe(sys.executable)
+    fake_env = {**os.environ, "PYTHONPATH": str(FAKE_TORCH), "FAKE_TORCH_VERSION": real["torch"]}
+    fake = json.loads(subprocess.run([sys.executable, "-c", toolchain._PROBE], capture_output=True, text=True,
+                                     env=fake_env).stdout)
+    assert set(fake) == set(real)
+    assert {k: type(v) for k, v in fake.items() if v is not None} == {k: type(v) for k, v in real.items() if v is not None}
+    assert fake["torch"] == real["torch"] and fake["cxx11_abi"] == real["cxx11_abi"]
+
+
+# --- a real build through the session -------------------------------------------------------------
+
+
+def test_fixture_builds_through_the_nox_session(tmp_path):
+    dist = tmp_path / "dist"
+    result = nox("-s", "build-wheelhouse-fixture-3.11", "--", "--dist", str(dist),
+                 env={"WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    world = dist / "cpu" / "torch2.13"
+    (wheel,) = world.glob("*.whl")
+    assert wheel.name == "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"
+    assert (world / f"{wheel.name}.metadata").read_text().startswith("Metadata-Version:")
+    record = json.loads((world / "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0-x86_64.build.json").read_text())
+    assert record["checks"]["ok"] is True
+    assert record["toolchain"]["torch"].startswith("2.13.0")
+    assert record["wheels"][0]["name"] == wheel.name
+    assert set(record["durations"]) >= {"toolchain_s", "source_s", "build_s", "checks_s", "total_s"}
+
+
+# --- failures: one line, non-zero, nothing in dist/ ------------------------------------------------
+
+
+def _git_versions(tmp_path: Path, ref: str) -> Path:
+    upstream = tmp_path / "upstream"
+    subprocess.run(["git", "init", "-q", str(upstream)], check=True)
+    (upstream / "README").write_text("x\n")
+    subprocess.run(["git", "-C", str(upstream), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(upstream), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], check=True)
+    text = FIXTURE_VERSIONS.read_text().replace(
+        "source: {path: tests/fixtures/fixture_ext}", f"source: {{git: \"file://{upstream}\"}}"
+    ).replace('ref: "0.1.0"', f"ref: {ref}")
+    path = tmp_path / "versions.yaml"
+    path.write_text(text)
+    return path
+
+
+def _cuda_versions(tmp_path: Path, cuda: str) -> Path:
+    text = FIXTURE_VERSIONS.read_text().replace("cuda: cpu", f'cuda: "{cuda}"')
+    path = tmp_path / "versions.yaml"
+    path.write_text(text)
+    return path
+
+
+FAILURES = {
+    "wrong-torch": (
+        lambda tmp: FIXTURE_VERSIONS, ["--reuse-env"],
+        {"PYTHONPATH": str(FAKE_TORCH), "FAKE_TORCH_VERSION": "2.11.0"},
+        r"has torch 2\.11\.0 but the row wants 2\.13\.0; install torch==2\.13\.0 there or drop --reuse-env",
+    ),
+    "missing-nvcc": (
+        lambda tmp: _cuda_versions(tmp, "13.0.2"), ["--reuse-env"],
+        {"PYTHONPATH": str(FAKE_TORCH), "FAKE_TORCH_CUDA": "13.0", "CUDA_HOME": "/nonexistent-cuda"},
+        r"CUDA_HOME=/nonexistent-cuda has no bin/nvcc; install the CUDA 13\.0 toolkit and point CUDA_HOME at it",
+    ),
+    "torch-cuda-mismatch": (
+        lambda tmp: _cuda_versions(tmp, "13.0.2"), ["--reuse-env"],
+        {"PYTHONPATH": str(FAKE_TORCH), "FAKE_TORCH_CUDA": "12.8"},
+        r"has torch built for CUDA 12\.8 but the row wants CUDA 13\.0",
+    ),
+    "nvcc-mismatch": (
+        lambda tmp: _cuda_versions(tmp, "12.9.1"), ["--reuse-env"],
+        {"PYTHONPATH": str(FAKE_TORCH), "FAKE_TORCH_CUDA": "12.9", "CUDA_HOME": "/usr/local/cuda"},
+        r"/usr/local/cuda/bin/nvcc is CUDA 13\.0 but the row wants CUDA 12\.9; point CUDA_HOME at a CUDA 12\.9 toolkit",
+    ),
+    "unknown-ref": (
+        lambda tmp: _git_versions(tmp, "v9.9.9"), ["--reuse-env"], {},
+        r"components\.wheelhouse-fixture\.ref: 'v9\.9\.9' not found in file://\S+; use an existing branch, tag or commit",
+    ),
+    "missing-source-dir": (
+        lambda tmp: FIXTURE_VERSIONS, ["--reuse-env", "--source", "/nonexistent/checkout"], {},
+        r"--source /nonexistent/checkout: not a directory; pass the path of a source checkout",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_build_failure_is_one_line_and_leaves_dist_empty(tmp_path, case):
+    if case == "nvcc-mismatch" and not Path("/usr/local/cuda/bin/nvcc").is_file():
+        pytest.skip("needs the CUDA 13.0 toolkit in /usr/local/cuda")
+    make_versions, args, env, pattern = FAILURES[case]
+    dist = tmp_path / "dist"
+    result = nox("-s", "build-wheelhouse-fixture-3.11", "--", *args, "--dist", str(dist),
+                 env={"WHEELHOUSE_VERSIONS": str(make_versions(tmp_path)), **env})
+    assert result.returncode != 0
+    aborted = [line for line in result.stderr.splitlines() if "aborted:" in line]
+    assert len(aborted) == 1, result.stderr[-1500:]
+    assert re.search(pattern, aborted[0]), aborted[0]
+    assert "Traceback" not in result.stderr
+    assert not dist.exists() or not any(dist.rglob("*"))

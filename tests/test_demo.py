@@ -1,0 +1,27 @@
+"""The README's main job, end to end: build, release, index, and a pip install that works."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ci import demo
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_demo_installs_from_the_index_it_wrote(tmp_path):
+    lines: list[str] = []
+    command = demo.run(cache_dir=REPO / ".cache", store_root=tmp_path / "store", dist_root=tmp_path / "dist",
+                       log=lines.append)
+    site = tmp_path / "store" / "site"
+    assert command == f"pip install --index-url {site.as_uri()}/cpu/torch2.13/simple/ wheelhouse-fixture"
+    assert any("wheelhouse_fixture.scaled_add = [1.0, 3.0, 5.0, 7.0]" in line for line in lines)
+    assert any("raised ValueError as designed" in line for line in lines)
+    page = (site / "cpu" / "torch2.13" / "simple" / "wheelhouse-fixture" / "index.html").read_text()
+    assert "#sha256=" in page and 'data-core-metadata="sha256=' in page
+    # /simple/ is the default world's alias
+    assert (site / "simple" / "wheelhouse-fixture" / "index.html").read_text() == page
+    releases = list((tmp_path / "store" / "releases").iterdir())
+    assert [r.name for r in releases] == ["wheelhouse-fixture-0.1.0-py3.11-torch2.13.0"]
+    assert json.loads((releases[0] / "release.json").read_text())["title"] == "wheelhouse-fixture 0.1.0 - cucpu py3.11 torch2.13.0"

@@ -1,0 +1,167 @@
+"""Release a built row into the local store, then let the skip plan judge it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ci import build, manifest, matrix, plan, release
+from ci.errors import RemoteError, WheelhouseError
+from ci.store.local import LocalStore
+from ci.versions import load
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
+
+
+class RecordingStore:
+    """Wraps a store and records the order of mutating calls."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.description = inner.description
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def ensure_release(self, tag, title, body):
+        self.calls.append(f"ensure {tag}")
+        return self.inner.ensure_release(tag, title, body)
+
+    def upload_asset(self, tag, path, *, name=None, clobber=False):
+        self.calls.append(f"upload {name}")
+        return self.inner.upload_asset(tag, path, name=name, clobber=clobber)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The fixture row built once through the real build path (warm compiler cache after the first run)."""
+    versions = load(FIXTURE_VERSIONS)
+    (row,) = matrix.expand(versions)
+    dist = tmp_path_factory.mktemp("dist")
+    result = build.run(versions, row, build.BuildOptions(cache_dir=REPO / ".cache", dist_root=dist), log=lambda m: None)
+    return versions, row, dist, result
+
+
+def test_release_uploads_manifest_last(built, tmp_path):
+    versions, row, dist, result = built
+    store = RecordingStore(LocalStore(tmp_path / "store"))
+    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    wheel = result.wheels[0].name
+    assert store.calls == [
+        f"ensure {row.release_tag}",
+        f"upload {wheel}",
+        f"upload {wheel}.metadata",
+        f"upload {manifest.asset_name(row.arch)}",
+    ]
+    published = store.get_release(row.release_tag)
+    assert published.title == "wheelhouse-fixture 0.1.0 - cucpu py3.11 torch2.13.0"
+    stored = manifest.parse(store.read_asset(row.release_tag, manifest.asset_name(row.arch)), where="test")
+    assert stored.checks_passed and stored.wheels[0].name == wheel
+    assert published.asset(wheel).sha256 == stored.wheels[0].sha256
+
+
+def test_release_twice_changes_nothing(built, tmp_path):
+    versions, row, dist, _ = built
+    store = LocalStore(tmp_path / "store")
+    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "store").rglob("*") if p.is_file()}
+    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    after = {p: p.stat().st_mtime_ns for p in (tmp_path / "store").rglob("*") if p.is_file()}
+    assert before == after
+
+
+def test_no_clobber_refuses_other_bytes(built, tmp_path):
+    versions, row, dist, result = built
+    store = LocalStore(tmp_path / "store")
+    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    other = tmp_path / result.wheels[0].name
+    other.write_bytes(b"other bytes")
+    with pytest.raises(RemoteError, match="exists with other bytes"):
+        store.upload_asset(row.release_tag, other, clobber=False)
+
+
+def test_release_refuses_a_tampered_wheel(built, tmp_path):
+    versions, row, dist, result = built
+    copy = tmp_path / "dist"
+    shutil.copytree(dist, copy)
+    (copy / row.world / result.wheels[0].name).write_bytes(b"tampered")
+    with pytest.raises(WheelhouseError, match="bytes differ from the build record"):
+        release.plan(versions, row, copy)
+
+
+def _revision(versions, row):
+    return plan.resolve_revision(versions, row)
+
+
+def test_plan_skips_a_complete_release_and_builds_what_changed(built, tmp_path):
+    versions, row, dist, result = built
+    store = LocalStore(tmp_path / "store")
+    assert plan.decide(versions, [row], store).decisions[0].reason == f"release {row.release_tag} does not exist"
+    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+
+    decision = plan.decide(versions, [row], store).decisions[0]
+    assert not decision.build, decision.reason
+    assert decision.reason.startswith("complete: fingerprint")
+
+    # a changed build input (extra_env) changes the fingerprint
+    changed = tmp_path / "versions.yaml"
+    changed.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    extra_env: {FOO: bar}"))
+    changed_versions = load(changed)
+    (changed_row,) = matrix.expand(changed_versions)
+    decision = plan.decide(changed_versions, [changed_row], store).decisions[0]
+    assert decision.build and decision.reason.startswith("build inputs changed")
+
+    # max_jobs does not change what is built: still a skip
+    tuned = tmp_path / "tuned.yaml"
+    tuned.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 7"))
+    tuned_versions = load(tuned)
+    assert not plan.decide(tuned_versions, matrix.expand(tuned_versions), store).decisions[0].build
+
+
+def test_plan_fails_closed(built, tmp_path):
+    versions, row, dist, result = built
+    store = LocalStore(tmp_path / "store")
+    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    wheel = result.wheels[0].name
+
+    # a wheel whose bytes changed after the checks
+    record = json.loads((tmp_path / "store" / "releases" / row.release_tag / "release.json").read_text())
+    record["assets"][wheel]["sha256"] = "0" * 64
+    (tmp_path / "store" / "releases" / row.release_tag / "release.json").write_text(json.dumps(record))
+    assert "differs from the checked build" in plan.decide(versions, [row], store).decisions[0].reason
+
+    # a missing wheel
+    store.delete_asset(row.release_tag, wheel)
+    assert "is missing from the release" in plan.decide(versions, [row], store).decisions[0].reason
+
+    # an unreadable manifest
+    broken = tmp_path / manifest.asset_name(row.arch)
+    broken.write_text("{not json")
+    store.upload_asset(row.release_tag, broken, clobber=True)
+    assert plan.decide(versions, [row], store).decisions[0].reason.startswith("manifest unreadable")
+
+    # a title edited by hand
+    store.ensure_release(row.release_tag, "hand edited", "")
+    assert plan.decide(versions, [row], store).decisions[0].reason.startswith("title mismatch")
+
+    # an unresolvable ref
+    assert plan.decide(versions, [row], store, resolve=lambda r: None).decisions[0].reason.startswith("cannot resolve")
+
+
+def test_plan_markdown(built, tmp_path):
+    versions, row, dist, _ = built
+    text = plan.decide(versions, [row], LocalStore(tmp_path / "s")).render_markdown()
+    assert "**1 row(s) would build, 0 row(s) would be skipped.**" in text
+    assert "| wheelhouse-fixture | `0.1.0` | x86_64 | cpu | 3.11 | 2.13.0 | :hammer: build |" in text
+
+
+def test_wheel_arch_coverage_rule():
+    assert plan.wheel_covers_arch("x-1.0-py3-none-any.whl", "aarch64")
+    assert plan.wheel_covers_arch("x-1.0-cp312-cp312-manylinux_2_28_aarch64.whl", "aarch64")
+    assert not plan.wheel_covers_arch("x-1.0-cp312-cp312-linux_x86_64.whl", "aarch64")
+    assert not plan.wheel_covers_arch("not-a-wheel.whl", "x86_64")
