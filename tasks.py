@@ -22,6 +22,7 @@ from invoke import Exit, task
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ci import matrix as matrix_module  # noqa: E402
+from ci import workflows as workflows_module  # noqa: E402
 from ci.environment import Environment  # noqa: E402
 from ci.errors import WheelhouseError  # noqa: E402
 from ci.versions import load  # noqa: E402
@@ -300,3 +301,25 @@ def _url_fetch(asset):
     with urllib.request.urlopen(asset.url, timeout=300) as response:
         while chunk := response.read(1 << 20):
             yield chunk
+
+
+@task(help={"check": "change nothing; list the files that differ from versions.yaml and fail if any do"})
+@reports_errors
+def workflows(c, check=False):
+    """Write .github/workflows/ from versions.yaml (generated files only; stale ones are removed)."""
+    root = Path(__file__).resolve().parent
+    versions = load(_env().versions_path)
+    if check:
+        stale = workflows_module.check(versions, root)
+        if stale:
+            raise Exit(
+                f"error: {len(stale)} workflow file(s) differ from versions.yaml: {', '.join(stale)}; "
+                "run `invoke workflows` and commit the result",
+                code=1,
+            )
+        print("workflows are current")
+        return
+    changed = workflows_module.write(versions, root)
+    for rel in changed:
+        print(f"{'wrote' if (root / rel).exists() else 'removed'} {rel}")
+    print(f"{len(changed)} file(s) changed" if changed else "workflows are current")

@@ -1,0 +1,451 @@
+"""The generated GitHub Actions workflows: current, derived from versions.yaml, lint-clean and least-privilege.
+
+The security properties are asserted on the parsed YAML, so a hand edit to
+ci/workflows.py that weakens one fails here even when actionlint is happy.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ci import matrix, naming, workflows
+from ci.versions import DEFAULT_VERSIONS, REPO_ROOT, load
+
+WF = workflows.WORKFLOWS_DIR
+BUILD = f"{WF}/_build.yml"
+PUBLISH_INDEX = f"{WF}/publish-index.yml"
+
+
+@pytest.fixture(scope="module")
+def versions():
+    return load()
+
+
+@pytest.fixture(scope="module")
+def generated(versions) -> dict[str, str]:
+    return workflows.generate(versions)
+
+
+@pytest.fixture(scope="module")
+def docs(generated) -> dict[str, dict]:
+    return {path: yaml.safe_load(text) for path, text in generated.items()}
+
+
+def _raw_versions() -> dict:
+    return yaml.safe_load(DEFAULT_VERSIONS.read_text(encoding="utf-8"))
+
+
+def _write_versions(tmp_path: Path, data: dict):
+    path = tmp_path / "versions.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return load(path)
+
+
+def _on(doc: dict) -> dict:
+    # safe_load is YAML 1.1: the plain key `on` reads as True.
+    return doc.get("on", doc.get(True))
+
+
+def _steps(doc: dict):
+    for job_id, job in doc["jobs"].items():
+        for step in job.get("steps", []):
+            yield job_id, step
+
+
+def _text(value: Any) -> str:
+    return yaml.safe_dump(value, sort_keys=True, width=10000)
+
+
+def _build_workflows(docs: dict[str, dict]) -> list[str]:
+    """Every workflow that builds or publishes (all but the PR plan)."""
+    return [path for path in docs if not path.endswith("/plan.yml")]
+
+
+# --- generated == committed ----------------------------------------------------------------------
+
+
+def test_committed_workflows_are_current(versions):
+    assert workflows.check(versions, REPO_ROOT) == [], "run `invoke workflows` and commit the result"
+
+
+def test_generating_into_a_fresh_tree_equals_the_committed_files(versions, tmp_path):
+    written = workflows.write(versions, tmp_path)
+    assert written == sorted(workflows.generate(versions))
+    fresh = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / WF).iterdir())
+    committed = sorted(p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / WF).iterdir() if workflows.is_generated(p))
+    assert fresh == committed
+    for rel in fresh:
+        assert (tmp_path / rel).read_bytes() == (REPO_ROOT / rel).read_bytes(), rel
+    assert workflows.check(versions, tmp_path) == []
+    assert workflows.write(versions, tmp_path) == []  # idempotent
+
+
+def test_output_is_stable_and_marked(versions, generated):
+    assert workflows.generate(versions) == generated
+    assert list(generated) == sorted(generated)
+    for path, text in generated.items():
+        assert text.startswith(workflows.HEADER + "\n"), path
+        assert text.endswith("\n") and not text.endswith("\n\n"), path
+        assert "\t" not in text, path
+        assert "\non:\n" in text, f"{path}: the trigger key should read `on:`"
+
+
+def test_one_workflow_per_component(versions, generated):
+    expected = {f"{WF}/build-{name}.yml" for name in versions.components}
+    fixed = {BUILD, PUBLISH_INDEX, f"{WF}/build-all.yml", f"{WF}/release.yml", f"{WF}/plan.yml"}
+    assert set(generated) == expected | fixed
+
+
+# --- derived from versions.yaml ------------------------------------------------------------------
+
+
+def test_adding_a_component_needs_its_workflow(tmp_path):
+    data = _raw_versions()
+    data["components"]["flash-mla-next"] = copy.deepcopy(data["components"]["flash-mla"])
+    changed = _write_versions(tmp_path, data)
+    assert workflows.check(changed, REPO_ROOT) == [f"{WF}/build-flash-mla-next.yml"]
+    doc = yaml.safe_load(workflows.generate(changed)[f"{WF}/build-flash-mla-next.yml"])
+    plan = {step.get("id"): step for step in doc["jobs"]["plan"]["steps"]}["plan"]
+    assert plan["run"] == "invoke plan --component flash-mla-next --github-output\n"
+
+
+def test_adding_a_python_changes_the_dispatch_choices(tmp_path):
+    data = _raw_versions()
+    for row in [r for r in data["build_matrix"] if r["python"] == "3.12"]:
+        data["build_matrix"].append({**row, "python": "3.13"})
+    changed = _write_versions(tmp_path, data)
+    stale = workflows.check(changed, REPO_ROOT)
+    assert f"{WF}/build-all.yml" in stale
+    assert f"{WF}/build-flash-mla.yml" in stale
+    # components pinned to Python 3.12 do not change
+    assert f"{WF}/build-megatron-bridge.yml" not in stale
+    assert f"{WF}/build-flashinfer.yml" not in stale
+    assert BUILD not in stale
+
+    doc = yaml.safe_load(workflows.generate(changed)[f"{WF}/build-flash-mla.yml"])
+    assert _on(doc)["workflow_dispatch"]["inputs"]["python"]["options"] == ["all", "3.11", "3.12", "3.13"]
+    every = yaml.safe_load(workflows.generate(changed)[f"{WF}/build-all.yml"])
+    assert _on(every)["workflow_dispatch"]["inputs"]["python"]["options"] == ["all", "3.11", "3.12", "3.13"]
+
+
+def test_dispatch_choices_follow_each_component(docs, versions):
+    def options(name: str, field: str) -> list[str]:
+        return _on(docs[f"{WF}/build-{name}.yml"])["workflow_dispatch"]["inputs"][field]["options"]
+
+    assert options("megatron-bridge", "arch") == ["all", "x86_64"]
+    assert options("megatron-bridge", "python") == ["all", "3.12"]
+    assert options("flashinfer", "arch") == ["all", "aarch64", "x86_64"]
+    assert options("deep-gemm", "python") == ["all", "3.11", "3.12"]  # one bundle row covers both
+    arches = sorted({row.arch for row in versions.build_matrix})
+    assert _on(docs[f"{WF}/build-all.yml"])["workflow_dispatch"]["inputs"]["arch"]["options"] == ["all", *arches]
+
+
+def test_removed_component_leaves_a_stale_file_that_write_removes(tmp_path, versions):
+    target = tmp_path / "tree"
+    workflows.write(versions, target)
+    (target / WF / "hand-written.yml").write_text("name: mine\non: push\n", encoding="utf-8")
+    data = _raw_versions()
+    del data["components"]["flash-mla"]
+    smaller = _write_versions(tmp_path, data)
+    assert workflows.check(smaller, target) == [f"{WF}/build-flash-mla.yml"]
+    assert workflows.write(smaller, target) == [f"{WF}/build-flash-mla.yml"]
+    assert not (target / WF / "build-flash-mla.yml").exists()
+    assert (target / WF / "hand-written.yml").exists()
+
+
+def test_hand_edit_is_reported(tmp_path, versions):
+    workflows.write(versions, tmp_path)
+    path = tmp_path / WF / "build-apex.yml"
+    path.write_text(path.read_text(encoding="utf-8").replace("cancel-in-progress: false", "cancel-in-progress: true"))
+    (tmp_path / BUILD).unlink()
+    assert workflows.check(versions, tmp_path) == [BUILD, f"{WF}/build-apex.yml"]
+
+
+# --- actionlint ----------------------------------------------------------------------------------
+
+
+def _tool(name: str) -> str | None:
+    path = os.pathsep.join([sysconfig.get_path("scripts"), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return shutil.which(name, path=path)
+
+
+def test_actionlint_reports_nothing(tmp_path, versions):
+    actionlint = _tool("actionlint")
+    if actionlint is None:
+        pytest.skip("actionlint is not installed (it comes with requirements.txt)")
+    workflows.write(versions, tmp_path)
+    (tmp_path / ".git").mkdir()  # actionlint resolves ./.github/workflows/... from the project root
+    env = dict(os.environ)
+    shellcheck = _tool("shellcheck")
+    if shellcheck:  # actionlint runs shellcheck over every run: script when it finds it on PATH
+        env["PATH"] = os.pathsep.join([str(Path(shellcheck).parent), env.get("PATH", "")])
+    files = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / WF).glob("*.yml"))
+    result = subprocess.run(
+        [actionlint, "-no-color", *files], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == ""
+
+
+# --- security and robustness properties ----------------------------------------------------------
+
+
+def test_builds_are_never_cancelled_in_progress(docs):
+    for path in _build_workflows(docs):
+        text = _text(docs[path])
+        assert "cancel-in-progress: true" not in text, path
+    for path in docs:
+        if path.split("/")[-1].startswith("build-") or path.endswith("/release.yml"):
+            assert docs[path]["concurrency"]["cancel-in-progress"] is False, path
+
+
+def test_permissions_are_explicit_and_least(docs):
+    for path, doc in docs.items():
+        if path == BUILD:
+            # the reusable build inherits its caller's grant; each caller states it
+            assert "permissions" not in doc and "permissions" not in doc["jobs"]["build"]
+            continue
+        assert doc["permissions"] == {}, f"{path}: the workflow default must grant nothing"
+        for job_id, job in doc["jobs"].items():
+            assert "permissions" in job, f"{path}: job {job_id} has no permissions"
+            for scope, level in job["permissions"].items():
+                assert level in ("read", "write"), (path, job_id, scope)
+    writes = {
+        (path, job_id, scope)
+        for path, doc in docs.items() if path != BUILD
+        for job_id, job in doc["jobs"].items()
+        for scope, level in job["permissions"].items() if level == "write"
+    }
+    for path, job_id, scope in writes:
+        name = path.split("/")[-1]
+        if scope == "contents":
+            # only jobs that may publish a release
+            assert job_id == "build" and ((name.startswith("build-") and name != "build-all.yml") or name == "release.yml")
+        elif scope in ("pages", "id-token"):
+            assert job_id in ("deploy", "publish-index")
+        elif scope == "pull-requests":
+            assert name == "plan.yml" and job_id == "plan"
+        else:
+            pytest.fail(f"{path}: {job_id} writes {scope}")
+    assert docs[f"{WF}/build-all.yml"]["jobs"]["build"]["permissions"] == {"contents": "read"}
+
+
+def test_secrets_reach_only_the_steps_that_use_them(docs):
+    token_steps: set[tuple[str, str]] = set()
+    proxy_steps: set[tuple[str, str]] = set()
+    for path, doc in docs.items():
+        assert "env" not in doc, f"{path}: no workflow-wide env"
+        for job_id, job in doc["jobs"].items():
+            outside_steps = {key: value for key, value in job.items() if key not in ("steps", "secrets")}
+            assert not re.search(r"secrets\.|GITHUB_TOKEN|github\.token", _text(outside_steps)), (path, job_id)
+            if "secrets" in job:
+                assert job["uses"] == f"./{BUILD}", f"{path}: {job_id} passes secrets to {job['uses']}"
+                assert job["secrets"] == {"EGRESS_PROXY": "${{ secrets.EGRESS_PROXY }}"}
+        for job_id, step in _steps(doc):
+            text = _text(step)
+            where = f"{path}: {step['name']}"
+            if re.search(r"GITHUB_TOKEN|github\.token|secrets\.GITHUB_TOKEN", text):
+                token_steps.add((path.split("/")[-1], step["name"]))
+                # given through env only, and only to steps that talk to the GitHub API
+                assert not re.search(r"secrets\.|github\.token", _text({k: v for k, v in step.items() if k != "env"})), where
+                assert re.match(r"(invoke (release|plan|publish-index)|marker=)", step["run"]), where
+            if "EGRESS_PROXY" in text:
+                proxy_steps.add((path.split("/")[-1], step["name"]))
+                assert path == BUILD, where
+                for key, value in step["env"].items():
+                    if "EGRESS_PROXY" in value:
+                        assert key in ("HTTP_PROXY", "HTTPS_PROXY"), where
+                        assert value == "${{ runner.environment == 'self-hosted' && secrets.EGRESS_PROXY || '' }}", where
+            other = re.sub(r"secrets\.(GITHUB_TOKEN|EGRESS_PROXY)", "", text)
+            assert "secrets." not in other, f"{where}: an unexpected secret"
+    components = {f"build-{name}.yml" for name in ("apex", "flash-mla")}
+    assert {(name, "Plan the rows that need building") for name in components} <= token_steps
+    assert {name for name, _ in token_steps} >= {"_build.yml", "publish-index.yml", "plan.yml"}
+    assert {step for name, step in token_steps if name == "_build.yml"} == {"Publish to the release"}
+    assert proxy_steps == {
+        ("_build.yml", "Restore the build cache"),
+        ("_build.yml", "Save the build cache"),
+        ("_build.yml", "Upload wheel artifact"),
+        ("_build.yml", "Publish to the release"),
+    }
+
+
+def test_self_hosted_is_detected_one_way(generated):
+    # runner.environment, never the runs_on labels (the anchor used both and disagreed with itself)
+    for path, text in generated.items():
+        for match in re.finditer(r"'self-hosted'", text):
+            before = text[max(0, match.start() - 30):match.start()]
+            assert re.search(r"runner\.environment [!=]= $", before), f"{path}: {before}{match.group(0)}"
+        assert "contains(" not in text, path
+        assert text.count("inputs.runs_on") == (1 if path == BUILD else 0), path
+
+
+def test_run_scripts_take_values_from_env_only(docs):
+    # No ${{ }} inside a script: nothing from an input or an event can be spliced into shell code.
+    for path, doc in docs.items():
+        for _, step in _steps(doc):
+            if "run" in step:
+                assert "${{" not in step["run"], f"{path}: {step['name']}"
+
+
+def test_checkouts_leave_no_credentials(docs):
+    for path, doc in docs.items():
+        for _, step in _steps(doc):
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False, path
+
+
+def test_actions_are_pinned_to_versions(docs):
+    for path, doc in docs.items():
+        for job_id, job in doc["jobs"].items():
+            if "uses" in job:
+                assert job["uses"].startswith("./.github/workflows/"), (path, job_id)
+        for _, step in _steps(doc):
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w./-]+@v\d+(\.\d+)*", step["uses"]), f"{path}: {step['uses']}"
+                assert step["uses"] in workflows.ACTIONS.values()
+
+
+def test_build_cache_is_resumable_and_attempt_scoped(docs):
+    steps = {step["name"]: step for _, step in _steps(docs[BUILD])}
+    restore, save = steps["Restore the build cache"], steps["Save the build cache"]
+    assert restore["uses"].startswith("actions/cache/restore@") and save["uses"].startswith("actions/cache/save@")
+    assert save["with"]["path"] == restore["with"]["path"] == ".cache/builds/\n.cache/compiler-cache/\n"
+    key = save["with"]["key"]
+    assert key == restore["with"]["key"]
+    assert "${{ github.run_id }}" in key and "${{ github.run_attempt }}" in key
+    assert "hashFiles('build_scripts/**', 'patches/**', 'versions.yaml')" in key
+    for field in ("component", "arch", "cuda", "python", "torch"):
+        assert f"${{{{ inputs.{field} }}}}" in key
+    first_restore_key = restore["with"]["restore-keys"].splitlines()[0]
+    assert key.startswith(first_restore_key) and "run_id" not in restore["with"]["restore-keys"]
+    assert save["if"].startswith("always()")
+    names = list(steps)
+    assert names.index("Restore the build cache") < names.index("Build wheel") < names.index("Save the build cache")
+    assert steps["Keep only the build directories worth resuming"]["if"].startswith("always()")
+
+
+def test_build_job_runs_the_local_commands(docs, versions):
+    doc = docs[BUILD]
+    job = doc["jobs"]["build"]
+    steps = {step["name"]: step for step in job["steps"]}
+    assert job["timeout-minutes"] == "${{ inputs.job_timeout_minutes }}"
+    assert job["runs-on"] == "${{ fromJSON(inputs.runs_on) }}"
+    assert job["steps"][0]["name"] == "Verify the runner architecture" and "uname -m" in job["steps"][0]["run"]
+    assert steps["Build wheel"]["run"] == 'nox -s "$SESSION" -- --arch "$ARCH" --torch "$TORCH"\n'
+    assert steps["Build wheel"]["env"]["SESSION"] == "${{ inputs.session }}"
+    assert steps["Install cuDNN"]["if"] == "inputs.requires_cudnn"
+    assert "install_cudnn.sh" in steps["Install cuDNN"]["run"]
+    for name in ("Free disk space", "Set up swap"):
+        assert steps[name]["if"] == "runner.environment != 'self-hosted'"
+    upload = steps["Upload wheel artifact"]["with"]
+    assert upload["name"] == naming.artifact_name(*(f"${{{{ inputs.{f} }}}}" for f in ("component", "arch", "cuda", "python", "torch")))
+    assert upload["path"] == "dist/${{ inputs.world }}/"
+    release = steps["Publish to the release"]
+    assert release["if"] == "inputs.publish" and release["run"].startswith("invoke release --component")
+    assert job["steps"][-1] is release, "publishing is the last step: a row only counts as published when it is"
+    assert job["outputs"]["published"] == "${{ steps.release.outputs.published }}"
+    assert _on(doc)["workflow_call"]["outputs"]["published"]["value"] == "${{ jobs.build.outputs.published }}"
+
+    # every input the callers pass exists, every required input is passed, every row key exists
+    inputs = _on(doc)["workflow_call"]["inputs"]
+    row_keys = set(matrix.expand(versions)[0].to_json())
+    for path, caller in docs.items():
+        for job_id, job in caller["jobs"].items():
+            if job.get("uses") != f"./{BUILD}":
+                continue
+            assert set(job["with"]) == set(inputs), (path, job_id)
+            assert job["strategy"]["fail-fast"] is False
+            for name, value in job["with"].items():
+                if name != "publish":
+                    assert re.search(r"matrix\.(\w+)", value).group(1) in row_keys, (path, name)
+
+
+def test_publish_index_runs_after_partial_success(docs, versions):
+    callers = [f"{WF}/build-{name}.yml" for name in versions.components] + [f"{WF}/release.yml"]
+    for path in callers:
+        job = docs[path]["jobs"]["publish-index"]
+        assert job["uses"] == f"./{PUBLISH_INDEX}"
+        condition = job["if"]
+        assert condition.startswith("always()"), path
+        assert "needs.build.result != 'cancelled'" in condition
+        assert "needs.build.outputs.published == 'true'" in condition
+        assert "== 'success'" not in condition and "success()" not in condition
+        assert job["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    assert "publish-index" not in docs[f"{WF}/build-all.yml"]["jobs"]
+
+
+def test_publish_triggers(docs, versions):
+    for name in versions.components:
+        doc = docs[f"{WF}/build-{name}.yml"]
+        on = _on(doc)
+        assert on["push"]["branches"] == ["main"]
+        assert f"{WF}/build-{name}.yml" in on["push"]["paths"]
+        for path in ("versions.yaml", "build_scripts/**", "patches/**", "ci/**", "requirements-tools.txt"):
+            assert path in on["push"]["paths"]
+        assert doc["jobs"]["build"]["with"]["publish"] == "${{ github.event_name == 'push' }}"
+        plan_steps = {step["id"]: step for step in doc["jobs"]["plan"]["steps"] if "id" in step}
+        assert plan_steps["plan"]["run"] == f"invoke plan --component {name} --github-output\n"
+        assert plan_steps["select"]["run"].startswith(f"invoke matrix --component {name} ")
+    release = docs[f"{WF}/release.yml"]
+    assert _on(release) == {"push": {"tags": ["v*"]}}
+    assert release["jobs"]["build"]["with"]["publish"] == "true"
+    every = docs[f"{WF}/build-all.yml"]
+    assert _on(every)["schedule"] and every["jobs"]["build"]["with"]["publish"] == "false"
+
+
+def test_pages_deploy(docs):
+    doc = docs[PUBLISH_INDEX]
+    assert set(_on(doc)) == {"workflow_call", "workflow_dispatch"}
+    build, deploy = doc["jobs"]["build-index"], doc["jobs"]["deploy"]
+    assert any(step.get("run") == "invoke publish-index --pages-artifact _site\n" for step in build["steps"])
+    assert build["permissions"] == {"contents": "read"}
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["environment"]["name"] == "github-pages"
+    assert deploy["concurrency"] == {"group": "pages", "cancel-in-progress": False}
+
+
+def test_plan_comment_is_updated_in_place_and_skipped_for_forks(docs):
+    doc = docs[f"{WF}/plan.yml"]
+    job = doc["jobs"]["plan"]
+    assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
+    steps = {step["name"]: step for step in job["steps"]}
+    assert steps["Plan the builds"]["run"].startswith("invoke plan --component all --markdown plan.md\n")
+    comment = steps["Comment the plan on the pull request"]
+    assert comment["if"] == "github.event.pull_request.head.repo.full_name == github.repository"
+    assert workflows.PLAN_MARKER in comment["run"]
+    assert "--method PATCH" in comment["run"] and "--method POST" in comment["run"]
+    assert "--paginate" in comment["run"]
+
+
+def test_invoke_workflows_check_names_the_stale_file(tmp_path):
+    """The task itself: passes on the committed tree, fails naming the file once versions.yaml gains a component."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    ok = subprocess.run([sys.executable, "-m", "invoke", "workflows", "--check"], cwd=repo, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    text = (repo / "versions.yaml").read_text() + (
+        "\n  causal-conv1d:\n    source: {sdist: causal-conv1d}\n    ref: \"1.7.0\"\n    builder: causal_conv1d\n"
+        "    runs_on: ubuntu-24.04\n"
+    )
+    changed = tmp_path / "versions.yaml"
+    changed.write_text(text)
+    stale = subprocess.run([sys.executable, "-m", "invoke", "workflows", "--check"], cwd=repo, capture_output=True,
+                           text=True, env={**os.environ, "WHEELHOUSE_VERSIONS": str(changed)})
+    assert stale.returncode == 1
+    assert ".github/workflows/build-causal-conv1d.yml" in stale.stderr
+    assert len(stale.stderr.strip().splitlines()) == 1
