@@ -208,7 +208,11 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
 
     # 2. Sources, then the build directory keyed by the real fingerprint.
     t0 = time.monotonic()
-    checkout = sources.fetch(component, options.cache_dir, python=python, override=options.source)
+    fetch_env = dict(options.environ)
+    if interpreter.nvcc is not None and row.cuda != "cpu":
+        fetch_env["CUDA_HOME"] = str(interpreter.nvcc.parent.parent)
+        fetch_env["PATH"] = os.pathsep.join([str(interpreter.nvcc.parent), fetch_env.get("PATH", "")])
+    checkout = sources.fetch(component, options.cache_dir, python=python, override=options.source, env=fetch_env)
     config = fingerprint.build_config(row, checkout.revision)
     digest = fingerprint.fingerprint(config)
     key = f"{row.component}-{row.arch}-py{'-'.join(row.pythons)}-torch{row.torch}-{digest[:16]}"
@@ -221,7 +225,8 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
         shutil.rmtree(build_dir, ignore_errors=True)
         build_dir.mkdir(parents=True)
         marker.write_text(json.dumps(config, sort_keys=True))
-        shutil.copytree(checkout.path, src, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        ignore = shutil.ignore_patterns(*sources.LOCAL_IGNORE) if checkout.kind == "path" else shutil.ignore_patterns(".git")
+        shutil.copytree(checkout.path, src, symlinks=True, ignore=ignore)
     dist = build_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)  # wheels of an interrupted attempt are never trusted
     dist.mkdir()

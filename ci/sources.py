@@ -8,6 +8,7 @@ transient "shallow file has changed" failures and flaky proxies.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import shutil
@@ -95,8 +96,15 @@ def fetch_git(url: str, ref: str, cache_dir: Path, *, submodules: bool, componen
     return Checkout(path, "git", url, ref, revision)
 
 
-def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expected_sha256: str | None = None) -> Checkout:
-    """Download ``name==version`` as an sdist from the package index and unpack it."""
+def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expected_sha256: str | None = None,
+                env: dict | None = None) -> Checkout:
+    """Download ``name==version`` as an sdist from the package index and unpack it.
+
+    pip prepares the sdist's metadata while downloading, which runs its
+    setup.py: ``env`` carries the build environment (CUDA_HOME) that many
+    CUDA projects' setup.py need even for that. A downloaded archive is cached
+    and never fetched again.
+    """
     downloads = cache_dir / "sources" / "sdist"
     downloads.mkdir(parents=True, exist_ok=True)
     archives = _sdist_archives(downloads, name, version)
@@ -104,12 +112,15 @@ def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expect
         result = subprocess.run(
             [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
              "-d", str(downloads), f"{name}=={version}"],
-            capture_output=True, text=True,
+            capture_output=True, text=True, env=env,
         )
         archives = _sdist_archives(downloads, name, version)
         if result.returncode != 0 and not archives:
             tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise WheelhouseError(f"sdist {name}=={version} could not be downloaded: {tail[:200]}; check the name and version")
+            raise WheelhouseError(
+                f"sdist {name}=={version} could not be downloaded: {tail[:200]}; check the name and version, "
+                f"or put the archive into {downloads}"
+            )
     archive = archives[0]
     sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
     if expected_sha256 and sha256 != expected_sha256:
@@ -147,18 +158,28 @@ def _unpack(archive: Path, dest: Path) -> None:
         tf.extractall(dest, filter="data")
 
 
+# Build leftovers in a local source directory are not sources: they must not
+# change the fingerprint nor be copied into a build.
+LOCAL_IGNORE = (".git", "build", "dist", "__pycache__", "*.egg-info", "*.so", ".eggs")
+
+
+def _ignored(relative: Path) -> bool:
+    return any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in LOCAL_IGNORE)
+
+
 def local_directory(path: Path) -> Checkout:
     path = path.resolve()
     if not path.is_dir():
         raise WheelhouseError(f"--source {path}: not a directory; pass the path of a source checkout")
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts):
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and not _ignored(p.relative_to(path))):
         digest.update(str(file.relative_to(path)).encode() + b"\0")
         digest.update(hashlib.sha256(file.read_bytes()).digest())
     return Checkout(path, "path", str(path), "local", digest.hexdigest())
 
 
-def fetch(component: Component, cache_dir: Path, *, python: str, override: Path | None = None) -> Checkout:
+def fetch(component: Component, cache_dir: Path, *, python: str, override: Path | None = None,
+          env: dict | None = None) -> Checkout:
     """The clean sources of ``component`` (or of ``override``, a local checkout)."""
     if override is not None:
         return local_directory(Path(override))
@@ -166,7 +187,8 @@ def fetch(component: Component, cache_dir: Path, *, python: str, override: Path 
     if source.kind == "git":
         return fetch_git(source.location, component.ref, cache_dir, submodules=source.submodules, component=component.name)
     if source.kind == "sdist":
-        return fetch_sdist(source.location, component.ref, cache_dir, python=python, expected_sha256=source.sha256)
+        return fetch_sdist(source.location, component.ref, cache_dir, python=python, expected_sha256=source.sha256,
+                           env=env)
     return local_directory(REPO_ROOT / source.location)
 
 
