@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# End to end on the GPU machine (one H200 = sm_90, torch 2.11.0+cu130 for
+# Python 3.12, nvcc 13.0, no network), through our own commands only:
+#
+#   1. build the fixture extension (with its CUDA kernel) and causal-conv1d
+#      1.7.0 (from its sdist, arch filter 9.0) with the build sessions against
+#      the machine's torch (--reuse-env); the wheel checks gate both builds
+#   2. release both into a local store, index it, and pip install both from
+#      that index into a clean target
+#   3. compare their kernels with torch references on the GPU
+#      (tests/gpu/test_kernels.py)
+#   4. the seeds' failure: the fixture wheel built on the CPU machine against
+#      torch 2.13 is checked against this torch (invoke check-wheel names the
+#      missing symbol) and imported (undefined symbol); the wheel built here
+#      passes both
+#
+# Every run works in a new temporary directory, so two runs give the same
+# result. Carried beside the repository (both git-ignored): .whl/ (wheels of
+# the tools that machine lacks: nox, invoke, jsonschema...) and .device/ (the
+# causal-conv1d sdist, and under torch2.13/ the wheel for step 4).
+# WHEELHOUSE_DEVICE_ALL_ARCHS=1 also times the unfiltered causal-conv1d build.
+# Logs and timings go to $OUT (or the work directory).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+WORK="$(mktemp -d /tmp/wheelhouse-device.XXXXXX)"
+RESULTS="${OUT:-$WORK/out}"
+mkdir -p "$RESULTS"
+PY="${PYTHON:-python3}"
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+# Tools missing there come from the carried wheels; nothing is fetched.
+if compgen -G ".whl/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --target "$WORK/tools" .whl/*.whl
+    export PYTHONPATH="$WORK/tools${PYTHONPATH:+:$PYTHONPATH}"
+    export PATH="$WORK/tools/bin:$PATH"
+fi
+export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl"
+export WHEELHOUSE_VERSIONS=tests/fixtures/versions-device.yaml
+export WHEELHOUSE_CACHE="$WORK/cache" WHEELHOUSE_STORE="$WORK/store"
+mkdir -p "$WHEELHOUSE_CACHE/sources/sdist"
+cp .device/causal_conv1d-1.7.0.tar.gz "$WHEELHOUSE_CACHE/sources/sdist/"
+DIST="$WORK/dist"
+WORLD="cu130/torch2.11"
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+"$PY" -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'
+nvcc --version | tail -2
+
+build() {  # build <session> <label>: one build session, timed
+    local start=$SECONDS
+    "$PY" -m nox -s "$1" -- --reuse-env --dist "$DIST"
+    echo "$2: $((SECONDS - start)) s" | tee -a "$RESULTS/timings.txt"
+}
+
+step "1. build"
+build build-wheelhouse-fixture-3.12 "fixture build (sm_90)"
+build build-causal-conv1d-3.12 "causal-conv1d build, arch filter 9.0"
+mkdir -p "$WORK/so" && (cd "$WORK/so" && python3 -m zipfile -e "$DIST/$WORLD"/causal_conv1d-*.whl .)
+echo "cuobjdump --list-elf of the causal-conv1d extension:"
+cuobjdump --list-elf "$WORK"/so/causal_conv1d_cuda*.so | tee "$RESULTS/cuobjdump.txt"
+
+step "2. release, index, install from the index"
+"$PY" -m invoke release --component wheelhouse-fixture --python 3.12 --torch 2.11.0 --arch x86_64 --dist "$DIST"
+"$PY" -m invoke release --component causal-conv1d --python 3.12 --torch 2.11.0 --arch x86_64 --dist "$DIST"
+"$PY" -m invoke publish-index
+INDEX="file://$WORK/store/site/$WORLD/simple/"
+env -u PIP_NO_INDEX -u PIP_FIND_LINKS "$PY" -m pip install -q --no-deps --target "$WORK/clean" \
+    --index-url "$INDEX" wheelhouse-fixture causal-conv1d
+echo "installed from $INDEX: $(ls "$WORK/clean")"
+
+step "3. kernels against torch references"
+(cd "$WORK" && PYTHONPATH="$WORK/clean:$PYTHONPATH" "$PY" -m pytest "$ROOT/tests/gpu/test_kernels.py" \
+    -m gpu -o addopts="" -p no:cacheprovider -s -q --rootdir "$ROOT") | tee "$RESULTS/kernels.txt"
+
+step "4. the seeds' failure: a torch 2.13 build against this torch 2.11"
+mismatched="$(ls .device/torch2.13/wheelhouse_fixture-*.whl 2>/dev/null || true)"
+if [[ -z "$mismatched" ]]; then
+    echo "no .device/torch2.13/ wheel carried: step 4 skipped" | tee "$RESULTS/check-mismatched.txt"
+else
+"$PY" -m invoke check-wheel "$mismatched" --torch "$PY" --pythons 3.12 | tee "$RESULTS/check-mismatched.txt" \
+    && { echo "expected the check to fail"; exit 1; }
+"$PY" -m pip install -q --no-deps --target "$WORK/mismatched" "$mismatched"
+(cd "$WORK" && PYTHONPATH="$WORK/mismatched" "$PY" -c 'import wheelhouse_fixture' 2>&1 | tail -1 | tee "$RESULTS/import-mismatched.txt") || true
+grep -q "undefined symbol" "$RESULTS/import-mismatched.txt"
+echo "--- the same extension built here against torch 2.11:"
+"$PY" -m invoke check-wheel "$DIST/$WORLD/wheelhouse_fixture-*.whl" --torch "$PY" --pythons 3.12 \
+    | tee "$RESULTS/check-matched.txt"
+(cd "$WORK" && PYTHONPATH="$WORK/clean" "$PY" -c 'import torch, wheelhouse_fixture as w; print("import ok:", w.scaled_add(torch.ones(2, device="cuda"), torch.ones(2, device="cuda"), 2.0).tolist())') \
+    | tee "$RESULTS/import-matched.txt"
+fi
+
+if [[ "${WHEELHOUSE_DEVICE_ALL_ARCHS:-0}" == 1 ]]; then
+    step "unfiltered causal-conv1d build (every arch its setup.py lists)"
+    build build-causal-conv1d-all-archs-3.12 "causal-conv1d build, all archs"
+fi
+
+step "done"
+cat "$RESULTS/timings.txt"
