@@ -200,3 +200,35 @@ def test_build_failure_is_one_line_and_leaves_dist_empty(tmp_path, case):
     assert re.search(pattern, aborted[0]), aborted[0]
     assert "Traceback" not in result.stderr
     assert not dist.exists() or not any(dist.rglob("*"))
+
+
+def test_timed_out_build_is_resumed_in_the_same_directory(tmp_path):
+    """build_timeout stops the build and keeps its directory; the next run resumes there, then cleans up."""
+    from ci.errors import WheelhouseError
+
+    short = tmp_path / "short.yaml"
+    short.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    build_timeout: 2s"))
+    long = tmp_path / "long.yaml"
+    long.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    build_timeout: 20m"))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for shared in ("venvs", "compiler-cache"):  # the pinned venv and warm compiles of the other tests
+        (REPO / ".cache" / shared).mkdir(parents=True, exist_ok=True)
+        (cache / shared).symlink_to(REPO / ".cache" / shared)
+    options = build.BuildOptions(cache_dir=cache, dist_root=tmp_path / "dist")
+
+    versions = load(short)
+    (row,) = matrix.expand(versions)
+    with pytest.raises(WheelhouseError, match=r"did not finish within build_timeout 2s; run the same command again"):
+        build.run(versions, row, options, log=lambda m: None)
+    (kept,) = (cache / "builds").iterdir()
+    assert (kept / ".incomplete").is_file() and (kept / "src" / "setup.py").is_file()
+    assert not (tmp_path / "dist").exists()
+
+    logs: list[str] = []
+    versions = load(long)
+    (row,) = matrix.expand(versions)
+    result = build.run(versions, row, options, log=logs.append)
+    assert f"resuming the interrupted build in {kept}" in logs
+    assert result.wheels[0].is_file()
+    assert not kept.exists()  # a finished build leaves no directory behind
