@@ -266,26 +266,12 @@ def publish_index(c, store=None, out=None, default_world=None, push_branch=None,
     versions = load(env.versions_path)
     release_store = _store(store)
     default_world = default_world or matrix_module.expand(versions)[0].world
-    if push_branch:
-        remote = remote or c.run("git remote get-url origin", hide=True).stdout.strip()
-        target = pages.GitBranchTarget(remote, branch=push_branch)
-    elif pages_artifact:
-        target = pages.ArtifactTarget(Path(pages_artifact))
-    else:
-        from ci.store.local import LocalStore
-
-        if out is None and not isinstance(release_store, LocalStore):
-            raise Exit("error: publish-index: name --out, --pages-artifact or --push-branch for a GitHub store", code=2)
-        target = pages.DirectoryTarget(Path(out) if out else release_store.root / "site")
-    if base_url is None:
-        repo = env.github_repo if not store else None
-        if repo:
-            owner, name = repo.split("/")
-            base_url = f"https://{owner}.github.io/{name}"
-        else:
-            base_url = Path(out or pages_artifact or getattr(release_store, "root", Path(".")) / "site").resolve().as_uri()
+    target, base_url = _index_target(c, env, release_store, store=store, out=out, pages_artifact=pages_artifact,
+                                     push_branch=push_branch, remote=remote, base_url=base_url)
+    if target is None:
+        raise Exit("error: publish-index: name --out, --pages-artifact or --push-branch for a GitHub store", code=2)
     releases = release_store.list_releases()
-    with target if isinstance(target, pages.GitBranchTarget) else contextlib.nullcontext(target) as active:
+    with _opened(target) as active:
         outcome = pages.publish_index(releases, active, base_url=base_url, default_world=default_world,
                                       fetch=_url_fetch, dry_run=dry_run)
     for warning in outcome.warnings:
@@ -323,3 +309,155 @@ def workflows(c, check=False):
     for rel in changed:
         print(f"{'wrote' if (root / rel).exists() else 'removed'} {rel}")
     print(f"{len(changed)} file(s) changed" if changed else "workflows are current")
+
+
+# ---------------------------------------------------------------------------- maintenance
+
+
+def _opened(target):
+    """A git target clones into a temporary worktree for the duration; directory targets need nothing."""
+    from ci import pages
+
+    return target if isinstance(target, pages.GitBranchTarget) else contextlib.nullcontext(target)
+
+
+def _index_target(c, env, release_store, *, store=None, out=None, pages_artifact=None, push_branch=None, remote=None,
+                  base_url=None):
+    """(target, base_url) for publishing the index; (None, None) when a GitHub store names no target."""
+    from ci import pages
+    from ci.store.local import LocalStore
+
+    if push_branch:
+        remote = remote or c.run("git remote get-url origin", hide=True).stdout.strip()
+        target = pages.GitBranchTarget(remote, branch=push_branch)
+    elif pages_artifact:
+        target = pages.ArtifactTarget(Path(pages_artifact))
+    elif out is not None or isinstance(release_store, LocalStore):
+        target = pages.DirectoryTarget(Path(out) if out else release_store.root / "site")
+    else:
+        return None, None
+    if base_url is None:
+        repo = env.github_repo if not store else None
+        if repo:
+            owner, name = repo.split("/")
+            base_url = f"https://{owner}.github.io/{name}"
+        else:
+            base_url = Path(out or pages_artifact or getattr(release_store, "root", Path(".")) / "site").resolve().as_uri()
+    return target, base_url
+
+
+@task(
+    help={
+        "apply": "rename (default: print the plan only)",
+        "skip_unparseable": "leave releases with unparseable titles or colliding targets as they are; migrate the rest",
+        "delete_old_tags": "delete the git tags the renamed releases leave behind (GitHub keeps them)",
+        "store": "override WHEELHOUSE_STORE",
+    }
+)
+@reports_errors
+def migrate_tags(c, apply=False, skip_unparseable=False, delete_old_tags=False, store=None):
+    """Retag releases of the older schemes (<component>-<ref>[-pyX.Y]) to <component>-<ref>-py<X.Y>-torch<T>."""
+    from ci.maintenance import migrate
+
+    target = _store(store)
+    plan = migrate.plan_for(target, skip_unparseable=skip_unparseable, delete_old_tags=delete_old_tags)
+    print(plan.render())
+    refusal = plan.refusal()
+    if refusal is not None:
+        for line in refusal.offenders:
+            print(line, file=sys.stderr)
+        raise refusal
+    if not apply:
+        print("dry run: nothing changed (pass --apply)")
+        return
+    print(migrate.apply(plan, target).render())
+
+
+@task(
+    iterable=["run"],
+    help={
+        "run": "workflow run id whose artifacts to restore (repeat for several runs; the newest artifact of a name wins)",
+        "torch": "restore only artifacts built against this torch version",
+        "versions_ref": "git ref whose versions.yaml names the releases (git show REF:versions.yaml)",
+        "artifacts_dir": "take artifacts from DIR/<run id>/<artifact name>.zip instead of GitHub (needed for a local store)",
+        "clobber": "replace release assets whose bytes differ (safely, without a missing-file window)",
+        "apply": "download and upload (default: print the plan only)",
+        "store": "override WHEELHOUSE_STORE",
+    },
+)
+@reports_errors
+def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=None, clobber=False, apply=False,
+                   store=None):
+    """Put wheels back into releases from the workflow artifacts of earlier CI runs."""
+    from ci.maintenance import restore
+    from ci.store.artifacts import GitHubArtifacts, LocalArtifacts
+    from ci.store.local import LocalStore
+
+    if not run or not torch or not versions_ref:
+        raise Exit("error: restore-wheels: name --run ID (one or more), --torch T and --versions-ref REF", code=2)
+    target = _store(store)
+    if artifacts_dir:
+        source = LocalArtifacts(Path(artifacts_dir))
+    elif isinstance(target, LocalStore):
+        raise Exit("error: restore-wheels: a local store takes its artifacts from --artifacts-dir DIR "
+                   "(DIR/<run id>/<artifact name>.zip)", code=2)
+    else:
+        source = GitHubArtifacts(target, progress=_progress)
+    versions = restore.versions_from_text(restore.versions_text_at(versions_ref), ref=versions_ref)
+    listings = restore.collect(source, run)
+    print(restore.artifact_summary(listings))
+    plan = restore.plan(versions, listings, torch=torch, versions_ref=versions_ref, releases=target.list_releases(),
+                        clobber=clobber, source=source.description, store=target.description)
+    print(plan.render())
+    empty = plan.nothing_to_restore()
+    if empty is not None:
+        raise empty
+    if not apply:
+        print("dry run: nothing downloaded or changed (pass --apply)")
+        return
+    result = restore.apply(plan, target, source, log=_log)
+    print(result.render())
+    if not result.ok:
+        raise Exit(f"error: restore-wheels: {len(result.refused)} artifact(s) or asset(s) refused (listed above); "
+                   "the rest was restored", code=1)
+
+
+@task(
+    help={
+        "keep_worlds": "never delete releases in these worlds, e.g. cu130/torch2.13,cpu/torch2.13",
+        "older_than": "delete only releases published longer ago than this (90d, 12h, 2w)",
+        "apply": "delete, then re-publish the index (default: print the plan only)",
+        "store": "override WHEELHOUSE_STORE",
+        "out": "re-publish the index into this directory (default for a local store: <store>/site)",
+        "pages_artifact": "re-publish the index as a Pages artifact directory",
+        "push_branch": "re-publish the index to this branch of --remote (e.g. gh-pages)",
+        "remote": "git remote URL or path for --push-branch (default: this repository's origin)",
+        "base_url": "public URL of the site (as publish-index)",
+    }
+)
+@reports_errors
+def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=None, pages_artifact=None,
+          push_branch=None, remote=None, base_url=None):
+    """Delete releases versions.yaml no longer names (never one a matrix row maps to), then re-index."""
+    from ci.maintenance import prune as prune_module
+
+    env = _env()
+    versions = load(env.versions_path)
+    release_store = _store(store)
+    plan = prune_module.plan(versions, release_store.list_releases(), keep_worlds=prune_module.parse_worlds(keep_worlds),
+                             older_than=prune_module.parse_age(older_than) if older_than else None,
+                             store=release_store.description)
+    print(plan.render())
+    if not apply:
+        print("dry run: nothing deleted (pass --apply)")
+        return
+    target, url = _index_target(c, env, release_store, store=store, out=out, pages_artifact=pages_artifact,
+                                push_branch=push_branch, remote=remote, base_url=base_url)
+    if target is None:
+        raise Exit("error: prune --apply: name where to re-publish the index (--out, --pages-artifact or "
+                   "--push-branch) for a GitHub store", code=2)
+    with _opened(target) as active:
+        index = prune_module.IndexTarget(active, base_url=url, default_world=matrix_module.expand(versions)[0].world,
+                                         fetch=_url_fetch)
+        result = prune_module.apply(plan, release_store, index=index)
+    print(result.render())

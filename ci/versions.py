@@ -157,13 +157,18 @@ def merge_settings(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict
     return merged
 
 
-def load(path: str | Path | None = None, *, repo_root: Path = REPO_ROOT) -> Versions:
-    """Read, validate and type a versions file (default: the repository's versions.yaml)."""
+def load(path: str | Path | None = None, *, repo_root: Path = REPO_ROOT, check_tree: bool = True) -> Versions:
+    """Read, validate and type a versions file (default: the repository's versions.yaml).
+
+    ``check_tree=False`` skips the rules that look at the working tree (builder
+    scripts, patches, source directories): for a versions file of another
+    commit, whose scripts the tree may no longer have.
+    """
     path = Path(path) if path is not None else DEFAULT_VERSIONS
     data = _read_yaml(path)
     _check_schema(path, data)
     versions = _build(path, data)
-    _check_semantics(versions, repo_root)
+    _check_semantics(versions, repo_root if check_tree else None)
     return versions
 
 
@@ -363,7 +368,7 @@ def _build(path: Path, data: dict) -> Versions:
 # --- semantic pass -------------------------------------------------------------------------------
 
 
-def _check_semantics(versions: Versions, repo_root: Path) -> None:
+def _check_semantics(versions: Versions, repo_root: Path | None) -> None:
     name = versions.path.name
     seen: dict[tuple, int] = {}
     for index, entry in enumerate(versions.build_matrix):
@@ -378,7 +383,7 @@ def _check_semantics(versions: Versions, repo_root: Path) -> None:
 
     for component in versions.components.values():
         where = f"{name}: components.{component.name}"
-        if component.source.kind == "path" and not (repo_root / component.source.location).is_dir():
+        if repo_root and component.source.kind == "path" and not (repo_root / component.source.location).is_dir():
             raise ConfigError(
                 f"{where}.source.path: {component.source.location} is not a directory of the repository; fix the path"
             )
@@ -411,6 +416,12 @@ def _check_semantics(versions: Versions, repo_root: Path) -> None:
                     f"{where}.{key}: the {arch} build points at a self-hosted runner (the self-hosted machine is x86_64); "
                     f"set arch_overrides.{arch}.runs_on to a GitHub-hosted runner such as ubuntu-24.04-arm"
                 )
+            if settings.arch_filter and not settings.torch_cuda_arch_list:
+                raise ConfigError(
+                    f"{where}.arch_filter: needs torch_cuda_arch_list to say which archs to keep; set it or drop arch_filter"
+                )
+            if repo_root is None:
+                continue
             override = component.arch_overrides.get(arch, {})
             builder_key = f"arch_overrides.{arch}.builder" if "builder" in override else "builder"
             if not (repo_root / "build_scripts" / f"{settings.builder}.sh").is_file():
@@ -424,10 +435,6 @@ def _check_semantics(versions: Versions, repo_root: Path) -> None:
                     raise ConfigError(
                         f"{where}.{patches_key}[{index}]: {patch} does not exist; give a path relative to the repository root"
                     )
-            if settings.arch_filter and not settings.torch_cuda_arch_list:
-                raise ConfigError(
-                    f"{where}.arch_filter: needs torch_cuda_arch_list to say which archs to keep; set it or drop arch_filter"
-                )
 
 
 def _python_key(version: str) -> tuple[int, ...]:

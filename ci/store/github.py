@@ -190,7 +190,7 @@ class GitHubStore:
     def _release(self, r: dict[str, Any]) -> Release:
         return Release(tag=r["tag_name"], title=r.get("name") or "", body=r.get("body") or "",
                        draft=bool(r.get("draft")), assets=tuple(self._asset(a) for a in r.get("assets") or ()),
-                       id=r.get("id"))
+                       id=r.get("id"), created_at=r.get("published_at") or None)
 
     # ---- reads ------------------------------------------------------------------------------------
     def _raw_releases(self) -> list[dict[str, Any]]:
@@ -399,6 +399,33 @@ class GitHubStore:
         if resp.status != 200:
             raise self._fail(f"retag {old_tag} to {new_tag}", resp)
         return self._release(resp.json())
+
+    # ---- git tags ------------------------------------------------------------------------------------
+    def list_tag_names(self) -> list[str]:
+        """Every git tag of the repository (``GET /git/matching-refs/tags``, following Link ``next``).
+
+        A release moved by :meth:`retag_release` or deleted through the web UI leaves its git tag
+        behind; the maintenance tasks use this to find such leftovers."""
+        out: list[str] = []
+        params: dict[str, Any] | None = {}
+        while params is not None:
+            resp = self._call(f"list tags of {self.owner}/{self.name}", "git.list_matching_refs", ref="tags",
+                              **_page_kwargs(params))
+            if resp.status != 200:
+                raise self._fail(f"list tags of {self.owner}/{self.name}", resp)
+            for ref in resp.json() or []:
+                name = str(ref.get("ref") or "")
+                if name.startswith("refs/tags/"):
+                    out.append(name.removeprefix("refs/tags/"))
+            params = _next_query(resp.headers.get("link", ""))
+        return out
+
+    def delete_tag(self, tag: str) -> None:
+        """Delete the git tag ``tag`` (not a release); a missing tag is not an error."""
+        resp = self._change(f"delete tag {tag}", f"DELETE {self._repo_path}/git/refs/tags/{tag}",
+                            "git.delete_ref", ref=f"tags/{tag}")
+        if resp is not None and resp.status not in (204, 404, 422):  # 422: "Reference does not exist"
+            raise self._fail(f"delete tag {tag}", resp)
 
     # ---- assets --------------------------------------------------------------------------------------
     def delete_asset(self, tag: str, name: str) -> None:

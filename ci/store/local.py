@@ -2,7 +2,7 @@
 
 Layout (one folder per release, assets beside a small JSON record)::
 
-    <root>/releases/<tag>/release.json     {"tag", "title", "body", "assets": {name: {size, sha256}}}
+    <root>/releases/<tag>/release.json     {"tag", "title", "body", "created_at", "assets": {name: {size, sha256}}}
     <root>/releases/<tag>/assets/<name>
 
 Every write goes to a temporary file in the same folder and is then renamed
@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -83,7 +84,16 @@ class LocalStore:
             Asset(name=name, size=info["size"], url=self._url(tag, name), digest=f"sha256:{info['sha256']}", id=name)
             for name, info in sorted(record.get("assets", {}).items())
         )
-        return Release(tag=tag, title=record["title"], body=record.get("body", ""), assets=assets, id=tag)
+        created = record.get("created_at") or self._record_mtime(tag)
+        return Release(tag=tag, title=record["title"], body=record.get("body", ""), assets=assets, id=tag,
+                       created_at=created)
+
+    def _record_mtime(self, tag: str) -> str | None:
+        """Last change of the release record: an upper bound of its creation time (older records lack one)."""
+        try:
+            return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((self._dir(tag) / "release.json").stat().st_mtime))
+        except OSError:
+            return None
 
     # --- ReleaseStore ---
 
@@ -104,7 +114,8 @@ class LocalStore:
     def ensure_release(self, tag: str, title: str, body: str) -> Release:
         with self._lock:
             (self._dir(tag) / "assets").mkdir(parents=True, exist_ok=True)
-            record = self._read_record(tag) or {"tag": tag, "assets": {}}
+            record = self._read_record(tag) or {
+                "tag": tag, "assets": {}, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             if record.get("title") != title or record.get("body") != body:
                 record.update(title=title, body=body)
                 self._write_record(tag, record)

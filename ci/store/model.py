@@ -40,6 +40,12 @@ class Release:
     draft: bool = False
     assets: tuple[Asset, ...] = field(default_factory=tuple)
     id: int | str | None = None
+    created_at: str | None = None
+    """When the release was published, ISO 8601 UTC (``2025-01-01T00:00:00Z``); None when unknown.
+
+    GitHub: ``published_at`` (its ``created_at`` is the date of the tagged commit). Local store: the
+    time recorded at creation, else the release record's modification time (never younger than the
+    release, so an age filter errs towards keeping it)."""
 
     def asset(self, name: str) -> Asset | None:
         for asset in self.assets:

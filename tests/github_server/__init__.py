@@ -21,7 +21,13 @@ Implemented (GitHub REST semantics, API version 2022-11-28):
   /releases/assets/{id}`` (``Accept: application/octet-stream`` -> 302 to a signed object URL on
   the uploads host, which refuses a request that also carries ``Authorization``), the public
   ``browser_download_url`` (302 likewise), ``DELETE /git/refs/tags/{tag}`` (422 "Reference does not
-  exist" when missing), ``GET /rate_limit`` (not charged).
+  exist" when missing), ``GET /git/matching-refs/{ref}`` (the git tags, including those a moved or
+  deleted release left behind), ``GET /rate_limit`` (not charged).
+- Workflow-run artifacts: ``GET /repos/{o}/{r}/actions/runs/{run}/artifacts`` (an object
+  ``{total_count, artifacts}``; Link pagination, ``per_page`` default 30, capped at 100; ``name`` and
+  ``direction`` (default ``desc``)), ``GET /actions/artifacts/{id}``, ``GET
+  /actions/artifacts/{id}/zip`` (302 to a signed URL on the uploads host, or the bytes with
+  ``state.artifact_redirect = False``; 410 when expired). Seed with :meth:`GitHubTestServer.seed_artifact`.
 - Uploads on a separate host: ``POST /repos/{o}/{r}/releases/{id}/assets?name=&label=`` with
   ``Content-Length`` and ``Content-Type``; the asset exists in state ``starter`` from the first byte
   (a failed or aborted upload leaves it and it blocks the name until deleted); 201 sets ``state:

@@ -28,7 +28,7 @@ from typing import Callable
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from .names import normalize_asset_name
-from .state import AssetRec, ReleaseRec, RepoState, ServerState
+from .state import ArtifactRec, AssetRec, ReleaseRec, RepoState, ServerState
 
 DOCS = "https://docs.github.com/rest"
 SECONDARY_MESSAGE = ("You have exceeded a secondary rate limit. Please wait a few minutes before you try again. "
@@ -84,12 +84,19 @@ _ROUTES: list[tuple[str, str, str, str]] = [
     ("api", "PATCH", r"/repos/([^/]+)/([^/]+)/releases/(\d+)", "/repos/{owner}/{repo}/releases/{release_id}"),
     ("api", "DELETE", r"/repos/([^/]+)/([^/]+)/releases/(\d+)", "/repos/{owner}/{repo}/releases/{release_id}"),
     ("api", "DELETE", r"/repos/([^/]+)/([^/]+)/git/refs/tags/(.+)", "/repos/{owner}/{repo}/git/refs/tags/{tag}"),
+    ("api", "GET", r"/repos/([^/]+)/([^/]+)/git/matching-refs/(.*)", "/repos/{owner}/{repo}/git/matching-refs/{ref}"),
+    ("api", "GET", r"/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/artifacts",
+     "/repos/{owner}/{repo}/actions/runs/{run_id}/artifacts"),
+    ("api", "GET", r"/repos/([^/]+)/([^/]+)/actions/artifacts/(\d+)", "/repos/{owner}/{repo}/actions/artifacts/{artifact_id}"),
+    ("api", "GET", r"/repos/([^/]+)/([^/]+)/actions/artifacts/(\d+)/([^/]+)",
+     "/repos/{owner}/{repo}/actions/artifacts/{artifact_id}/{archive_format}"),
     ("api", "GET", r"/([^/]+)/([^/]+)/releases/download/([^/]+)/([^/]+)", "/{owner}/{repo}/releases/download/{tag}/{name}"),
     ("uploads", "POST", r"/repos/([^/]+)/([^/]+)/releases/(\d+)/assets", "/repos/{owner}/{repo}/releases/{release_id}/assets"),
     ("uploads", "GET", r"/_objects/(\d+)/([^/]+)", "/_objects/{asset_id}/{name}"),
+    ("uploads", "GET", r"/_artifacts/(\d+)", "/_artifacts/{artifact_id}"),
 ]
 _COMPILED = [(role, m, re.compile(rx + r"/?"), t) for role, m, rx, t in _ROUTES]
-_NO_AUTH = {"/{owner}/{repo}/releases/download/{tag}/{name}", "/_objects/{asset_id}/{name}"}
+_NO_AUTH = {"/{owner}/{repo}/releases/download/{tag}/{name}", "/_objects/{asset_id}/{name}", "/_artifacts/{artifact_id}"}
 _MUTATING = {"POST", "PATCH", "DELETE", "PUT"}
 
 
@@ -210,6 +217,17 @@ class GitHubTestServer:
     def seed_bulk(self, n_releases: int, assets_per_release: int, *, repo: str = "o/r", **kw: object) -> None:
         owner, name = repo.split("/")
         self.state.seed_bulk(owner, name, n_releases, assets_per_release, **kw)  # type: ignore[arg-type]
+
+    def seed_artifact(self, run_id: int, name: str, data: bytes, *, repo: str = "o/r", **kw: object) -> ArtifactRec:
+        owner, rname = repo.split("/")
+        return self.state.seed_artifact(owner, rname, run_id, name, data, **kw)  # type: ignore[arg-type]
+
+    def tags(self, repo: str = "o/r") -> set[str]:
+        """The repository's git tags (a moved or deleted release leaves its tag)."""
+        owner, name = repo.split("/")
+        with self.state.lock:
+            r = self.state.repo(owner, name, create=False)
+            return set(r.tags) if r else set()
 
     def snapshot(self, repo: str = "o/r") -> dict[str, dict[str, tuple[str | None, str]]]:
         owner, name = repo.split("/")
@@ -636,6 +654,75 @@ class _Handler(BaseHTTPRequestHandler):
                                    "documentation_url": DOCS + "/git/refs#delete-a-reference", "status": "422"})
             repo.tags.discard(tag)
             return _Resp(204)
+
+    def _h_GET_repos_owner_repo_git_matching_refs_ref(self, owner: str, name: str, ref: str, *, query: dict) -> _Resp:
+        """Refs whose full name starts with ``refs/<ref>``; only tags exist here. Not paginated (GitHub
+        documents no pagination for this endpoint)."""
+        st = self.gh.state
+        with st.lock:
+            repo = self._repo(owner, name)
+            prefix = f"refs/{ref}"
+            return _Resp(200, [st.ref_json(repo, t) for t in sorted(repo.tags) if f"refs/tags/{t}".startswith(prefix)])
+
+    # ---- actions artifacts ----------------------------------------------------------------------
+    def _h_GET_repos_owner_repo_actions_runs_run_id_artifacts(self, owner: str, name: str, run_id: str, *,
+                                                              query: dict) -> _Resp:
+        """``{total_count, artifacts}`` with Link pagination (``per_page`` default 30, max 100),
+        ``name`` filter and ``direction`` (default ``desc``: newest first)."""
+        st = self.gh.state
+        with st.lock:
+            repo = self._repo(owner, name)
+            items = [a for a in repo.artifacts.values() if a.run_id == int(run_id)]
+            wanted = (query.get("name") or [None])[0]
+            if wanted is not None:
+                items = [a for a in items if a.name == wanted]
+            if (query.get("direction") or ["desc"])[0] != "asc":
+                items = items[::-1]
+            resp = self._paginate(items, query, f"/repos/{owner}/{name}/actions/runs/{run_id}/artifacts")
+            resp.body = {"total_count": len(items),
+                         "artifacts": [st.artifact_json(repo, a) for a in resp.body]}  # type: ignore[union-attr]
+            return resp
+
+    def _h_GET_repos_owner_repo_actions_artifacts_artifact_id(self, owner: str, name: str, aid: str, *,
+                                                              query: dict) -> _Resp:
+        st = self.gh.state
+        with st.lock:
+            repo = self._repo(owner, name)
+            a = repo.artifacts.get(int(aid))
+            return _Resp(200, st.artifact_json(repo, a)) if a else _not_found()
+
+    def _h_GET_repos_owner_repo_actions_artifacts_artifact_id_archive_format(self, owner: str, name: str, aid: str,
+                                                                             fmt: str, *, query: dict) -> _Resp:
+        st, gh = self.gh.state, self.gh
+        with st.lock:
+            repo = self._repo(owner, name)
+            a = repo.artifacts.get(int(aid))
+            if a is None or fmt != "zip":
+                return _not_found()
+            if a.expired:
+                return _Resp(410, {"message": "Artifact has expired", "documentation_url": DOCS, "status": "410"})
+            if not st.artifact_redirect:
+                return _Resp(200, a.data, {"content-type": "application/zip",
+                                           "content-disposition": f"attachment; filename={a.name}.zip"})
+        with gh._meta:
+            sig = gh._signatures.setdefault(-a.id, secrets.token_hex(8))
+        return _Resp(302, b"", {"location": f"{gh.uploads_url}/_artifacts/{a.id}?sig={sig}"})
+
+    def _h_GET_artifacts_artifact_id(self, aid: str, *, query: dict) -> _Resp:
+        gh, st = self.gh, self.gh.state
+        if self.headers.get("Authorization"):
+            return _Resp(400, b"<Error><Code>InvalidArgument</Code><Message>Only one auth mechanism allowed"
+                              b"</Message></Error>", {"content-type": "application/xml"})
+        with gh._meta:
+            ok = gh._signatures.get(-int(aid)) == (query.get("sig") or [""])[0]
+        if not ok:
+            return _Resp(403, b"<Error><Code>AccessDenied</Code></Error>", {"content-type": "application/xml"})
+        with st.lock:
+            for repo in st.repos.values():
+                a = repo.artifacts.get(int(aid))
+                if a is not None:
+                    return _Resp(200, a.data, {"content-type": "application/zip"})
+        return _Resp(404, b"<Error><Code>NoSuchKey</Code></Error>", {"content-type": "application/xml"})
 
     def _h_GET_owner_repo_releases_download_tag_name(self, owner: str, name: str, tag: str, aname: str, *,
                                                       query: dict) -> _Resp:

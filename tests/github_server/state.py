@@ -65,12 +65,34 @@ class ReleaseRec:
 
 
 @dataclass
+class ArtifactRec:
+    """A workflow-run artifact (the zip upload-artifact stored)."""
+
+    id: int
+    run_id: int
+    name: str
+    data: bytes
+    digest: str | None
+    expired: bool = False
+    created_at: str = FIXED_TIME
+    expires_at: str = "2025-04-01T00:00:00Z"
+    head_branch: str = "main"
+    head_sha: str = "0" * 40
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass
 class RepoState:
     owner: str
     name: str
     releases: dict[int, ReleaseRec] = field(default_factory=dict)
     """Insertion order = creation order; listings show newest first."""
     tags: set[str] = field(default_factory=set)
+    artifacts: dict[int, ArtifactRec] = field(default_factory=dict)
+    """Workflow-run artifacts, insertion order = upload order."""
 
 
 class ServerState:
@@ -85,6 +107,10 @@ class ServerState:
         self.api_url = ""
         self.uploads_url = ""
         self.web_url = ""
+        self._next_artifact = 9000
+        self.artifact_redirect = True
+        """``GET /actions/artifacts/{id}/zip``: 302 to a signed URL on the uploads host (GitHub's
+        documented answer) or, when False, the zip bytes directly (200)."""
         self.rename_onto_existing = "reject"
         """What PATCH of an asset's name to a name another asset of the release holds does:
         ``reject`` (422 already_exists, the assumed GitHub behaviour: names are unique) or ``allow``."""
@@ -171,6 +197,40 @@ class ServerState:
                                                "application/octet-stream", asset_size, digest, "uploaded")
                 r.releases[rid] = rel
                 r.tags.add(tag)
+
+    def seed_artifact(self, owner: str, repo: str, run_id: int, name: str, data: bytes, *, expired: bool = False,
+                      digest: str | None | bool = True, created_at: str | None = None,
+                      artifact_id: int | None = None) -> ArtifactRec:
+        """Add one artifact of workflow run ``run_id``; ``digest=True`` is the sha256 of ``data``,
+        a string is stored as given (a wrong one simulates corruption), None means no digest
+        (upload-artifact before v4)."""
+        with self.lock:
+            r = self.repo(owner, repo)
+            assert r is not None
+            if artifact_id is None:
+                self._next_artifact += 1
+                artifact_id = self._next_artifact
+            dg = f"sha256:{hashlib.sha256(data).hexdigest()}" if digest is True else (digest or None)
+            rec = ArtifactRec(artifact_id, run_id, name, data, dg, expired, created_at or FIXED_TIME,
+                              head_sha=hashlib.sha1(str(run_id).encode()).hexdigest())
+            r.artifacts[artifact_id] = rec
+            return rec
+
+    def artifact_json(self, repo: RepoState, a: ArtifactRec) -> dict:
+        base = f"{self.api_url}/repos/{repo.owner}/{repo.name}/actions/artifacts/{a.id}"
+        return {
+            "id": a.id, "node_id": f"MDg6QXJ0aWZhY3Q{a.id}", "name": a.name, "size_in_bytes": a.size,
+            "url": base, "archive_download_url": f"{base}/zip", "expired": a.expired, "digest": a.digest,
+            "created_at": a.created_at, "updated_at": a.created_at, "expires_at": a.expires_at,
+            "workflow_run": {"id": a.run_id, "repository_id": 42, "head_repository_id": 42,
+                             "head_branch": a.head_branch, "head_sha": a.head_sha},
+        }
+
+    def ref_json(self, repo: RepoState, tag: str) -> dict:
+        base = f"{self.api_url}/repos/{repo.owner}/{repo.name}/git"
+        sha = hashlib.sha1(f"tag:{tag}".encode()).hexdigest()
+        return {"ref": f"refs/tags/{tag}", "node_id": f"REF_{sha[:12]}", "url": f"{base}/refs/tags/{tag}",
+                "object": {"type": "commit", "sha": sha, "url": f"{base}/commits/{sha}"}}
 
     # ---- snapshots for tests ----------------------------------------------------------------
     def snapshot(self, owner: str, repo: str) -> dict[str, dict[str, tuple[str | None, str]]]:

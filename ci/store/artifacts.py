@@ -1,0 +1,268 @@
+"""Workflow-run artifacts: list a run's artifacts and download one as a zip, streamed to disk.
+
+Two sources with one interface (:class:`ArtifactSource`):
+
+- :class:`GitHubArtifacts` reads ``GET /repos/{o}/{r}/actions/runs/{run}/artifacts``. That answer is
+  an object (``{total_count, artifacts}``), not a list: pages are requested with ``per_page=100``
+  and followed through the Link header's ``rel="next"`` until the last page, and the number
+  collected must equal ``total_count`` (the anchor's ``gh api --paginate`` printed one JSON document
+  per page and broke past 30 artifacts). A download asks ``/actions/artifacts/{id}/zip``, which
+  answers with a redirect to signed storage on another host; the token is sent to the API host only.
+- :class:`LocalArtifacts` reads a directory laid out as ``<dir>/<run id>/<artifact name>.zip``
+  (optionally with ``<artifact name>.zip.sha256`` holding the hex digest to verify), so restoring
+  works against the local store too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import re
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urljoin, urlsplit
+
+from ci.errors import RemoteError, WheelhouseError
+from ci.store.http import Response, TransientError
+
+if TYPE_CHECKING:
+    from ci.store.github import GitHubStore
+
+CHUNK = 1 << 20
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One workflow-run artifact (GitHub's ``artifact`` schema, the fields restore needs)."""
+
+    id: int | str
+    name: str
+    run_id: str
+    size: int
+    expired: bool = False
+    digest: str | None = None
+    """``sha256:<hex>`` of the zip (artifacts uploaded by upload-artifact v4 or newer); None otherwise."""
+    created_at: str | None = None
+
+    @property
+    def sha256(self) -> str | None:
+        if self.digest and self.digest.startswith("sha256:"):
+            return self.digest.split(":", 1)[1].lower()
+        return None
+
+
+class ArtifactSource(Protocol):
+    description: str
+
+    def list_artifacts(self, run_id: str) -> list[Artifact]:
+        """Every artifact of the run, expired ones included (flagged)."""
+
+    def download(self, artifact: Artifact, dest: Path) -> str:
+        """Write the artifact's zip to ``dest`` (streamed) and return the sha256 hex of the bytes written."""
+
+
+def _next_url(link: str) -> str | None:
+    for part in link.split(","):
+        m = re.search(r'<([^>]*)>\s*;\s*rel="?next"?', part.strip())
+        if m:
+            return m.group(1)
+    return None
+
+
+class GitHubArtifacts:
+    """Artifacts of a GitHub repository's workflow runs, through a :class:`GitHubStore`'s client.
+
+    It shares the store's token, API URL and retry policy, so it behaves under rate limits and
+    transient failures as every other call does.
+    """
+
+    def __init__(self, store: GitHubStore, *, per_page: int = 100, progress: ProgressFn | None = None,
+                 timeout: float = 900.0) -> None:
+        self._store = store
+        self.per_page = per_page
+        self._progress = progress
+        self._timeout = timeout
+        self.description = f"workflow artifacts of {store.owner}/{store.name}"
+
+    # ---- listing ------------------------------------------------------------------------------------
+    def list_artifacts(self, run_id: str) -> list[Artifact]:
+        from urllib.parse import parse_qs
+
+        st = self._store
+        what = f"list artifacts of run {run_id} in {st.owner}/{st.name}"
+        try:
+            run = int(run_id)
+        except ValueError:
+            raise WheelhouseError(f"--run {run_id!r}: a workflow run id is a number (see the run's URL)") from None
+        collected: dict[Any, dict[str, Any]] = {}
+        total: int | None = None
+        params: dict[str, Any] | None = {"per_page": self.per_page, "page": 1}
+        pages = 0
+        while params is not None:
+            pages += 1
+            kwargs: dict[str, Any] = {k: int(v) for k, v in params.items() if k in ("per_page", "page")}
+            extra = {k: v for k, v in params.items() if k not in ("per_page", "page")}
+            if extra:
+                kwargs["query_"] = extra
+            resp = st._call(f"{what} (page {params.get('page')})", "actions.list_workflow_run_artifacts",
+                            run_id=run, **kwargs)
+            if resp.status == 404:
+                raise RemoteError(f"{what}: run not found (HTTP 404); check the run id and the repository")
+            if resp.status != 200:
+                raise st._fail(what, resp)
+            data = resp.json()
+            if not isinstance(data, dict) or not isinstance(data.get("artifacts"), list):
+                raise RemoteError(f"{what}: answer is not an object with an 'artifacts' list; check api_url")
+            total = int(data.get("total_count", 0))
+            for raw in data["artifacts"]:
+                collected[raw["id"]] = raw
+            nxt = _next_url(resp.headers.get("link", ""))
+            params = {k: v[0] for k, v in parse_qs(urlsplit(nxt).query).items()} if nxt else None
+            if pages > 1000:
+                raise RemoteError(f"{what}: more than 1000 pages; the Link header keeps pointing onwards")
+        if total is not None and len(collected) != total:
+            raise RemoteError(f"{what}: collected {len(collected)} artifacts but total_count says {total} "
+                              "(artifacts changed while listing?); re-run")
+        return [self._artifact(raw, str(run_id)) for raw in collected.values()]
+
+    @staticmethod
+    def _artifact(raw: dict[str, Any], run_id: str) -> Artifact:
+        run = raw.get("workflow_run") or {}
+        return Artifact(id=raw["id"], name=raw["name"], run_id=str(run.get("id") or run_id),
+                        size=int(raw.get("size_in_bytes") or 0), expired=bool(raw.get("expired")),
+                        digest=raw.get("digest"), created_at=raw.get("created_at"))
+
+    # ---- download -----------------------------------------------------------------------------------
+    def download(self, artifact: Artifact, dest: Path) -> str:
+        st = self._store
+        url = f"{st.api_url}/repos/{st.owner}/{st.name}/actions/artifacts/{artifact.id}/zip"
+        api_origin = _origin(st.api_url)
+        api_headers = {"Authorization": f"token {st._token}", "Accept": "application/vnd.github+json",
+                       "X-GitHub-Api-Version": "2022-11-28", "User-Agent": "wheelhouse"}
+        what = f"download artifact {artifact.name} (id {artifact.id}, run {artifact.run_id})"
+        result: dict[str, str] = {}
+
+        def attempt() -> Response:
+            target = url
+            for _ in range(5):  # redirects
+                headers = api_headers if _origin(target) == api_origin else {"User-Agent": "wheelhouse"}
+                resp, digest = _stream_get(target, headers, dest, label=artifact.name, total=artifact.size,
+                                           progress=self._progress, timeout=self._timeout)
+                if resp.status in (301, 302, 303, 307, 308) and resp.headers.get("location"):
+                    target = urljoin(target, resp.headers["location"])
+                    continue
+                if resp.status == 200:
+                    result["sha256"] = digest
+                return resp
+            raise RemoteError(st._scrub(f"{what}: too many redirects; check api_url {st.api_url}"))
+
+        resp = st._retrier.run(what, attempt)
+        if resp.status == 410:
+            raise RemoteError(f"{what}: the artifact has expired (HTTP 410); it cannot be restored")
+        if resp.status != 200:
+            raise st._fail(what, resp)
+        return result["sha256"]
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    p = urlsplit(url)
+    return p.scheme, (p.hostname or "").lower(), p.port
+
+
+def _stream_get(url: str, headers: dict[str, str], dest: Path, *, label: str, total: int,
+                progress: ProgressFn | None, timeout: float) -> tuple[Response, str]:
+    """One GET; a 200 body is streamed into ``dest`` (via a temporary file beside it).
+
+    Returns the answer (body only for non-200 answers) and the sha256 hex of what was written.
+    """
+    parts = urlsplit(url)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout,
+                                           context=ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        conn.request("GET", target, headers=headers)
+        resp = conn.getresponse()
+        hdrs = {k.lower(): v for k, v in resp.getheaders()}
+        if resp.status != 200:
+            return Response(resp.status, hdrs, resp.read()), ""
+        digest = hashlib.sha256()
+        done = 0
+        with part.open("wb") as out:
+            while chunk := resp.read(CHUNK):
+                out.write(chunk)
+                digest.update(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(label, done, total or done)
+        expected = hdrs.get("content-length")
+        if expected is not None and int(expected) != done:
+            raise TransientError(f"short read ({done} of {expected} bytes)")
+        os.replace(part, dest)
+        return Response(200, hdrs, b""), digest.hexdigest()
+    except (OSError, http.client.HTTPException, socket.timeout) as exc:
+        raise TransientError(type(exc).__name__) from None
+    finally:
+        conn.close()
+        part.unlink(missing_ok=True)
+
+
+class LocalArtifacts:
+    """Artifacts from a directory: ``<root>/<run id>/<artifact name>.zip``.
+
+    A ``<artifact name>.zip.sha256`` file beside a zip (the hex digest, as ``sha256sum`` writes it)
+    gives the digest to verify; without one the artifact has no digest, like those of
+    upload-artifact before v4. Local artifacts never expire.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+        self.description = f"artifact directory {self.root}"
+
+    def list_artifacts(self, run_id: str) -> list[Artifact]:
+        folder = self.root / str(run_id)
+        if not folder.is_dir():
+            raise WheelhouseError(f"--artifacts-dir: {folder} does not exist; put each run's artifact zips in "
+                                  "<dir>/<run id>/<artifact name>.zip")
+        out = []
+        for path in sorted(folder.glob("*.zip")):
+            sidecar = path.with_name(path.name + ".sha256")
+            digest = None
+            if sidecar.is_file():
+                text = sidecar.read_text(encoding="utf-8").split()
+                if text:
+                    digest = f"sha256:{text[0].lower()}"
+            created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(path.stat().st_mtime))
+            out.append(Artifact(id=f"{run_id}/{path.stem}", name=path.stem, run_id=str(run_id),
+                                size=path.stat().st_size, digest=digest, created_at=created))
+        return out
+
+    def download(self, artifact: Artifact, dest: Path) -> str:
+        source = self.root / artifact.run_id / f"{artifact.name}.zip"
+        digest = hashlib.sha256()
+        part = dest.with_name(dest.name + ".part")
+        try:
+            with source.open("rb") as src, part.open("wb") as out:
+                while chunk := src.read(CHUNK):
+                    out.write(chunk)
+                    digest.update(chunk)
+            os.replace(part, dest)
+        except FileNotFoundError:
+            raise WheelhouseError(f"artifact {source} vanished; re-run") from None
+        finally:
+            part.unlink(missing_ok=True)
+        return digest.hexdigest()
+
+
+__all__ = ["Artifact", "ArtifactSource", "GitHubArtifacts", "LocalArtifacts"]
