@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# the GitHub-compatible test server as the `github_server` fixture
+pytest_plugins = ["tests.github_server.pytest_plugin"]
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_EXT = REPO / "tests" / "fixtures" / "fixture_ext"
 CACHE = REPO / ".cache" / "tests"

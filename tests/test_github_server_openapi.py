@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from tests.github_server import FaultConfig, GitHubTestServer, normalize_asset_name
-from tests.github_server.pytest_plugin import github_server  # noqa: F401
 from tests.github_server.schemas import DATA, errors
 
 TOKEN = "test-token"

@@ -14,7 +14,6 @@ from ci.store.github import GitHubStore
 from ci.store.http import RetryPolicy
 from ci.store.model import ReleaseStore
 from tests.github_server import GitHubTestServer
-from tests.github_server.pytest_plugin import github_server  # noqa: F401
 from tests.github_server.replay import Exchange, ReplayServer
 
 TOKEN = "test-token"
