@@ -45,6 +45,16 @@ def reports_errors(fn):
     return wrapper
 
 
+def _write_github_output(entries: list[dict]) -> None:
+    """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool>."""
+    target = os.environ.get("GITHUB_OUTPUT")
+    if not target:
+        raise Exit("error: --github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)", code=2)
+    with open(target, "a", encoding="utf-8") as handle:
+        handle.write(f"matrix={json.dumps(entries, separators=(',', ':'))}\n")
+        handle.write(f"has_builds={'true' if entries else 'false'}\n")
+
+
 @task(
     help={
         "component": "one component (default: all)",
@@ -64,12 +74,7 @@ def matrix(c, component=None, arch=None, python=None, torch=None, json_=False, g
     )
     entries = [row.to_json() for row in rows]
     if github_output:
-        target = os.environ.get("GITHUB_OUTPUT")
-        if not target:
-            raise Exit("error: --github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)", code=2)
-        with open(target, "a", encoding="utf-8") as handle:
-            handle.write(f"matrix={json.dumps(entries, separators=(',', ':'))}\n")
-            handle.write(f"has_builds={'true' if entries else 'false'}\n")
+        _write_github_output(entries)
     if json_:
         print(json.dumps(entries, indent=2))
     elif not github_output:
@@ -235,13 +240,7 @@ def plan(c, component="all", arch=None, python=None, markdown=None, github_outpu
     if markdown:
         Path(markdown).write_text(result.render_markdown(), encoding="utf-8")
     if github_output:
-        target = os.environ.get("GITHUB_OUTPUT")
-        if not target:
-            raise Exit("error: --github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)", code=2)
-        entries = [row.to_json() for row in result.to_build]
-        with open(target, "a", encoding="utf-8") as handle:
-            handle.write(f"matrix={json.dumps(entries, separators=(',', ':'))}\n")
-            handle.write(f"has_builds={'true' if entries else 'false'}\n")
+        _write_github_output([row.to_json() for row in result.to_build])
 
 
 @task(
