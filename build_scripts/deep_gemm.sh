@@ -5,7 +5,8 @@
 # torch: a _C built for another torch fails to import (undefined c10 symbols).
 # Needs the toolkit (CUDA_HOME: headers, cudart, nvrtc) and the checkout's
 # third-party submodules (cutlass, fmt). With WHEELHOUSE_BUNDLE_INTERPRETERS
-# (versions.yaml bundle_pythons) the one wheel carries a _C per CPython.
+# (versions.yaml bundle_pythons) the one wheel carries a _C per CPython, each
+# compiled against this row's torch (lib/bundle_pythons.py).
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
@@ -38,13 +39,12 @@ MAX_JOBS="$MAX_JOBS" row_python -m pip wheel -v --no-build-isolation --no-deps -
 strip_local_version "$DIST_DIR"
 
 # bundle_pythons: one wheel for several CPythons. The build step names their
-# interpreters; each gets its own _C, compiled against this row's torch.
+# interpreters; bundle_pythons.py re-runs this checkout's `setup.py build_ext`
+# for each of them under this venv's python (the row's torch), then packs the
+# modules into the one wheel and retags it (the same step as every builder).
 if [[ -n "${WHEELHOUSE_BUNDLE_INTERPRETERS:-}" ]]; then
     read -r -a interpreters <<<"$WHEELHOUSE_BUNDLE_INTERPRETERS"
-    wheels=("$DIST_DIR"/*.whl)
-    ((${#wheels[@]} == 1)) && [[ -e "${wheels[0]}" ]] \
-        || die "expected exactly one wheel in $DIST_DIR to bundle Pythons into, found: ${wheels[*]##*/}"
-    log_info "bundling _C for Pythons ${WHEELHOUSE_BUNDLE_PYTHONS:-?}: ${interpreters[*]}"
-    row_python "$LIB/bundle_pythons.py" "${wheels[0]}" . "${interpreters[@]}"
+    log_info "bundling the extension for Pythons ${WHEELHOUSE_BUNDLE_PYTHONS:-?}: ${interpreters[*]}"
+    row_python "$LIB/bundle_pythons.py" "$DIST_DIR" . "${interpreters[@]}" >/dev/null
 fi
 list_dist_wheels

@@ -233,7 +233,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     durations["source_s"] = round(time.monotonic() - t0, 1)
 
     # 3. The builder script, under the environment contract.
-    bundle = tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons)
+    bundle = _bundle_interpreters(row)
     cache_tool, cache_env = _compiler_cache(options)
     paths = {"dist": dist, "filter_bin": build_dir / "nvcc-filter-bin"}
     env = _build_env(row, versions, python, paths, options, cache_tool, cache_env, bundle)
@@ -296,6 +296,29 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     shutil.rmtree(build_dir, ignore_errors=True)
     return BuildResult(tuple(placed), record_path)
+
+
+def _bundle_interpreters(row: MatrixRow) -> tuple[str, ...]:
+    """One interpreter per bundled Python, each checked to run and be that Python before the build starts.
+
+    A PATH hit can exist and still not run (a pyenv shim for a version pyenv does not select); the
+    builder would only find out after its first, possibly hours-long, compile.
+    """
+    found = []
+    for version in row.bundle_pythons:
+        path = toolchain.find_python(version)
+        probe = subprocess.run([str(path), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True)
+        reported = probe.stdout.strip()
+        if probe.returncode != 0 or reported != version:
+            why = (probe.stderr.strip().splitlines() or ["no output"])[0] if probe.returncode else f"it is {reported}"
+            raise WheelhouseError(
+                f"{row.label}: bundle interpreter {path} for Python {version} does not run as Python {version} "
+                f"({why}); put a working python{version} first on PATH (with pyenv: select it too, e.g. "
+                f"`pyenv global <versions...>`)"
+            )
+        found.append(str(path))
+    return tuple(found)
 
 
 def _install_arch_filter(bin_dir: Path) -> None:

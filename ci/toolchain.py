@@ -102,7 +102,7 @@ def install_command(python: Path | str, row: MatrixRow, index: str | None) -> li
 def find_python(version: str, *, uv: str | None = None) -> Path:
     """An interpreter for ``version`` (``3.12``): PATH, pyenv, then uv (downloads if needed)."""
     found = shutil.which(f"python{version}")
-    if found:
+    if found and _runs_as(found, version):  # a pyenv shim may exist for a version it cannot run
         return Path(found)
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     if pyenv_root.is_dir():
@@ -124,6 +124,12 @@ def find_python(version: str, *, uv: str | None = None) -> Path:
     raise WheelhouseError(
         f"Python {version} not found on PATH, in pyenv, or through uv; install it (e.g. `uv python install {version}`)"
     )
+
+
+def _runs_as(python: str, version: str) -> bool:
+    result = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                            capture_output=True, text=True)
+    return result.returncode == 0 and result.stdout.strip() == version
 
 
 def probe(python: Path | str) -> dict:

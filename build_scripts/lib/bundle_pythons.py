@@ -1,20 +1,45 @@
 #!/usr/bin/env python3
-"""Add a host-only ``_C`` extension for more CPython versions to a built wheel.
+"""Turn a one-Python wheel of a torch extension into one wheel for several CPythons.
 
-DeepGEMM's ``deep_gemm._C`` is host C++ (its CUDA kernels are compiled at run
-time), linked against torch. One wheel can therefore serve several Pythons if
-it carries one ``_C.cpython-3XY-<platform>.so`` per Python, each built against
-the *same* torch. Only the build interpreter (the row's venv) needs torch: a
-target Python contributes its headers (INCLUDEPY) and its EXT_SUFFIX.
+Bundle mode (versions.yaml ``bundle_pythons: true``) builds one wheel whose
+extension modules exist once per CPython, side by side
+(``pkg/_C.cpython-310-x86_64-linux-gnu.so``, ``..-311-..``, ...), all compiled
+against the *same* torch: the build interpreter's (the row's venv). The other
+Pythons need no torch; each contributes only its headers (``Python.h``,
+``pyconfig.h``) and its ``EXT_SUFFIX``, so a bare uv-managed or pyenv
+interpreter is enough.
 
-    bundle_pythons.py WHEEL SRC_DIR INTERPRETER...
+    bundle_pythons.py WHEEL|DIST_DIR SRC_DIR INTERPRETER...
 
-For each INTERPRETER whose ABI differs from the running one, compile
-SRC_DIR/csrc/python_api.cpp with the include directories and flags of
-DeepGEMM's setup.py plus torch's pybind11 ABI flags, then rewrite WHEEL in
-place: the new ``.so`` files next to the existing ``_C``, RECORD updated, one
-``Tag:`` per Python in WHEEL, and the filename's tags compressed
-(``cp311.cp312``). Prints the new wheel path. Run with the row's python.
+Run it with the build interpreter, after the builder's normal ``pip wheel``
+for that interpreter, from the same environment (the variables the project's
+setup.py reads must still be exported). It:
+
+1. describes every INTERPRETER (SOABI, EXT_SUFFIX, include dirs, ``cp3XY``
+   tag) and keeps one per SOABI; the build interpreter must be one of them;
+2. for each target other than the build interpreter, re-runs the project's
+   own extension build, ``setup.py build_ext --force`` in SRC_DIR, under the
+   build interpreter, with its sysconfig and setuptools' distutils pointed at
+   the target's include directories and EXT_SUFFIX (``SETUPTOOLS_EXT_SUFFIX``),
+   into a fresh build directory; every compiler and linker flag, torch's
+   include and library paths, its C++11 ABI and pybind11 ABI flags come from
+   the project's setup.py and torch's BuildExtension exactly as in the first
+   build;
+3. requires the same set of extension modules as the wheel already holds for
+   the build interpreter (a module missing for one Python, or one the wheel
+   does not have, is an error naming both);
+4. rewrites the wheel: the new modules next to the existing ones, RECORD with
+   their hashes and sizes, one ``Tag:`` per Python in WHEEL, and the
+   filename's tags compressed (``cp310.cp311.cp312.cp313``). Prints the path.
+
+Limits: the extension must be a setuptools ``Extension`` (torch's
+``CppExtension``/``CUDAExtension`` included) built by ``build_ext``; a
+CMake/scikit-build/meson build, a setup.py that chooses sources or flags from
+``sys.version_info``, or one that hard-codes the running interpreter's include
+directory, is not handled (build one wheel per Python instead). The module
+code must not depend on the Python minor beyond its headers. Limited-API
+(abi3) and free-threaded builds are refused: the former needs no bundle, the
+latter has another ABI tag.
 """
 
 from __future__ import annotations
@@ -26,15 +51,17 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 PROG = "bundle_pythons"
+_BUILD_EXT_FLAG = "--build-ext-for"
 
 
 class BundleError(Exception):
@@ -44,85 +71,241 @@ class BundleError(Exception):
 @dataclass(frozen=True)
 class Interpreter:
     path: str
+    version: str  # 3.12
     soabi: str
     ext_suffix: str
     include: str
-    tag: str  # cp311
+    platinclude: str
+    tag: str  # cp312
+    free_threaded: bool = False
 
 
-_QUERY = (
-    "import json, sys, sysconfig; print(json.dumps({'soabi': sysconfig.get_config_var('SOABI'),"
-    " 'ext_suffix': sysconfig.get_config_var('EXT_SUFFIX'), 'include': sysconfig.get_paths()['include'],"
-    " 'tag': 'cp%d%d' % sys.version_info[:2]}))"
-)
+_QUERY = r"""
+import json, sys, sysconfig
+paths = sysconfig.get_paths()
+print(json.dumps({
+    "path": sys.executable,
+    "version": "%d.%d" % sys.version_info[:2],
+    "soabi": sysconfig.get_config_var("SOABI"),
+    "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
+    "include": paths["include"],
+    "platinclude": paths["platinclude"],
+    "tag": "cp%d%d" % sys.version_info[:2],
+    "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+}))
+"""
 
 
 def describe(path: str) -> Interpreter:
+    """Ask an interpreter (which needs no torch) for what a build for it needs."""
     try:
-        out = subprocess.run([path, "-c", _QUERY], check=True, capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise BundleError(f"cannot query interpreter {path}: {exc}") from None
-    info = json.loads(out)
-    if not Path(info["include"], "Python.h").is_file():
-        raise BundleError(f"{path} has no Python.h under {info['include']}; use a Python with development headers")
-    return Interpreter(path=path, **info)
+        proc = subprocess.run([path, "-I", "-c", _QUERY], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BundleError(f"cannot run interpreter {path}: {exc}") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[0]
+        raise BundleError(f"cannot run interpreter {path}: {last}")
+    info = Interpreter(**json.loads(proc.stdout.strip().splitlines()[-1]))
+    if info.free_threaded:
+        raise BundleError(f"{path} is a free-threaded Python ({info.soabi}); bundle mode covers standard CPython only")
+    if not info.soabi or not info.ext_suffix:
+        raise BundleError(f"{path} reports no SOABI/EXT_SUFFIX; use a CPython interpreter")
+    for key in ("include", "platinclude"):
+        header = "Python.h" if key == "include" else "pyconfig.h"
+        if not Path(getattr(info, key), header).is_file():
+            raise BundleError(
+                f"{path} (Python {info.version}) has no {header} under {getattr(info, key)}; "
+                "use an interpreter with development headers (uv-managed and pyenv builds have them)"
+            )
+    return info
 
 
 def current() -> Interpreter:
-    return Interpreter(
-        path=sys.executable,
-        soabi=sysconfig.get_config_var("SOABI"),
-        ext_suffix=sysconfig.get_config_var("EXT_SUFFIX"),
-        include=sysconfig.get_paths()["include"],
-        tag=f"cp{sys.version_info[0]}{sys.version_info[1]}",
-    )
+    return describe(sys.executable)
 
 
-def compile_command(src: Path, target: Interpreter, output: Path) -> list[str]:
-    """The g++ line for one target Python, against the running interpreter's torch."""
-    import torch
-    from torch.utils import cpp_extension
+def unique_by_soabi(interpreters: list[Interpreter]) -> list[Interpreter]:
+    """First interpreter of each SOABI, sorted by Python version."""
+    seen: dict[str, Interpreter] = {}
+    for info in interpreters:
+        seen.setdefault(info.soabi, info)
+    return sorted(seen.values(), key=lambda i: tuple(int(p) for p in i.version.split(".")))
 
-    cuda_home = cpp_extension.CUDA_HOME
-    if cuda_home is None:
-        raise BundleError("CUDA_HOME is not set and no nvcc was found; DeepGEMM's _C needs the toolkit headers")
-    abi_flags: list[str] = []
-    for helper in ("_get_pybind11_abi_build_flags", "_get_glibcxx_abi_build_flags"):
-        if hasattr(cpp_extension, helper):  # pybind11 internals must match torch's
-            abi_flags += getattr(cpp_extension, helper)()
-    if not any("_GLIBCXX_USE_CXX11_ABI" in flag for flag in abi_flags):
-        abi_flags.append(f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}")
-    includes = [
-        target.include,
-        f"{cuda_home}/include",
-        f"{cuda_home}/include/cccl",
-        str(src / "csrc"),
-        str(src / "deep_gemm" / "include"),
-        str(src / "third-party" / "cutlass" / "include"),
-        str(src / "third-party" / "fmt" / "include"),
-        *cpp_extension.include_paths(device_type="cuda"),
-    ]
-    libraries = ["c10", "torch", "torch_cpu", "torch_python", "cudart", "nvrtc"]
-    if torch.version.cuda:
-        libraries += ["c10_cuda", "torch_cuda"]
-    cxx = os.environ.get("CXX", "g++").split()
-    return [
-        *cxx, "-shared", "-fPIC", "-std=c++17", "-O3", "-Wno-psabi", "-Wno-deprecated-declarations",
-        "-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=_C", *abi_flags,
-        *(f"-I{path}" for path in includes),
-        str(src / "csrc" / "python_api.cpp"),
-        *(f"-L{path}" for path in cpp_extension.library_paths(device_type="cuda")),
-        f"-L{cuda_home}/lib64",
-        *(f"-l{lib}" for lib in libraries),
-        "-o", str(output),
-    ]
+
+# --- the per-target extension build (runs in a child build interpreter) -------------------------
+
+
+def _point_sysconfig_at(target: Interpreter) -> None:
+    """Make this process's sysconfig and distutils describe ``target``'s headers and suffix.
+
+    Only what an extension build reads about the *target* changes: EXT_SUFFIX,
+    SOABI and the include directories. The compiler, its flags and everything
+    about torch stay the build interpreter's.
+    """
+    overrides = {
+        "EXT_SUFFIX": target.ext_suffix,
+        "SOABI": target.soabi,
+        "INCLUDEPY": target.include,
+        "CONFINCLUDEPY": target.platinclude,
+    }
+    sysconfig.get_config_vars().update(overrides)
+    original_get_paths = sysconfig.get_paths
+
+    def get_paths(*args, **kwargs):
+        paths = dict(original_get_paths(*args, **kwargs))
+        paths["include"], paths["platinclude"] = target.include, target.platinclude
+        return paths
+
+    def get_path(name, *args, **kwargs):
+        return get_paths(*args, **kwargs)[name]
+
+    sysconfig.get_paths, sysconfig.get_path = get_paths, get_path
+
+    import setuptools  # noqa: F401  (installs setuptools' distutils before the import below)
+
+    modules = []
+    try:
+        from setuptools._distutils import sysconfig as local_sysconfig
+
+        modules.append(local_sysconfig)
+    except ImportError:
+        pass
+    try:
+        from distutils import sysconfig as distutils_sysconfig  # the same module unless SETUPTOOLS_USE_DISTUTILS=stdlib
+
+        if distutils_sysconfig not in modules:
+            modules.append(distutils_sysconfig)
+    except ImportError:
+        pass
+    for module in modules:
+        module.get_config_vars().update(overrides)
+        original = module.get_python_inc
+
+        def get_python_inc(plat_specific=False, prefix=None, _original=original):
+            if prefix is not None:
+                return _original(plat_specific, prefix)
+            return target.platinclude if plat_specific else target.include
+
+        module.get_python_inc = get_python_inc
+
+
+def build_ext_main(target_json: str, build_lib: str, build_temp: str) -> int:
+    """Child entry point: run the project's ``build_ext`` for one target Python in the cwd."""
+    import runpy
+
+    target = Interpreter(**json.loads(target_json))
+    _point_sysconfig_at(target)
+    os.environ["SETUPTOOLS_EXT_SUFFIX"] = target.ext_suffix
+    here = os.getcwd()
+    sys.path.insert(0, here)
+    sys.argv = ["setup.py", "build_ext", "--force", "--build-lib", build_lib, "--build-temp", build_temp]
+    if Path("setup.py").is_file():
+        runpy.run_path(str(Path(here, "setup.py")), run_name="__main__")
+    else:  # pyproject-only setuptools project ([tool.setuptools] ext-modules)
+        from setuptools import setup
+
+        setup()
+    return 0
+
+
+# --- the parent: build every target, then merge -----------------------------------------------------
+
+
+def _module_key(member: str, ext_suffix: str) -> tuple[str, str] | None:
+    """``(prefix, import path stem)`` of a wheel member built with ``ext_suffix``; None otherwise.
+
+    ``pkg/_C.cpython-311-x86_64-linux-gnu.so`` -> ``("", "pkg/_C")``;
+    ``n-1.0.data/platlib/pkg/_C...so`` -> ``("n-1.0.data/platlib/", "pkg/_C")``.
+    """
+    if not member.endswith(ext_suffix):
+        return None
+    stem = member[: -len(ext_suffix)]
+    match = re.match(r"^([^/]+\.data/(?:platlib|purelib)/)(.*)$", stem)
+    return (match[1], match[2]) if match else ("", stem)
+
+
+def build_for(target: Interpreter, src: Path, work: Path, env: dict[str, str] | None = None) -> dict[str, Path]:
+    """Run the project's build_ext for ``target`` under this interpreter; ``{stem: built file}``."""
+    build_lib, build_temp = work / "lib", work / "temp"
+    shutil.rmtree(work, ignore_errors=True)
+    build_lib.mkdir(parents=True)
+    build_temp.mkdir()
+    command = [sys.executable, str(Path(__file__).resolve()), _BUILD_EXT_FLAG, json.dumps(asdict(target)),
+               str(build_lib), str(build_temp)]
+    child_env = {**(env if env is not None else os.environ), "SETUPTOOLS_EXT_SUFFIX": target.ext_suffix}
+    print(f"[wheelhouse] building the extension modules for Python {target.version} ({target.soabi}) with "
+          f"{sys.executable}: setup.py build_ext, headers {target.include}", file=sys.stderr, flush=True)
+    proc = subprocess.run(command, cwd=src, env=child_env)
+    if proc.returncode != 0:
+        raise BundleError(f"setup.py build_ext for Python {target.version} failed with status {proc.returncode} "
+                          "(see the compiler output above)")
+    built = {}
+    for path in sorted(build_lib.rglob(f"*{target.ext_suffix}")):
+        built[path.relative_to(build_lib).as_posix()[: -len(target.ext_suffix)]] = path
+    return built
+
+
+def find_wheel(path: Path) -> Path:
+    if path.is_file():
+        return path
+    wheels = sorted(path.glob("*.whl")) if path.is_dir() else []
+    if len(wheels) != 1:
+        names = ", ".join(w.name for w in wheels) or "none"
+        raise BundleError(f"expected exactly one wheel in {path} to bundle Pythons into, found: {names}")
+    return wheels[0]
+
+
+def bundle(wheel: Path, src: Path, interpreters: list[str], work_root: Path | None = None) -> Path:
+    build = current()
+    targets = unique_by_soabi([describe(path) for path in interpreters])
+    if build.soabi not in {t.soabi for t in targets}:
+        raise BundleError(
+            f"the build interpreter {build.path} (Python {build.version}) is not one of the bundle's Pythons "
+            f"({', '.join(t.version for t in targets)}); build with one of them"
+        )
+    with zipfile.ZipFile(wheel) as archive:
+        members = [n for n in archive.namelist() if not n.endswith("/")]
+    own = {key[1]: key[0] for m in members if (key := _module_key(m, build.ext_suffix))}
+    if not own:
+        abi3 = [m for m in members if m.endswith(".abi3.so")]
+        hint = (f" (it has limited-API modules {', '.join(abi3)}, which serve every Python already; "
+                "drop bundle_pythons)") if abi3 else ""
+        raise BundleError(f"{wheel.name} has no extension module built for Python {build.version} "
+                          f"(*{build.ext_suffix}){hint}; bundle mode needs a compiled extension")
+    extra: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory(prefix="bundle-", dir=work_root) as tmp:
+        for target in targets:
+            if target.soabi == build.soabi:
+                continue
+            built = build_for(target, src, Path(tmp) / target.soabi)
+            missing = sorted(set(own) - set(built))
+            unexpected = sorted(set(built) - set(own))
+            if missing:
+                raise BundleError(
+                    f"the build for Python {target.version} produced no {', '.join(missing)} "
+                    f"(expected {missing[0]}{target.ext_suffix}); the wheel has it for Python {build.version}"
+                )
+            if unexpected:
+                raise BundleError(
+                    f"the build for Python {target.version} produced {', '.join(unexpected)}, which the wheel "
+                    f"for Python {build.version} does not have; the extension set must not depend on the Python"
+                )
+            for stem, path in built.items():
+                extra[f"{own[stem]}{stem}{target.ext_suffix}"] = path
+        return merge(wheel, extra, [t.tag for t in targets])
+
+
+# --- the wheel rewrite -------------------------------------------------------------------------------
 
 
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-_WHEEL_RE = re.compile(r"^(?P<dist>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
+_WHEEL_RE = re.compile(
+    r"^(?P<dist>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
+)
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 def merge(wheel: Path, extra: dict[str, Path], tags: list[str]) -> Path:
@@ -131,42 +314,53 @@ def merge(wheel: Path, extra: dict[str, Path], tags: list[str]) -> Path:
     if not match:
         raise BundleError(f"{wheel.name} is not a wheel filename")
     plat = match["plat"]
+    if "." in plat:
+        raise BundleError(f"{wheel.name}: several platform tags ({plat}); bundle a single-platform wheel")
     tags = sorted(set(tags), key=lambda t: int(t[2:]))
     joined = ".".join(tags)
     build = f"-{match['build']}" if match["build"] else ""
     target = wheel.with_name(f"{match['dist']}-{match['version']}{build}-{joined}-{joined}-{plat}.whl")
     with zipfile.ZipFile(wheel) as src:
         names = src.namelist()
-        dist_info = next((n.split("/")[0] for n in names if n.endswith(".dist-info/WHEEL")), None)
+        dist_info = next((n.split("/")[0] for n in names if n.endswith(".dist-info/WHEEL") and n.count("/") == 1), None)
         if dist_info is None:
             raise BundleError(f"{wheel.name} has no .dist-info/WHEEL")
         wheel_name, record_name = f"{dist_info}/WHEEL", f"{dist_info}/RECORD"
-        wheel_lines = [line for line in src.read(wheel_name).decode().splitlines() if not line.startswith("Tag:")]
+        if record_name not in names:
+            raise BundleError(f"{wheel.name} has no {record_name}")
+        # Blank lines dropped too: in this email-header format one would end the headers before the tags.
+        wheel_lines = [
+            line for line in src.read(wheel_name).decode().splitlines() if line.strip() and not line.startswith("Tag:")
+        ]
         wheel_lines += [f"Tag: {tag}-{tag}-{plat}" for tag in tags]
         new_wheel_file = ("\n".join(wheel_lines) + "\n").encode()
         rows = [row for row in csv.reader(io.StringIO(src.read(record_name).decode())) if row]
         rows = [row for row in rows if row[0] not in (wheel_name, record_name) and row[0] not in extra]
         tmp = target.with_name(target.name + ".partial")
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as dst:
-            for info in src.infolist():
-                if info.filename in (wheel_name, record_name) or info.filename in extra:
-                    continue
-                dst.writestr(info, src.read(info.filename), compress_type=info.compress_type)
+            kept = [i for i in src.infolist() if i.filename not in (wheel_name, record_name, *extra)]
+            # Package files first, then the new modules, then .dist-info (WHEEL and RECORD last).
+            for info in kept:
+                if not info.filename.startswith(f"{dist_info}/"):
+                    dst.writestr(info, src.read(info.filename), compress_type=info.compress_type)
             for arcname, path in sorted(extra.items()):
                 data = path.read_bytes()
-                info = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
+                info = zipfile.ZipInfo(arcname, date_time=_FIXED_TIME)
                 info.external_attr = 0o755 << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 dst.writestr(info, data)
                 rows.append([arcname, _record_hash(data), str(len(data))])
-            info = zipfile.ZipInfo(wheel_name, date_time=(1980, 1, 1, 0, 0, 0))
+            for info in kept:
+                if info.filename.startswith(f"{dist_info}/"):
+                    dst.writestr(info, src.read(info.filename), compress_type=info.compress_type)
+            info = zipfile.ZipInfo(wheel_name, date_time=_FIXED_TIME)
             info.external_attr = 0o644 << 16
             dst.writestr(info, new_wheel_file, compress_type=zipfile.ZIP_DEFLATED)
             rows.append([wheel_name, _record_hash(new_wheel_file), str(len(new_wheel_file))])
             rows.append([record_name, "", ""])
             out = io.StringIO()
             csv.writer(out, lineterminator="\n").writerows(rows)
-            info = zipfile.ZipInfo(record_name, date_time=(1980, 1, 1, 0, 0, 0))
+            info = zipfile.ZipInfo(record_name, date_time=_FIXED_TIME)
             info.external_attr = 0o644 << 16
             dst.writestr(info, out.getvalue().encode(), compress_type=zipfile.ZIP_DEFLATED)
     tmp.replace(target)
@@ -175,41 +369,19 @@ def merge(wheel: Path, extra: dict[str, Path], tags: list[str]) -> Path:
     return target
 
 
-def bundle(wheel: Path, src: Path, interpreters: list[str]) -> Path:
-    row = current()
-    with zipfile.ZipFile(wheel) as archive:
-        existing = [n for n in archive.namelist() if n.endswith(f"/_C{row.ext_suffix}")]
-    if len(existing) != 1:
-        raise BundleError(f"{wheel.name}: expected one _C{row.ext_suffix} in the wheel, found {len(existing)}")
-    package_dir = existing[0].rsplit("/", 1)[0]
-    targets = {row.soabi: row}
-    for path in interpreters:
-        info = describe(path)
-        targets.setdefault(info.soabi, info)
-    extra: dict[str, Path] = {}
-    with tempfile.TemporaryDirectory(prefix="bundle-") as tmp:
-        for info in targets.values():
-            if info.soabi == row.soabi:
-                continue
-            output = Path(tmp) / f"_C{info.ext_suffix}"
-            command = compile_command(src, info, output)
-            print(f"[wheelhouse] building _C for {info.tag}: {' '.join(command)}", file=sys.stderr, flush=True)
-            subprocess.run(command, check=True)
-            extra[f"{package_dir}/_C{info.ext_suffix}"] = output
-        return merge(wheel, extra, [info.tag for info in targets.values()])
-
-
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == _BUILD_EXT_FLAG:
+        if len(argv) != 4:
+            print(f"usage: {PROG}.py {_BUILD_EXT_FLAG} TARGET_JSON BUILD_LIB BUILD_TEMP", file=sys.stderr)
+            return 2
+        return build_ext_main(*argv[1:])
     if len(argv) < 3:
-        print(f"usage: {PROG}.py WHEEL SRC_DIR INTERPRETER...", file=sys.stderr)
+        print(f"usage: {PROG}.py WHEEL|DIST_DIR SRC_DIR INTERPRETER...", file=sys.stderr)
         return 2
     try:
-        print(bundle(Path(argv[0]), Path(argv[1]).resolve(), argv[2:]))
+        print(bundle(find_wheel(Path(argv[0])), Path(argv[1]).resolve(), argv[2:]))
     except BundleError as exc:
         print(f"[wheelhouse] error: {PROG}: {exc}", file=sys.stderr)
-        return 1
-    except subprocess.CalledProcessError as exc:
-        print(f"[wheelhouse] error: {PROG}: compiler failed with status {exc.returncode}", file=sys.stderr)
         return 1
     return 0
 
