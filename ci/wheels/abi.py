@@ -32,7 +32,9 @@ exports without any means ABI 0 (c10 always exports functions taking
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -154,8 +156,13 @@ def _torch_dir_of_python(python: Path) -> Path:
 
 
 def resolve_torch_target(target: Path | str) -> TorchTarget:
-    """Interpret ``target`` as a torch wheel, a torch dir, a site-packages dir or a Python interpreter."""
+    """Interpret ``target`` as a torch wheel, a torch dir, a site-packages dir or a Python interpreter.
+
+    An interpreter may be given by name (``python3``): it is looked up on PATH.
+    """
     path = Path(target)
+    if not path.exists() and os.sep not in str(target) and shutil.which(str(target)):
+        path = Path(shutil.which(str(target)))
     if not path.exists():
         raise CheckFailed(
             f"torch target {path}: does not exist; pass a python, site-packages, torch dir or torch wheel"
