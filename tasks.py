@@ -460,3 +460,19 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
                                          fetch=_url_fetch)
         result = prune_module.apply(plan, release_store, index=index)
     print(result.render())
+
+
+@task(
+    help={
+        "quick": "smaller sizes (under 10 min on 2 cores): no 2 GB wheels, no GPU-machine figure 6(b)",
+        "only": "comma-separated figure names (python -m benchmarks --list)",
+    }
+)
+def bench(c, quick=False, only=None):
+    """Run benchmarks/ (ratios against the anchor's approaches) and rewrite benchmarks/RESULTS.md."""
+    import subprocess
+
+    args = [sys.executable, "-m", "benchmarks", *(["--quick"] if quick else []), *(["--only", only] if only else [])]
+    code = subprocess.call(args, cwd=Path(__file__).resolve().parent)
+    if code:
+        raise Exit(f"error: the benchmarks failed (exit status {code}); see the log above", code=code)

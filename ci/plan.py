@@ -136,7 +136,7 @@ def _decide_row(versions: Versions, row: MatrixRow, release: Release | None, sto
     if asset is None:
         return build(f"no {manifest.asset_name(row.arch)} on the release")
     try:
-        data = store.read_asset(row.release_tag, asset.name)
+        data = store.read_asset(row.release_tag, asset.name, asset=asset)
         stored = manifest.parse(data, where=f"{row.release_tag}/{asset.name}")
     except WheelhouseError as error:
         return build(f"manifest unreadable: {error}")

@@ -84,6 +84,7 @@ def test_full_matrix_skips_without_downloading_a_wheel_and_rebuilds_only_what_ch
         assert reasons == {}, reasons
         downloads = [p for m, p, _ in gh.requests() if m == "GET" and re.fullmatch(r"/repos/o/r/releases/assets/\d+", p)]
         assert len(downloads) == 28  # one manifest per row
+        assert gh.counters["GET /repos/{owner}/{repo}/releases/tags/{tag}"] == 0  # assets come from the listing
         assert not {int(p.rsplit("/", 1)[1]) for p in downloads} & set(wheel_ids), "a wheel was downloaded"
         assert result.manifest_bytes < 28 * 8_000
         list_calls = gh.counters["GET /repos/{owner}/{repo}/releases"]

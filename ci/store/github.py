@@ -248,14 +248,17 @@ class GitHubStore:
             raise self._fail(f"get asset {asset_id}", resp)
         return resp.json()
 
-    def read_asset(self, tag: str, name: str) -> bytes:
-        raw = self._get_raw(tag)
-        if raw is None:
-            raise RemoteError(f"release {tag} not found in {self.owner}/{self.name}: publish it first or fix the tag")
-        match = [a for a in raw.get("assets") or () if a["name"] == name and a.get("state") == "uploaded"]
-        if not match or raw.get("id") is None:
-            raise RemoteError(f"asset {name} not found in release {tag}: upload it first or fix the name")
-        aid = match[-1]["id"]
+    def read_asset(self, tag: str, name: str, *, asset: Asset | None = None) -> bytes:
+        if asset is not None and asset.name == name and isinstance(asset.id, int) and asset.state == "uploaded":
+            aid = asset.id  # from a listing the caller already made: no second lookup of the release
+        else:
+            raw = self._get_raw(tag)
+            if raw is None:
+                raise RemoteError(f"release {tag} not found in {self.owner}/{self.name}: publish it first or fix the tag")
+            match = [a for a in raw.get("assets") or () if a["name"] == name and a.get("state") == "uploaded"]
+            if not match or raw.get("id") is None:
+                raise RemoteError(f"asset {name} not found in release {tag}: upload it first or fix the name")
+            aid = match[-1]["id"]
         resp = self._call(f"download {name} from {tag}", "repos.get_release_asset", asset_id=aid,
                           headers_={"Accept": "application/octet-stream"})
         if resp.status != 200:

@@ -174,7 +174,7 @@ class LocalStore:
             self._write_record(new_tag, record)
             return self._release(record)
 
-    def read_asset(self, tag: str, name: str) -> bytes:
+    def read_asset(self, tag: str, name: str, *, asset: Asset | None = None) -> bytes:
         _check_name("asset", name)
         try:
             return (self._dir(tag) / "assets" / name).read_bytes()

@@ -91,5 +91,9 @@ class ReleaseStore(Protocol):
     def retag_release(self, old_tag: str, new_tag: str) -> Release:
         """Move a release to a new tag, keeping its assets."""
 
-    def read_asset(self, tag: str, name: str) -> bytes:
-        """The bytes of a (small) asset such as the build manifest."""
+    def read_asset(self, tag: str, name: str, *, asset: Asset | None = None) -> bytes:
+        """The bytes of a (small) asset such as the build manifest.
+
+        ``asset``, the record from an earlier listing, lets a store fetch it
+        without looking the release up again.
+        """

