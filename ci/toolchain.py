@@ -100,18 +100,22 @@ def install_command(python: Path | str, row: MatrixRow, index: str | None) -> li
 
 
 def find_python(version: str, *, uv: str | None = None) -> Path:
-    """An interpreter for ``version`` (``3.12``): PATH, pyenv, then uv (downloads if needed)."""
-    found = shutil.which(f"python{version}")
-    if found and _runs_as(found, version):  # a pyenv shim may exist for a version it cannot run
-        return Path(found)
+    """An interpreter that runs as ``version`` (``3.12``): PATH, pyenv, then uv (which downloads one).
+
+    Every candidate is run once: a PATH entry can exist and not run (a pyenv shim for a version
+    pyenv does not select), and a build would only find out after a long compile.
+    """
+    candidates = [shutil.which(f"python{version}")]
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     if pyenv_root.is_dir():
-        candidates = sorted(
-            (p for p in pyenv_root.glob(f"{version}.*/bin/python{version}") if p.is_file()),
-            key=lambda p: [int(x) if x.isdigit() else 0 for x in p.parent.parent.name.split(".")],
+        candidates += sorted(
+            (str(p) for p in pyenv_root.glob(f"{version}.*/bin/python{version}") if p.is_file()),
+            key=lambda p: [int(x) if x.isdigit() else 0 for x in Path(p).parent.parent.name.split(".")],
+            reverse=True,
         )
-        if candidates:
-            return candidates[-1]
+    for candidate in candidates:
+        if candidate and _runs_as(candidate, version):
+            return Path(candidate)
     uv = uv or shutil.which("uv") or str(Path(sys.executable).parent / "uv")
     if uv and Path(uv).exists():
         # uv's managed builds carry headers, which per-Python bundle builds need.
@@ -119,10 +123,10 @@ def find_python(version: str, *, uv: str | None = None) -> Path:
         if result.returncode != 0:
             subprocess.run([uv, "python", "install", version], capture_output=True, text=True)
             result = subprocess.run([uv, "python", "find", "--managed-python", version], capture_output=True, text=True)
-        if result.returncode == 0 and result.stdout.strip():
+        if result.returncode == 0 and result.stdout.strip() and _runs_as(result.stdout.strip(), version):
             return Path(result.stdout.strip())
     raise WheelhouseError(
-        f"Python {version} not found on PATH, in pyenv, or through uv; install it (e.g. `uv python install {version}`)"
+        f"no working Python {version} on PATH, in pyenv, or through uv; install one (e.g. `uv python install {version}`)"
     )
 
 
