@@ -116,7 +116,15 @@ def _compiler_cache(options: BuildOptions) -> tuple[str | None, dict]:
     return None, {}
 
 
-def _build_env(row: MatrixRow, versions: Versions, python: str, plan_paths: dict, options: BuildOptions,
+def _build_dir(options: BuildOptions, row: MatrixRow, config: dict) -> Path:
+    """Where a row builds: keyed by its build-input fingerprint, so two refs or scripts never share one."""
+    digest = fingerprint.fingerprint(config)
+    return options.cache_dir / "builds" / (
+        f"{row.component}-{row.arch}-py{'-'.join(row.pythons)}-torch{row.torch}-{digest[:16]}"
+    )
+
+
+def _build_env(row: MatrixRow, python: str, plan_paths: dict, options: BuildOptions,
                cache_tool: str | None, cache_env: dict, bundle: tuple[str, ...]) -> dict:
     s = row.settings
     env = {
@@ -170,14 +178,13 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
         interpreter = f"venv {venv} (Python {row.python}; reused when its pins match)"
         torch_install = shlex.join(["python", *toolchain.install_command(venv / "bin" / "python", row, index)[1:]])
         python = str(venv / "bin" / "python")
-    revision_hint = row.ref if component.source.kind == "git" else None
-    config = fingerprint.build_config(row, revision_hint)
-    key = f"{row.component}-{row.arch}-py{'-'.join(row.pythons)}-torch{row.torch}-{fingerprint.fingerprint(config)[:16]}"
-    build_dir = options.cache_dir / "builds" / key
+    # The plan fetches nothing, so its build directory is keyed by the ref as written; the build
+    # itself keys it by the revision the ref resolves to.
+    build_dir = _build_dir(options, row, fingerprint.build_config(row, row.ref))
     paths = {"dist": build_dir / "dist", "filter_bin": build_dir / "nvcc-filter-bin"}
     cache_tool, cache_env = _compiler_cache(options)
     bundle = tuple(f"<python{p}>" for p in row.bundle_pythons)
-    env = _build_env(row, versions, python, paths, options, cache_tool, cache_env, bundle)
+    env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
     return BuildPlan(
         row=row,
         interpreter=interpreter,
@@ -216,8 +223,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     checkout = sources.fetch(component, options.cache_dir, python=python, override=options.source, env=fetch_env)
     config = fingerprint.build_config(row, checkout.revision)
     digest = fingerprint.fingerprint(config)
-    key = f"{row.component}-{row.arch}-py{'-'.join(row.pythons)}-torch{row.torch}-{digest[:16]}"
-    build_dir = options.cache_dir / "builds" / key
+    build_dir = _build_dir(options, row, config)
     src = build_dir / "src"
     marker = build_dir / ".incomplete"
     if marker.exists() and src.is_dir():
@@ -237,7 +243,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     bundle = tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons)
     cache_tool, cache_env = _compiler_cache(options)
     paths = {"dist": dist, "filter_bin": build_dir / "nvcc-filter-bin"}
-    env = _build_env(row, versions, python, paths, options, cache_tool, cache_env, bundle)
+    env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
     if row.settings.arch_filter:
         _install_arch_filter(paths["filter_bin"])
     full_env = {**options.environ, **env}
