@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ci.errors import CheckFailed
-from ci.wheels.archive import WheelArchive, is_shared_object_name, open_wheel
+from ci.wheels.archive import WheelArchive, open_wheel
 from ci.wheels.elf import ElfFile, demangle, is_elf
 
 _TORCH_CXX = re.compile(
@@ -97,19 +97,8 @@ def elf_needs(member: str, path: Path) -> ElfNeeds | None:
 
 def collect_torch_needs(archive: WheelArchive) -> tuple[ElfNeeds, ...]:
     """The torch needs of every ELF shared object in an open wheel (members streamed to a temp dir)."""
-    result = []
-    with tempfile.TemporaryDirectory(prefix="wheel-abi-") as tmp:
-        for member in archive.members:
-            if member.is_dir or not is_shared_object_name(member.name):
-                continue
-            path = archive.copy_to(member.name, Path(tmp))
-            try:
-                needs = elf_needs(member.name, path)
-            finally:
-                path.unlink()
-            if needs is not None:
-                result.append(needs)
-    return tuple(result)
+    needs = (elf_needs(member.name, path) for member, path in archive.shared_objects("wheel-abi-"))
+    return tuple(found for found in needs if found is not None)
 
 
 # -- the torch side ------------------------------------------------------------

@@ -19,6 +19,7 @@ import hashlib
 import re
 import shutil
 import stat
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -207,6 +208,22 @@ class WheelArchive:
         with self._reading(name), self.open(name) as src, open(target, "wb") as dst:
             shutil.copyfileobj(src, dst, CHUNK)
         return target
+
+    def shared_objects(self, prefix: str) -> Iterator[tuple[Member, Path]]:
+        """Each ELF shared-object member as a temporary file, one at a time (removed after use).
+
+        Bounded disk and memory however large the wheel: the one place that streams members
+        out for the ABI and fatbin scans.
+        """
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            for member in self.members:
+                if member.is_dir or not is_shared_object_name(member.name):
+                    continue
+                path = self.copy_to(member.name, Path(tmp))
+                try:
+                    yield member, path
+                finally:
+                    path.unlink()
 
     @contextmanager
     def _reading(self, name: str) -> Iterator[None]:

@@ -10,7 +10,6 @@ wheels. ``auditwheel show`` runs only when asked (it is slow on big wheels).
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from ci.wheels.abi import (
     resolve_torch_target,
     scan_torch_exports,
 )
-from ci.wheels.archive import is_shared_object_name, open_wheel, sha256_file
+from ci.wheels.archive import open_wheel, sha256_file
 from ci.wheels.archs import ArchList, format_archs, parse_arch_list
 from ci.wheels.audit import AuditResult, audit_show
 from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons
@@ -199,23 +198,17 @@ def _inspect(
             pending.problems.extend(pending.coverage.problems)
             needs: list[ElfNeeds] = []
             device: list[MemberArchs] = []
-            with tempfile.TemporaryDirectory(prefix="wheel-check-") as tmp:
-                for member in archive.members:
-                    if member.is_dir or not is_shared_object_name(member.name):
-                        continue
-                    copy = archive.copy_to(member.name, Path(tmp))
-                    try:
-                        if want_abi:
-                            found = elf_needs(member.name, copy)
-                            if found is not None:
-                                needs.append(found)
-                        scanned = scan_elf_file(member.name, copy, cuobjdump)
-                        if scanned is not None:
-                            device.append(scanned)
-                    except CheckFailed as exc:
-                        pending.problems.append(f"{path.name}: {exc}")
-                    finally:
-                        copy.unlink()
+            for member, copy in archive.shared_objects("wheel-check-"):
+                try:
+                    if want_abi:
+                        found = elf_needs(member.name, copy)
+                        if found is not None:
+                            needs.append(found)
+                    scanned = scan_elf_file(member.name, copy, cuobjdump)
+                    if scanned is not None:
+                        device.append(scanned)
+                except CheckFailed as exc:
+                    pending.problems.append(f"{path.name}: {exc}")
             pending.needs = tuple(needs)
             pending.archs = ArchScan(path.name, tuple(device))
             if required is not None:

@@ -27,13 +27,12 @@ import re
 import shutil
 import struct
 import subprocess
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ci.errors import CheckFailed
-from ci.wheels.archive import WheelArchive, is_shared_object_name, open_wheel
+from ci.wheels.archive import WheelArchive, open_wheel
 from ci.wheels.archs import ArchList, CudaArch, format_archs, missing_archs
 from ci.wheels.elf import EM_CUDA, ElfFile, Section, is_elf
 
@@ -185,19 +184,8 @@ def scan_elf_file(member: str, path: Path, cuobjdump: Path | None = None) -> Mem
 
 def scan_archive_archs(archive: WheelArchive, cuobjdump: Path | None = None) -> ArchScan:
     """Scan every ELF member of an open wheel (one temp file at a time)."""
-    found = []
-    with tempfile.TemporaryDirectory(prefix="wheel-fatbin-") as tmp:
-        for member in archive.members:
-            if member.is_dir or not is_shared_object_name(member.name):
-                continue
-            path = archive.copy_to(member.name, Path(tmp))
-            try:
-                result = scan_elf_file(member.name, path, cuobjdump)
-            finally:
-                path.unlink()
-            if result is not None:
-                found.append(result)
-    return ArchScan(archive.wheel_name.filename, tuple(found))
+    scans = (scan_elf_file(member.name, path, cuobjdump) for member, path in archive.shared_objects("wheel-fatbin-"))
+    return ArchScan(archive.wheel_name.filename, tuple(found for found in scans if found is not None))
 
 
 def scan_wheel_archs(wheel: Path | str, *, cuda_home: Path | str | None = None, use_cuobjdump: bool = True) -> ArchScan:
