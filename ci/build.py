@@ -292,6 +292,8 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     wheels = sorted(dist.glob("*.whl"))
     if not wheels:
         raise WheelhouseError(f"{row.label}: build_scripts/{row.settings.builder}.sh wrote no wheel to DIST_DIR")
+    if row.settings.repair:
+        wheels = _repair(wheels, f"{row.settings.repair}_{row.arch}", dist, log)
 
     # 4. Checks gate the result; only then does anything reach dist/<world>/.
     t0 = time.monotonic()
@@ -323,6 +325,24 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     shutil.rmtree(build_dir, ignore_errors=True)
     return BuildResult(tuple(placed), record_path)
+
+
+def _repair(wheels: list[Path], tag: str, dist: Path, log) -> list[Path]:
+    """auditwheel repair to ``tag``; torch, CUDA, NCCL and NVSHMEM libraries stay outside the wheel."""
+    from ci.wheels import audit
+    from ci.errors import CheckFailed
+
+    repaired = []
+    for wheel in wheels:
+        try:
+            fixed = audit.audit_repair(wheel, dist / "repaired", plat=tag)
+        except CheckFailed as error:
+            raise WheelhouseError(f"{error}; check versions.yaml's repair setting") from None
+        wheel.unlink()
+        repaired.append(fixed.replace(dist / fixed.name))
+        log(f"repaired {wheel.name} -> {fixed.name}")
+    shutil.rmtree(dist / "repaired", ignore_errors=True)
+    return repaired
 
 
 def _install_arch_filter(bin_dir: Path) -> None:

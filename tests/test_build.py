@@ -232,3 +232,18 @@ def test_timed_out_build_is_resumed_in_the_same_directory(tmp_path):
     assert f"resuming the interrupted build in {kept}" in logs
     assert result.wheels[0].is_file()
     assert not kept.exists()  # a finished build leaves no directory behind
+
+
+def test_repair_setting_gives_a_manylinux_wheel(tmp_path):
+    """`repair: manylinux_2_34` runs auditwheel repair before the checks (torch libraries excluded)."""
+    versions_file = tmp_path / "versions.yaml"
+    versions_file.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    repair: manylinux_2_34"))
+    versions = load(versions_file)
+    (row,) = matrix.expand(versions)
+    result = build.run(versions, row, build.BuildOptions(cache_dir=REPO / ".cache", dist_root=tmp_path / "dist"),
+                       log=lambda m: None)
+    (wheel,) = result.wheels
+    assert wheel.name == "wheelhouse_fixture-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl"
+    record = json.loads(result.record.read_text())
+    assert record["checks"]["ok"] is True and record["wheels"][0]["name"] == wheel.name
+    assert not (tmp_path / "dist" / "cpu" / "torch2.13" / "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl").exists()
