@@ -1,0 +1,71 @@
+"""Sources: git refs resolved without cloning, shallow fetches that come back clean, sdists pinned by sha256."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ci import sources
+from ci.errors import WheelhouseError
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    repo = tmp_path / "upstream"
+    repo.mkdir()
+    _git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "setup.py").write_text("v1\n")
+    _git("add", ".", cwd=repo)
+    _git("commit", "-qm", "v1", cwd=repo)
+    _git("tag", "-a", "v1", "-m", "v1", cwd=repo)
+    return repo
+
+
+def test_moving_branch_and_annotated_tag_resolve_to_commits(upstream):
+    url = upstream.as_uri()
+    first = _git("rev-parse", "HEAD", cwd=upstream)
+    assert sources.resolve_ref(url, "main") == first
+    assert sources.resolve_ref(url, "v1") == first  # the peeled commit, not the tag object
+    (upstream / "setup.py").write_text("v2\n")
+    _git("commit", "-qam", "v2", cwd=upstream)
+    assert sources.resolve_ref(url, "main") == _git("rev-parse", "HEAD", cwd=upstream) != first
+    assert sources.resolve_ref(url, "no-such-branch") is None
+
+
+def test_fetch_is_clean_every_time_and_follows_the_ref(upstream, tmp_path):
+    cache = tmp_path / "cache"
+    checkout = sources.fetch_git(upstream.as_uri(), "main", cache, submodules=False)
+    assert (checkout.path / "setup.py").read_text() == "v1\n"
+    (checkout.path / "setup.py").write_text("edited\n")
+    (checkout.path / "build").mkdir()
+    (upstream / "setup.py").write_text("v2\n")
+    _git("commit", "-qam", "v2", cwd=upstream)
+
+    again = sources.fetch_git(upstream.as_uri(), "main", cache, submodules=False)
+    assert again.path == checkout.path  # cached by (url, ref)
+    assert (again.path / "setup.py").read_text() == "v2\n"
+    assert not (again.path / "build").exists()
+    assert again.revision == _git("rev-parse", "HEAD", cwd=upstream)
+
+
+def test_unknown_ref_is_one_line(upstream, tmp_path):
+    with pytest.raises(WheelhouseError) as info:
+        sources.fetch_git(upstream.as_uri(), "v9", tmp_path / "cache", submodules=False, component="demo")
+    assert str(info.value) == f"components.demo.ref: 'v9' not found in {upstream.as_uri()}; use an existing branch, tag or commit"
+
+
+def test_sdist_digest_mismatch_is_refused(tmp_path):
+    cache = tmp_path / "cache"
+    downloads = cache / "sources" / "sdist"
+    downloads.mkdir(parents=True)
+    archive = downloads / "demo-1.0.tar.gz"
+    subprocess.run(["tar", "-czf", str(archive), "-C", str(tmp_path), "cache/sources/sdist"], check=True)
+    with pytest.raises(WheelhouseError, match=r"sha256 [0-9a-f]{64} does not match source.sha256 0{64}"):
+        sources.fetch_sdist("demo", "1.0", cache, python="python3", expected_sha256="0" * 64)
