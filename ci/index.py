@@ -63,6 +63,7 @@ Aliases and landing page
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import json
@@ -414,7 +415,7 @@ class _Builder:
     def _check_meta(
         self, wheel: Asset, where: str, hexdigest: str, meta: CoreMetadata
     ) -> tuple[bool, str | None, CoreMetadata | None]:
-        name, version, _, _ = parse_wheel_filename(wheel.name)
+        name, version, _, _ = _parse_wheel(wheel.name)
         try:
             same_version = Version(meta.version) == version
         except InvalidVersion:
@@ -434,12 +435,18 @@ class _Builder:
         return True, hexdigest, meta
 
 
+@functools.lru_cache(maxsize=65536)
+def _parse_wheel(filename: str):
+    """parse_wheel_filename, once per name: a site build asks about each wheel several times."""
+    return parse_wheel_filename(filename)
+
+
 def _wheel_problem(asset: Asset) -> str | None:
     """Why this wheel asset cannot be indexed, or None."""
     if not _SAFE_FILENAME.match(asset.name):
         return "the name has characters outside [A-Za-z0-9._+-]"
     try:
-        name, _, _, _ = parse_wheel_filename(asset.name)
+        name, _, _, _ = _parse_wheel(asset.name)
     except InvalidWheelFilename as exc:
         return f"not a valid wheel filename ({_one_line(exc)})"
     if not _PROJECT_NAME.match(name):
@@ -490,7 +497,7 @@ def build_site(
             if problem is not None:
                 builder.warn(f"asset {wheel.name!r} (release {release.tag}) refused: {problem}")
                 continue
-            package = normalize_package_name(str(parse_wheel_filename(wheel.name)[0]))
+            package = normalize_package_name(str(_parse_wheel(wheel.name)[0]))
             sidecar = by_name.get(wheel.name + METADATA_SUFFIX)
             if sidecar is not None and sidecar.state != "uploaded":
                 sidecar = None
