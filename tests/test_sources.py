@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -65,7 +67,24 @@ def test_sdist_digest_mismatch_is_refused(tmp_path):
     cache = tmp_path / "cache"
     downloads = cache / "sources" / "sdist"
     downloads.mkdir(parents=True)
-    archive = downloads / "demo-1.0.tar.gz"
-    subprocess.run(["tar", "-czf", str(archive), "-C", str(tmp_path), "cache/sources/sdist"], check=True)
+    project = tmp_path / "demo-1.0"
+    project.mkdir()
+    (project / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    with tarfile.open(downloads / "demo-1.0.tar.gz", "w:gz") as archive:
+        archive.add(project, arcname="demo-1.0")
     with pytest.raises(WheelhouseError, match=r"sha256 [0-9a-f]{64} does not match source.sha256 0{64}"):
         sources.fetch_sdist("demo", "1.0", cache, python="python3", expected_sha256="0" * 64)
+
+
+def test_sdist_is_unpacked_from_the_cache_without_downloading(tmp_path):
+    cache = tmp_path / "cache"
+    downloads = cache / "sources" / "sdist"
+    downloads.mkdir(parents=True)
+    project = tmp_path / "demo-1.0"
+    project.mkdir()
+    (project / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    with tarfile.open(downloads / "demo-1.0.tar.gz", "w:gz") as archive:
+        archive.add(project, arcname="demo-1.0")
+    digest = hashlib.sha256((downloads / "demo-1.0.tar.gz").read_bytes()).hexdigest()
+    checkout = sources.fetch_sdist("demo", "1.0", cache, python="/nonexistent/python", expected_sha256=digest)
+    assert (checkout.path / "setup.py").is_file() and checkout.revision == digest
