@@ -9,12 +9,14 @@ uploaded it first, and a failed wheel upload then looked complete).
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ci import manifest, matrix
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
+from ci.store.local import sha256_file
 from ci.store.model import ReleaseStore
 from ci.versions import Versions
 
@@ -25,13 +27,16 @@ class Step:
     tag: str
     name: str = ""
     path: Path | None = None
+    data: bytes | None = None
+    """Content to upload when there is no file (the manifest)."""
     title: str = ""
     body: str = ""
 
     def render(self) -> str:
         if self.action == "ensure-release":
             return f"ensure release {self.tag} (title: {self.title!r}, make_latest: false)"
-        return f"upload {self.name} to {self.tag} ({self.path.stat().st_size} bytes)"
+        size = len(self.data) if self.data is not None else self.path.stat().st_size
+        return f"upload {self.name} to {self.tag} ({size} bytes)"
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,6 @@ def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
         path = folder / wheel.name
         if not path.is_file():
             raise WheelhouseError(f"{path}: listed in {record_path.name} but missing; rebuild the row")
-        from ci.store.local import sha256_file
-
         if sha256_file(path) != wheel.sha256:
             raise WheelhouseError(f"{path}: bytes differ from the build record (sha256); rebuild the row")
         steps.append(Step("upload", row.release_tag, wheel.name, path))
@@ -82,9 +85,7 @@ def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
         metadata = folder / f"{wheel.name}.metadata"
         if metadata.is_file():
             steps.append(Step("upload", row.release_tag, metadata.name, metadata))
-    manifest_path = folder / f"{row.release_tag}-{manifest.asset_name(row.arch)}"
-    manifest_path.write_text(built.to_json())
-    steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch), manifest_path))
+    steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch), data=built.to_json().encode()))
     return ReleasePlan(row, tuple(steps))
 
 
@@ -95,6 +96,11 @@ def apply(release_plan: ReleasePlan, store: ReleaseStore, *, clobber: bool = Tru
     for step in release_plan.steps:
         if step.action == "ensure-release":
             store.ensure_release(step.tag, step.title, step.body)
+        elif step.data is not None:
+            with tempfile.TemporaryDirectory(prefix="wheelhouse-release-") as tmp:
+                path = Path(tmp) / step.name
+                path.write_bytes(step.data)
+                store.upload_asset(step.tag, path, name=step.name, clobber=clobber)
         else:
             store.upload_asset(step.tag, step.path, name=step.name, clobber=clobber)
         log(f"{verb}: {step.render()}")
