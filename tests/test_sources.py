@@ -63,7 +63,9 @@ def test_unknown_ref_is_one_line(upstream, tmp_path):
     assert str(info.value) == f"components.demo.ref: 'v9' not found in {upstream.as_uri()}; use an existing branch, tag or commit"
 
 
-def test_sdist_digest_mismatch_is_refused(tmp_path):
+@pytest.fixture
+def cached_sdist(tmp_path) -> tuple[Path, Path]:
+    """(cache dir, archive): demo-1.0's sdist already in the source cache, as a carried or earlier download."""
     cache = tmp_path / "cache"
     downloads = cache / "sources" / "sdist"
     downloads.mkdir(parents=True)
@@ -72,19 +74,17 @@ def test_sdist_digest_mismatch_is_refused(tmp_path):
     (project / "setup.py").write_text("from setuptools import setup\nsetup()\n")
     with tarfile.open(downloads / "demo-1.0.tar.gz", "w:gz") as archive:
         archive.add(project, arcname="demo-1.0")
+    return cache, downloads / "demo-1.0.tar.gz"
+
+
+def test_sdist_digest_mismatch_is_refused(cached_sdist):
+    cache, _ = cached_sdist
     with pytest.raises(WheelhouseError, match=r"sha256 [0-9a-f]{64} does not match source.sha256 0{64}"):
         sources.fetch_sdist("demo", "1.0", cache, python="python3", expected_sha256="0" * 64)
 
 
-def test_sdist_is_unpacked_from_the_cache_without_downloading(tmp_path):
-    cache = tmp_path / "cache"
-    downloads = cache / "sources" / "sdist"
-    downloads.mkdir(parents=True)
-    project = tmp_path / "demo-1.0"
-    project.mkdir()
-    (project / "setup.py").write_text("from setuptools import setup\nsetup()\n")
-    with tarfile.open(downloads / "demo-1.0.tar.gz", "w:gz") as archive:
-        archive.add(project, arcname="demo-1.0")
-    digest = hashlib.sha256((downloads / "demo-1.0.tar.gz").read_bytes()).hexdigest()
+def test_sdist_is_unpacked_from_the_cache_without_downloading(cached_sdist):
+    cache, archive = cached_sdist
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     checkout = sources.fetch_sdist("demo", "1.0", cache, python="/nonexistent/python", expected_sha256=digest)
     assert (checkout.path / "setup.py").is_file() and checkout.revision == digest
