@@ -24,7 +24,9 @@ from ci.errors import WheelhouseError
 from ci.versions import REPO_ROOT, Component
 
 FETCH_ATTEMPTS = 4
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"}
+# No prompts (a build must never wait for a password). The user's and the system's git
+# configuration apply: that is where a site points github.com at its mirror (insteadOf).
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
 
 
 @dataclass(frozen=True)
