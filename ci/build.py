@@ -99,6 +99,18 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
 
 
+def builder_path(filter_bin: Path | None, python: Path, cache_tool: str | None, inherited: str) -> str:
+    """PATH for the builder: the nvcc arch filter (if any) first, then the row venv, the compiler cache (if any),
+    then the caller's PATH."""
+    entries = [str(filter_bin)] if filter_bin else []
+    entries.append(str(python.parent))
+    if cache_tool:
+        entries.append(str(Path(cache_tool).parent))
+    if inherited:
+        entries.append(inherited)
+    return os.pathsep.join(entries)
+
+
 def parse_timeout(value: str) -> int:
     unit = value[-1] if value[-1] in TIMEOUT_UNITS else "s"
     number = value[:-1] if value[-1] in TIMEOUT_UNITS else value
@@ -168,7 +180,7 @@ def _build_env(row: MatrixRow, python: str, plan_paths: dict, options: BuildOpti
         env["WHEELHOUSE_BUNDLE_INTERPRETERS"] = " ".join(bundle)
     nvcc = toolchain.find_nvcc(options.environ)
     if nvcc is not None and row.cuda != "cpu":
-        env["CUDA_HOME"] = str(nvcc.parent.parent)
+        env["CUDA_HOME"] = str(toolchain.cuda_home(nvcc))
     if s.arch_filter and nvcc is not None:
         env["WHEELHOUSE_REAL_NVCC"] = str(nvcc)
         env["WHEELHOUSE_NVCC_ARCHS"] = s.torch_cuda_arch_list or ""
@@ -234,7 +246,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     t0 = time.monotonic()
     fetch_env = dict(options.environ)
     if interpreter.nvcc is not None and row.cuda != "cpu":
-        fetch_env["CUDA_HOME"] = str(interpreter.nvcc.parent.parent)
+        fetch_env["CUDA_HOME"] = str(toolchain.cuda_home(interpreter.nvcc))
         fetch_env["PATH"] = os.pathsep.join([str(interpreter.nvcc.parent), fetch_env.get("PATH", "")])
     checkout = sources.fetch(component, options.cache_dir, python=python, override=options.source, env=fetch_env)
     config = fingerprint.build_config(row, checkout.revision)
@@ -263,12 +275,8 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     if row.settings.arch_filter:
         _install_arch_filter(paths["filter_bin"])
     full_env = {**options.environ, **env}
-    full_env["PATH"] = os.pathsep.join(
-        [str(paths["filter_bin"])] * bool(row.settings.arch_filter)
-        + [str(Path(python).parent)]
-        + [str(Path(cache_tool).parent)] * bool(cache_tool)
-        + [options.environ.get("PATH", "")]
-    )
+    full_env["PATH"] = builder_path(paths["filter_bin"] if row.settings.arch_filter else None, Path(python),
+                                    cache_tool, options.environ.get("PATH", ""))
     command = ["bash", str(REPO_ROOT / "build_scripts" / f"{row.settings.builder}.sh")]
     timeout_s = parse_timeout(row.settings.build_timeout)
     log(f"building {row.label} in {src}")

@@ -157,6 +157,22 @@ def find_nvcc(env: dict[str, str] | None = None) -> Path | None:
     return default if default.is_file() else None
 
 
+def cuda_home(nvcc: Path) -> Path:
+    """The toolkit ``nvcc`` belongs to.
+
+    Usually nvcc's grandparent; but an nvcc on PATH may be a wrapper script
+    (``/usr/local/bin/nvcc`` exec'ing the real one), whose grandparent has no
+    CUDA headers. nvcc itself names its toolkit (``TOP``) in a dry run.
+    """
+    guess = nvcc.parent.parent
+    if (guess / "include" / "cuda_runtime.h").is_file() or (guess / "targets").is_dir():
+        return guess
+    result = subprocess.run([str(nvcc), "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                            capture_output=True, text=True)
+    match = re.search(r"^#\$ TOP=(.+?)\s*$", result.stdout + result.stderr, re.MULTILINE)
+    return Path(os.path.normpath(match.group(1))) if match else guess
+
+
 def nvcc_version(nvcc: Path) -> str | None:
     result = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True)
     match = re.search(r"release (\d+\.\d+)", result.stdout)

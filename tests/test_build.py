@@ -247,3 +247,29 @@ def test_repair_setting_gives_a_manylinux_wheel(tmp_path):
     record = json.loads(result.record.read_text())
     assert record["checks"]["ok"] is True and record["wheels"][0]["name"] == wheel.name
     assert not (tmp_path / "dist" / "cpu" / "torch2.13" / "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl").exists()
+
+
+def test_builder_path_without_a_compiler_cache_or_arch_filter(tmp_path):
+    """A machine with neither sccache nor ccache (the GPU machine) still gets a PATH, venv first."""
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    assert build.builder_path(None, venv_python, None, "/usr/bin:/bin") == f"{venv_python.parent}:/usr/bin:/bin"
+    assert build.builder_path(tmp_path / "filter", venv_python, "/opt/cache/bin/sccache", "") == \
+        f"{tmp_path / 'filter'}:{venv_python.parent}:/opt/cache/bin"
+
+
+def test_cuda_home_of_an_nvcc_wrapper_is_the_toolkit_it_runs(tmp_path):
+    """An nvcc on PATH that is a wrapper script (/usr/local/bin/nvcc exec'ing the toolkit's) has no headers
+    beside it; the toolkit is the one nvcc names itself."""
+    toolkit = tmp_path / "cuda-13.0"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "include").mkdir()
+    (toolkit / "include" / "cuda_runtime.h").write_text("")
+    real = toolkit / "bin" / "nvcc"
+    real.write_text(f'#!/bin/sh\necho "#$ TOP={toolkit}/bin/.." >&2\n')
+    wrapper = tmp_path / "local" / "bin" / "nvcc"
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    for script in (real, wrapper):
+        script.chmod(0o755)
+    assert toolchain.cuda_home(wrapper) == toolkit
+    assert toolchain.cuda_home(real) == toolkit
