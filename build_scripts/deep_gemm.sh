@@ -15,6 +15,8 @@ LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib"
 source "$LIB/env.sh"
 # shellcheck source=lib/wheel_pack.sh
 source "$LIB/wheel_pack.sh"
+# shellcheck source=lib/cuda_paths.sh
+source "$LIB/cuda_paths.sh"
 
 require_env MAX_JOBS DIST_DIR WHEELHOUSE_ROOT
 ensure_dist_dir
@@ -25,11 +27,17 @@ for sub in third-party/cutlass/include third-party/fmt/include; do
 done
 
 pip_install_build_deps ninja packaging wheel setuptools
+# _C includes NVRTC and cuBLASLt (and torch's CUDA headers include cuBLAS,
+# cuSPARSE and cuSOLVER) and links cudart and nvrtc. A toolkit installed
+# without them (an nvcc-only CPU build machine) takes them from the CUDA wheels
+# torch brought into the row venv.
+ensure_cuda_headers cuda_runtime.h nvrtc.h cublasLt.h cublas_v2.h cusparse.h cusolverDn.h
+ensure_cuda_libraries cudart nvrtc
 # DG_FORCE_BUILD=1: compile instead of trying upstream's prebuilt wheel.
 # DG_USE_LOCAL_VERSION=0: no "+<sha>" (or "+local" when the tree is dirty).
 # DG_SKIP_CUDA_BUILD=0: the extension is the point of this wheel.
 export DG_FORCE_BUILD=1 DG_USE_LOCAL_VERSION=0 DG_SKIP_CUDA_BUILD=0
-print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION CUDA_HOME TORCH_VERSION MAX_JOBS CXX11_ABI \
+print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION CUDA_HOME CPATH LIBRARY_PATH TORCH_VERSION MAX_JOBS CXX11_ABI \
     DG_FORCE_BUILD DG_USE_LOCAL_VERSION DG_SKIP_CUDA_BUILD DG_JIT_USE_RUNTIME_API WHEELHOUSE_BUNDLE_PYTHONS DIST_DIR
 print_torch
 

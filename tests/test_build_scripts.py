@@ -257,6 +257,50 @@ def test_cuda_paths_aarch64_uses_sbsa(tmp_path):
     assert proc.stdout.splitlines() == [f"{cuda}/targets/sbsa-linux/include/cccl", f"{cuda}/targets/sbsa-linux/lib/stubs"]
 
 
+def _toolkit_without_nvrtc(tmp_path: Path) -> dict[str, str]:
+    """A toolkit with cudart only, and a row venv (fake `python`) whose CUDA wheels have NVRTC."""
+    cuda = tmp_path / "cuda"
+    (cuda / "include").mkdir(parents=True)
+    (cuda / "include/cuda_runtime.h").write_text("")
+    (cuda / "lib64").mkdir()
+    (cuda / "lib64/libcudart.so").write_bytes(b"")
+    wheels = tmp_path / "site/nvidia/cu13"
+    (wheels / "include").mkdir(parents=True)
+    (wheels / "include/nvrtc.h").write_text("")
+    (wheels / "lib").mkdir()
+    (wheels / "lib/libnvrtc.so.13").write_bytes(b"")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f"#!/bin/sh\necho {tmp_path / 'site'}\n")
+    (bin_dir / "python").chmod(0o755)
+    return {"CUDA_HOME": str(cuda), "CUDA_VERSION": "13.0", "TARGET_ARCH": "x86_64", "CPATH": "/keep",
+            "DIST_DIR": str(tmp_path / "build/dist"), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_toolkit_parts_it_lacks_come_from_the_row_venvs_cuda_wheels(tmp_path):
+    env = _toolkit_without_nvrtc(tmp_path)
+    proc = bash(source("cuda_paths.sh") + "ensure_cuda_headers cuda_runtime.h nvrtc.h\nensure_cuda_libraries cudart nvrtc\n"
+                'printf "%s\\n" "$CPATH" "$LIBRARY_PATH"', env=env)
+    assert proc.returncode == 0, proc.stderr
+    wheels = tmp_path / "site/nvidia/cu13"
+    link_dir = tmp_path / "build/cuda-wheel-libs"
+    # the toolkit's own headers stay first; only the library it lacks is linked
+    assert proc.stdout.splitlines() == [f"/keep:{wheels}/include", str(link_dir)]
+    assert os.readlink(link_dir / "libnvrtc.so") == str(wheels / "lib/libnvrtc.so.13")
+    assert not (link_dir / "libcudart.so").exists()
+
+
+def test_a_toolkit_part_found_nowhere_dies_naming_it(tmp_path):
+    env = _toolkit_without_nvrtc(tmp_path)
+    proc = bash(source("cuda_paths.sh") + "ensure_cuda_headers cublasLt.h", env=env)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        f"cublasLt.h is neither in {tmp_path / 'cuda'}/include nor in the row venv's CUDA wheels; "
+        "install the toolkit's development headers for it")
+    proc = bash(source("cuda_paths.sh") + "ensure_cuda_libraries cublasLt", env=env)
+    assert proc.returncode != 0 and "libcublasLt.so is neither in" in proc.stderr
+
+
 def test_missing_libcuda_stub_dies_with_the_fix(tmp_path):
     proc = bash(source("cuda_paths.sh") + "ensure_cuda_cccl_include_path\nensure_cuda_stub_library_path",
                 env={"CUDA_HOME": str(tmp_path), "TARGET_ARCH": "x86_64"})

@@ -60,3 +60,52 @@ ensure_cuda_stub_library_path() {
     done
     die "no libcuda.so stub under $root/lib64/stubs or $root/targets/$target/lib/stubs; install the toolkit's driver-dev package (cuda-driver-dev-<major>-<minor>)"
 }
+
+# cuda_wheels_dir: nvidia/cu<major> in the row venv, where the CUDA wheels that
+# torch depends on (cuda-toolkit, nvidia-cublas, nvidia-cuda-nvrtc...) put their
+# headers and libraries; empty when that venv has none.
+cuda_wheels_dir() {
+    local purelib dir
+    purelib="$(row_python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    dir="$purelib/nvidia/cu${CUDA_VERSION%%.*}"
+    [[ -d "$dir" ]] && printf '%s\n' "$dir"
+    return 0
+}
+
+# ensure_cuda_headers HEADER...: a toolkit installed without some of its parts
+# (no cuBLAS or NVRTC headers, say) gets them from the row venv's CUDA wheels,
+# of the CUDA version torch was built for. Appended to CPATH, so a complete
+# toolkit's own headers still come first; dies naming what is found nowhere.
+ensure_cuda_headers() {
+    local root wheels header
+    root="$(cuda_root)"
+    wheels="$(cuda_wheels_dir)"
+    for header in "$@"; do
+        [[ -f "$root/include/$header" || -f "$root/targets/$(cuda_target_dir)/include/$header" ]] && continue
+        [[ -n "$wheels" && -f "$wheels/include/$header" ]] \
+            || die "$header is neither in $root/include nor in the row venv's CUDA wheels; install the toolkit's development headers for it"
+        case ":${CPATH:-}:" in *":$wheels/include:"*) ;; *) export CPATH="${CPATH:+$CPATH:}$wheels/include" ;; esac
+        log_info "$header: from the CUDA wheels ($wheels/include)"
+    done
+}
+
+# ensure_cuda_libraries NAME...: link-time lib<NAME>.so for libraries the
+# toolkit lacks, from the row venv's CUDA wheels, which ship only
+# lib<NAME>.so.<major>: a lib<NAME>.so link to it in the build directory
+# (beside DIST_DIR) goes on LIBRARY_PATH. At run time torch loads the same
+# wheels' libraries.
+ensure_cuda_libraries() {
+    local root wheels name found link_dir
+    root="$(cuda_root)"
+    wheels="$(cuda_wheels_dir)"
+    link_dir="$(dirname "$DIST_DIR")/cuda-wheel-libs"
+    for name in "$@"; do
+        [[ -e "$root/lib64/lib$name.so" || -e "$root/targets/$(cuda_target_dir)/lib/lib$name.so" ]] && continue
+        found="$(compgen -G "${wheels:-/nonexistent}/lib/lib$name.so.[0-9]*" | sort | head -1 || true)"
+        [[ -n "$found" ]] || die "lib$name.so is neither in $root/lib64 nor in the row venv's CUDA wheels; install the toolkit's lib$name"
+        mkdir -p "$link_dir"
+        ln -sfn "$found" "$link_dir/lib$name.so"
+        prepend_path LIBRARY_PATH "$link_dir"
+        log_info "lib$name.so: from the CUDA wheels ($found)"
+    done
+}
