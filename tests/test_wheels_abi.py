@@ -75,3 +75,24 @@ def test_bad_targets_are_one_line_errors(tmp_path: Path) -> None:
     bare.chmod(0o755)
     with pytest.raises(CheckFailed, match="torch is not installed for this interpreter"):
         resolve_torch_target(bare)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["shared-libstdc++", "static-libstdc++"])
+def test_an_extension_with_its_own_libstdcxx_beside_torch_is_refused(tmp_path: Path, static: bool) -> None:
+    """Linked to torch (DT_NEEDED libc10.so) with libstdc++ inside: std::regex breaks at run time (seen on the
+    GPU machine, whose CXX wrapper adds -static-libstdc++), so the wheel must not ship; needs no torch target."""
+    from ci.wheels.check import check_wheels
+
+    flags = [f"-L{TORCH_DIR / 'lib'}", "-Wl,--no-as-needed", "-lc10", *(["-static-libstdc++"] if static else [])]
+    so = host_shared_object(flags)
+    wheel = build_wheel(tmp_path, {"demo_pkg/_C.cpython-311-x86_64-linux-gnu.so": so.read_bytes()})
+    report = check_wheels([wheel])
+    static_problems = [p for p in report.problems if "libstdc++ was linked in statically" in p]
+    if static:
+        assert static_problems == [
+            f"{wheel.name}: demo_pkg/_C.cpython-311-x86_64-linux-gnu.so links libc10.so but not libstdc++.so.6: "
+            "libstdc++ was linked in statically (-static-libstdc++, or a compiler wrapper that adds it), and beside "
+            "torch's shared one std::regex crashes at run time; build with a compiler that links libstdc++ "
+            "dynamically (CXX)"]
+    else:
+        assert static_problems == []

@@ -21,6 +21,9 @@ lives), a site-packages directory, a torch package directory, or a torch wheel
 file read in place (each ``torch/lib`` library streamed to a temporary file in
 turn; nothing is installed).
 
+One rule needs no target: an extension that links torch must take libstdc++
+from the shared library, as torch does (``static_libstdcxx_problem``).
+
 The libstdc++ dual ABI is checked too: an extension that references
 ``std::__cxx11`` symbols cannot load into a torch built with
 ``_GLIBCXX_USE_CXX11_ABI=0`` and vice versa. Torch's setting is read from its
@@ -44,7 +47,7 @@ from pathlib import Path, PurePosixPath
 
 from ci.errors import CheckFailed
 from ci.wheels.archive import WheelArchive, open_wheel
-from ci.wheels.elf import ElfFile, demangle, is_elf
+from ci.wheels.elf import EM_CUDA, ElfFile, demangle, is_elf
 
 _TORCH_CXX = re.compile(
     r"^_Z(?:Z|GV|T[VIST]|Th\d+_|Thn\d+_|Tv\d+_n?\d+_|Tvn\d+_n?\d+_)?N?[rVKRO]*(?:3c10|2at|5torch|6caffe2|8pybind11)"
@@ -82,7 +85,7 @@ def elf_needs(member: str, path: Path) -> ElfNeeds | None:
         if not is_elf(fp):
             return None
         elf = ElfFile(fp, member)
-        if elf.machine == 190:  # a CUDA cubin: no host symbols
+        if elf.machine == EM_CUDA:  # a cubin: no host symbols
             return None
         undefined = [s for s in elf.undefined_symbols() if s.binding != "WEAK"]
     torch_syms = tuple(sorted({s.name for s in undefined if torch_expected(s.name)}))
@@ -93,6 +96,30 @@ def elf_needs(member: str, path: Path) -> ElfNeeds | None:
         old = any(("std::string" in d or "std::basic_string<" in d) for d in spelled.values())
         cxx11 = False if old else None
     return ElfNeeds(member, torch_syms, cxx11)
+
+
+def static_libstdcxx_problem(member: str, path: Path) -> str | None:
+    """Why an extension that links torch but embeds its own libstdc++ cannot ship, or None.
+
+    Such a module (``-static-libstdc++``, or a compiler wrapper that adds it)
+    needs libc10/libtorch but not ``libstdc++.so.6``. Its std::locale facets
+    are then a second copy beside torch's shared one, while the template code
+    it shares with torch (std::regex's, for one) binds to torch's exports: the
+    ids disagree and the first std::regex throws std::bad_cast or crashes.
+    """
+    with open(path, "rb") as fp:
+        if not is_elf(fp):
+            return None
+        elf = ElfFile(fp, member)
+        if elf.machine == EM_CUDA:
+            return None
+        needed = elf.needed_libraries()
+    torch_libs = [name for name in needed if name.startswith(("libc10", "libtorch"))]
+    if not torch_libs or any(name.startswith("libstdc++.so") for name in needed):
+        return None
+    return (f"{member} links {torch_libs[0]} but not libstdc++.so.6: libstdc++ was linked in statically "
+            "(-static-libstdc++, or a compiler wrapper that adds it), and beside torch's shared one std::regex "
+            "crashes at run time; build with a compiler that links libstdc++ dynamically (CXX)")
 
 
 def collect_torch_needs(archive: WheelArchive) -> tuple[ElfNeeds, ...]:

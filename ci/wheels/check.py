@@ -24,6 +24,7 @@ from ci.wheels.abi import (
     evaluate_abi,
     resolve_torch_target,
     scan_torch_exports,
+    static_libstdcxx_problem,
 )
 from ci.wheels.archive import open_wheel, sha256_file
 from ci.wheels.archs import ArchList, format_archs, parse_arch_list
@@ -200,6 +201,9 @@ def _inspect(
             device: list[MemberArchs] = []
             for member, copy in archive.shared_objects("wheel-check-"):
                 try:
+                    static = static_libstdcxx_problem(member.name, copy)
+                    if static:
+                        pending.problems.append(f"{path.name}: {static}")
                     if want_abi:
                         found = elf_needs(member.name, copy)
                         if found is not None:

@@ -2,8 +2,9 @@
 
 Only what the wheel checks need: the section table, the dynamic symbol table
 (``.dynsym``/``.dynstr``) with GNU symbol versions (``.gnu.version``,
-``.gnu.version_r`` for needs, ``.gnu.version_d`` for definitions), and the
-location of named sections (``.nv_fatbin``) so their bytes can be streamed.
+``.gnu.version_r`` for needs, ``.gnu.version_d`` for definitions), the shared
+libraries the file needs (``DT_NEEDED`` in ``.dynamic``), and the location of
+named sections (``.nv_fatbin``) so their bytes can be streamed.
 Sections are read on demand; nothing but the tables asked for is loaded.
 
 Demangling goes through ``c++filt`` in one batch; without it (or when it
@@ -26,7 +27,10 @@ EM_X86_64 = 62
 EM_AARCH64 = 183
 EM_CUDA = 190
 
+SHT_DYNAMIC = 6
 SHT_DYNSYM = 11
+DT_NULL = 0
+DT_NEEDED = 1
 SHT_GNU_VERDEF = 0x6FFFFFFD
 SHT_GNU_VERNEED = 0x6FFFFFFE
 SHT_GNU_VERSYM = 0x6FFFFFFF
@@ -39,6 +43,7 @@ STT_NAMES = {0: "NOTYPE", 1: "OBJECT", 2: "FUNC", 3: "SECTION", 4: "FILE", 5: "C
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
+_DYN = struct.Struct("<qQ")
 _MAX_TABLE = 512 << 20
 """Refuse symbol/string tables beyond this size: a corrupt header, not a real library."""
 
@@ -225,6 +230,22 @@ class ElfFile:
                 version=version,
                 version_file=None if defined else vfile,
             )
+
+    def needed_libraries(self) -> tuple[str, ...]:
+        """The shared libraries this file needs (``DT_NEEDED``), in order."""
+        dynamic = next((s for s in self.sections if s.type == SHT_DYNAMIC), None)
+        if dynamic is None:
+            return ()
+        if not 0 <= dynamic.link < len(self.sections):
+            raise CheckFailed(f"{self.label}: .dynamic links to a missing string table")
+        strtab = self.read_section(self.sections[dynamic.link])
+        needed = []
+        for tag, value in _DYN.iter_unpack(self.read_section(dynamic)[: dynamic.size // _DYN.size * _DYN.size]):
+            if tag == DT_NULL:
+                break
+            if tag == DT_NEEDED:
+                needed.append(self._string(strtab, value))
+        return tuple(needed)
 
     def defined_names(self) -> set[str]:
         """Names of all defined global/weak dynamic symbols (the exports)."""
