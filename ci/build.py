@@ -240,6 +240,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
         toolchain.prepare_venv(row, options.cache_dir, index=index, log=log)
     )
     interpreter = toolchain.verify(python, row, env=options.environ)
+    toolchain.check_cxx(options.environ)
     durations["toolchain_s"] = round(time.monotonic() - started, 1)
 
     # 2. Sources, then the build directory keyed by the real fingerprint.

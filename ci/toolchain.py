@@ -14,14 +14,17 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
+from ci.wheels.elf import ElfFile
 
 TORCH_INDEX_BASE = "https://download.pytorch.org/whl"
 BUILD_TOOLS = ("setuptools", "wheel", "ninja", "packaging")
@@ -155,6 +158,42 @@ def find_nvcc(env: dict[str, str] | None = None) -> Path | None:
         return Path(found)
     default = Path("/usr/local/cuda/bin/nvcc")
     return default if default.is_file() else None
+
+
+_CXX_PROBE = '#include <string>\nint wheelhouse_probe() { return static_cast<int>(std::string("probe").size()); }\n'
+
+
+def check_cxx(env: dict[str, str]) -> str:
+    """The C++ compiler builds will use (CXX, else ``c++`` as torch does), checked to link libstdc++ dynamically.
+
+    A compiler that links it statically (``-static-libstdc++``, or a wrapper whose
+    library path has only libstdc++.a) makes extensions that crash beside torch's
+    shared libstdc++ (std::regex); the wheel checks refuse them, but only after the
+    build. This finds out in a second, before it.
+    """
+    cxx = env.get("CXX") or "c++"
+    with tempfile.TemporaryDirectory(prefix="wheelhouse-cxx-") as tmp:
+        source, library = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
+        source.write_text(_CXX_PROBE)
+        try:
+            result = subprocess.run([*shlex.split(cxx), "-shared", "-fPIC", str(source), "-o", str(library)],
+                                    capture_output=True, text=True, env=env)
+        except OSError as exc:
+            raise WheelhouseError(f"CXX={cxx}: cannot run it ({exc.strerror}); install a C++ compiler or point "
+                                  "CXX at one") from None
+        if result.returncode != 0:
+            tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise WheelhouseError(f"CXX={cxx}: cannot build a shared library ({tail}); point CXX at a working "
+                                  "C++ compiler")
+        with open(library, "rb") as fp:
+            needed = ElfFile(fp, str(library)).needed_libraries()
+    if not any(name.startswith("libstdc++.so") for name in needed):
+        raise WheelhouseError(
+            f"CXX={cxx} links libstdc++ statically (its shared libraries do not need libstdc++.so.6); extensions "
+            "built with it crash beside torch's shared libstdc++: point CXX (and CC) at a compiler that links it "
+            "dynamically, e.g. the system g++"
+        )
+    return cxx
 
 
 def cuda_home(nvcc: Path) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ci import build, matrix, toolchain
+from ci.errors import WheelhouseError
 from ci.versions import load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -273,3 +274,20 @@ def test_cuda_home_of_an_nvcc_wrapper_is_the_toolkit_it_runs(tmp_path):
         script.chmod(0o755)
     assert toolchain.cuda_home(wrapper) == toolkit
     assert toolchain.cuda_home(real) == toolkit
+
+
+def test_a_cxx_that_links_libstdcxx_statically_is_refused_before_the_build(tmp_path):
+    """The GPU machine's CXX wrapper linked libstdc++ statically; the extensions it made crashed in std::regex."""
+    wrapper = tmp_path / "g++-static"
+    wrapper.write_text('#!/bin/sh\nexec g++ "$@" -static-libstdc++\n')
+    wrapper.chmod(0o755)
+    env = {**os.environ, "CXX": str(wrapper)}
+    with pytest.raises(WheelhouseError) as info:
+        toolchain.check_cxx(env)
+    assert str(info.value) == (
+        f"CXX={wrapper} links libstdc++ statically (its shared libraries do not need libstdc++.so.6); extensions "
+        "built with it crash beside torch's shared libstdc++: point CXX (and CC) at a compiler that links it "
+        "dynamically, e.g. the system g++")
+    assert toolchain.check_cxx({**os.environ, "CXX": "g++"}) == "g++"
+    with pytest.raises(WheelhouseError, match=r"^CXX=/nonexistent/g\+\+: cannot run it"):
+        toolchain.check_cxx({**os.environ, "CXX": "/nonexistent/g++"})
