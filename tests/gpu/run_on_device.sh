@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # End to end on the GPU machine (one H200 = sm_90, torch 2.11.0+cu130 for
-# Python 3.12, nvcc 13.0, no network), through our own commands only:
+# Python 3.12, nvcc 13.0, no network), through our own commands only.
 #
+#   run_on_device.sh            the fixture extension and causal-conv1d (below)
+#   run_on_device.sh upstream   the real upstream components of the device
+#                               versions file, from their git sources (below)
+#
+# Default mode:
 #   1. build the fixture extension (with its CUDA kernel) and causal-conv1d
 #      1.7.0 (from its sdist, arch filter 9.0) with the build sessions against
 #      the machine's torch (--reuse-env); the wheel checks gate both builds
@@ -14,17 +19,32 @@
 #      missing symbol) and imported (undefined symbol); the wheel built here
 #      passes both
 #
+# Upstream mode: WHEELHOUSE_DEVICE_UPSTREAM names the components (default:
+# fast-hadamard-transform flash-mla deep-gemm). Their sources come through our
+# git path (source: {git: https://github.com/...}, shallow, submodules) from the
+# mirror in .device/mirror (tests/gpu/make_source_bundles.py), which git's own
+# url.<mirror>.insteadOf puts in GitHub's place. Each is built, its cubins
+# listed, released, indexed and installed from the index; then
+# tests/gpu/test_upstream_kernels.py compares their kernels with references.
+# A DeepGEMM wheel built on the CPU machine against torch 2.13, carried as
+# .device/torch2.13/deep_gemm-*.whl, is checked against this torch and imported.
+#
 # Every run works in a new temporary directory, so two runs give the same
-# result. Carried beside the repository (both git-ignored): .whl/ (wheels of
-# the tools that machine lacks: nox, invoke, jsonschema...) and .device/ (the
-# causal-conv1d sdist, and under torch2.13/ the wheel for step 4).
+# result; WHEELHOUSE_DEVICE_WORK names one instead, and a run started again
+# there resumes its builds (a detached run that outlived a call, say).
+# Carried beside the repository (both git-ignored): .whl/ (wheels of the tools
+# that machine lacks: nox, invoke, jsonschema...) and .device/ (the
+# causal-conv1d sdist, the mirror, and under torch2.13/ the wheels built
+# against torch 2.13 elsewhere).
 # WHEELHOUSE_DEVICE_ALL_ARCHS=1 also times the unfiltered causal-conv1d build.
 # Logs and timings go to $OUT (or the work directory).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-WORK="$(mktemp -d /tmp/wheelhouse-device.XXXXXX)"
+MODE="${1:-fixture}"
+WORK="${WHEELHOUSE_DEVICE_WORK:-$(mktemp -d /tmp/wheelhouse-device.XXXXXX)}"
+mkdir -p "$WORK"
 RESULTS="${OUT:-$WORK/out}"
 mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
@@ -40,8 +60,6 @@ fi
 export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl"
 export WHEELHOUSE_VERSIONS=tests/fixtures/versions-device.yaml
 export WHEELHOUSE_CACHE="$WORK/cache" WHEELHOUSE_STORE="$WORK/store"
-mkdir -p "$WHEELHOUSE_CACHE/sources/sdist"
-cp .device/causal_conv1d-1.7.0.tar.gz "$WHEELHOUSE_CACHE/sources/sdist/"
 DIST="$WORK/dist"
 WORLD="cu130/torch2.11"
 
@@ -55,6 +73,65 @@ build() {  # build <session> <label>: one build session, timed
     "$PY" -m nox -s "$1" -- --reuse-env --dist "$DIST"
     echo "$2: $((SECONDS - start)) s" | tee -a "$RESULTS/timings.txt"
 }
+
+if [[ "$MODE" == upstream ]]; then
+    step "mirror: https://github.com/ -> $ROOT/.device/mirror (git insteadOf)"
+    [[ -d .device/mirror ]] || { echo "no .device/mirror: run tests/gpu/make_source_bundles.py and carry .device"; exit 2; }
+    export GIT_CONFIG_GLOBAL="$WORK/gitconfig"
+    git config --file "$GIT_CONFIG_GLOBAL" url."file://$ROOT/.device/mirror/".insteadOf https://github.com/
+    git config --file "$GIT_CONFIG_GLOBAL" protocol.file.allow always
+    components="${WHEELHOUSE_DEVICE_UPSTREAM:-fast-hadamard-transform flash-mla deep-gemm}"
+    # The machine's CC/CXX (/opt/gcc/bin/g++) is a wrapper whose library path
+    # holds only a static libstdc++: extensions built with it embed libstdc++,
+    # which the wheel checks refuse (std::regex crashes beside torch's shared
+    # one). Its system compiler, the same GCC 13.3, links libstdc++ dynamically.
+    export CC="${WHEELHOUSE_DEVICE_CC:-/usr/bin/gcc}" CXX="${WHEELHOUSE_DEVICE_CXX:-/usr/bin/g++}"
+    if [[ "${WHEELHOUSE_DEVICE_ONLY_ABI:-0}" != 1 ]]; then  # 1: only step 4
+    step "1. build through source: {git: ...}"
+    for component in $components; do
+        build "build-$component-3.12" "$component build (sm_90)"
+        for wheel in "$DIST/$WORLD"/"$(echo "$component" | tr - _)"-*.whl; do
+            echo "$(basename "$wheel"): $(stat -c %s "$wheel") bytes" | tee -a "$RESULTS/wheels.txt"
+            rm -rf "$WORK/so" && mkdir -p "$WORK/so" && (cd "$WORK/so" && python3 -m zipfile -e "$wheel" .)
+            find "$WORK/so" -name '*.so' | sort | while read -r so; do
+                archs="$(cuobjdump --list-elf "$so" 2>/dev/null | grep -o 'sm_[0-9]*[af]*' | sort | uniq -c | tr -s ' ' | paste -sd, - || true)"
+                echo "  ${so#"$WORK/so/"}: cubins ${archs:-none}" | tee -a "$RESULTS/wheels.txt"
+            done
+            # the build's gate, once more in the open: ABI against this torch, coverage, sm_90 where there are cubins
+            require=()
+            [[ "$(tail -1 "$RESULTS/wheels.txt")" == *sm_90* ]] && require=(--require-archs 9.0)
+            "$PY" -m invoke check-wheel "$wheel" --torch "$PY" --pythons 3.12 "${require[@]}" | tee -a "$RESULTS/checks.txt"
+        done
+    done
+    step "2. release, index, install from the index"
+    for component in $components; do
+        "$PY" -m invoke release --component "$component" --python 3.12 --torch 2.11.0 --arch x86_64 --dist "$DIST"
+    done
+    "$PY" -m invoke publish-index
+    INDEX="file://$WORK/store/site/$WORLD/simple/"
+    # shellcheck disable=SC2086 # one package name per component
+    env -u PIP_NO_INDEX -u PIP_FIND_LINKS "$PY" -m pip install --no-deps --target "$WORK/clean" \
+        --index-url "$INDEX" $components 2>&1 | tee "$RESULTS/pip-install.txt"
+    echo "installed from $INDEX: $(ls "$WORK/clean")"
+    step "3. kernels against references"
+    (cd "$WORK" && PYTHONPATH="$WORK/clean:$PYTHONPATH" "$PY" -m pytest "$ROOT/tests/gpu/test_upstream_kernels.py" \
+        -m gpu -o addopts="" -p no:cacheprovider -s -q --rootdir "$ROOT" 2>&1) | tee "$RESULTS/kernels.txt" || true
+    fi
+    step "4. DeepGEMM built against torch 2.13 on the CPU machine, here with torch 2.11"
+    for wheel in .device/torch2.13/deep_gemm-*.whl; do
+        [[ -f "$wheel" ]] || { echo "no .device/torch2.13/deep_gemm wheel carried: step 4 skipped"; break; }
+        "$PY" -m invoke check-wheel "$wheel" --torch "$PY" --pythons 3.12 2>&1 | tee "$RESULTS/check-deep-gemm-2.13.txt" || true
+        "$PY" -m pip install -q --no-deps --target "$WORK/mismatched" "$wheel"
+        (cd "$WORK" && PYTHONPATH="$WORK/mismatched" "$PY" -c 'import deep_gemm; print("import ok", deep_gemm.__file__)' 2>&1 \
+            | tail -2 | tee "$RESULTS/import-deep-gemm-2.13.txt") || true
+    done
+    step "done"
+    cat "$RESULTS/timings.txt"
+    exit 0
+fi
+
+mkdir -p "$WHEELHOUSE_CACHE/sources/sdist"
+cp .device/causal_conv1d-1.7.0.tar.gz "$WHEELHOUSE_CACHE/sources/sdist/"
 
 if [[ "${WHEELHOUSE_DEVICE_ALL_ARCHS:-0}" == 1 ]]; then
     # in parallel with the filtered builds below (16 cores; each build runs about four nvcc at a time)
