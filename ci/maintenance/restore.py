@@ -63,7 +63,7 @@ class ArtifactRefused(WheelhouseError):
 def versions_text_at(ref: str, *, repo_root: Path = REPO_ROOT, path: str = "versions.yaml") -> str:
     """``git show REF:versions.yaml`` in the repository."""
     try:
-        done = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=repo_root, capture_output=True, text=True,
+        done = subprocess.run(["git", "show", "--end-of-options", f"{ref}:{path}"], cwd=repo_root, capture_output=True, text=True,
                               check=False)
     except OSError as exc:
         raise WheelhouseError(f"git show {ref}:{path}: cannot run git ({exc}); install git") from None
