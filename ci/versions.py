@@ -47,6 +47,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "build_timeout": "5h",
     "job_timeout_minutes": 360,
     "repair": None,
+    "pass_env": (),
 }
 SETTING_KEYS = ("builder", "runs_on", *SETTING_DEFAULTS)
 
@@ -97,6 +98,7 @@ class Settings:
     build_timeout: str
     job_timeout_minutes: int
     repair: str | None
+    pass_env: tuple[str, ...]
 
     @property
     def runs_on_labels(self) -> tuple[str, ...]:
@@ -121,6 +123,7 @@ class Component:
         values["runs_on"] = runs_on if isinstance(runs_on, str) else tuple(runs_on)
         values["wheel_packages"] = tuple(values["wheel_packages"])
         values["patches"] = tuple(values["patches"])
+        values["pass_env"] = tuple(values["pass_env"])
         values["extra_env"] = dict(sorted(values["extra_env"].items()))
         return Settings(**values)
 
