@@ -92,3 +92,17 @@ CRAFTED = {
     "overlapping symbol names": overlapping_names,
 }
 """Name -> maker(out_dir) of every crafted wheel (the benchmark times each)."""
+
+
+def header_mismatch(out: Path, version: str = "1.0+cu130") -> Path:
+    """The central directory names a harmless file, its local file header a ``../`` path of the same length."""
+    central = "demo_pkg/zzzzzzzzzzzzzzzzzzzzzzzzzzz.py"
+    local = "../../../../../../../tmp/escaped.py"
+    local += "x" * (len(central) - len(local))
+    wheel = build_wheel(out / "header-mismatch", {"demo_pkg/__init__.py": b"", central: b"print(1)\n"},
+                        version=version)
+    data = bytearray(wheel.read_bytes())
+    at = data.find(central.encode())  # the first occurrence is the local header's
+    data[at:at + len(central)] = local.encode()
+    wheel.write_bytes(bytes(data))
+    return wheel
