@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ci import matrix as matrix_module  # noqa: E402
 from ci import workflows as workflows_module  # noqa: E402
 from ci.environment import Environment  # noqa: E402
-from ci.errors import WheelhouseError  # noqa: E402
+from ci.errors import UsageError, WheelhouseError  # noqa: E402
 from ci.versions import load  # noqa: E402
 
 
@@ -50,9 +50,25 @@ def _write_github_output(entries: list[dict]) -> None:
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
         raise Exit("error: --github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)", code=2)
-    with open(target, "a", encoding="utf-8") as handle:
-        handle.write(f"matrix={json.dumps(entries, separators=(',', ':'))}\n")
-        handle.write(f"has_builds={'true' if entries else 'false'}\n")
+    text = f"matrix={json.dumps(entries, separators=(',', ':'))}\nhas_builds={'true' if entries else 'false'}\n"
+    _write_text(Path(target), text, "$GITHUB_OUTPUT", append=True)
+
+
+def _writable(path: Path, what: str) -> Path:
+    """``path`` when a file can be written there; checked before the work whose result goes there."""
+    if path.is_dir() or not path.parent.is_dir():
+        problem = "is a directory" if path.is_dir() else f"is in {path.parent}, which is not a directory"
+        raise UsageError(f"{what} {path} {problem}; name a file in an existing directory")
+    return path
+
+
+def _write_text(path: Path, text: str, what: str, *, append: bool = False) -> None:
+    _writable(path, what)
+    try:
+        with open(path, "a" if append else "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise UsageError(f"{what} {path} cannot be written ({exc.strerror}); name a writable file") from None
 
 
 @task(
@@ -232,13 +248,15 @@ def plan(c, component="all", arch=None, python=None, markdown=None, github_outpu
     """Mark each matrix row build or skip, with the reason, without downloading any wheel."""
     from ci import plan as plan_module
 
+    if markdown:
+        _writable(Path(markdown), "--markdown")
     versions = load(_env().versions_path)
     rows = matrix_module.select(matrix_module.expand(versions), versions=versions, component=component, arch=arch,
                                 python=python)
     result = plan_module.decide(versions, rows, _store(store))
     print(result.render_text())
     if markdown:
-        Path(markdown).write_text(result.render_markdown(), encoding="utf-8")
+        _write_text(Path(markdown), result.render_markdown(), "--markdown")
     if github_output:
         _write_github_output([row.to_json() for row in result.to_build])
 

@@ -328,7 +328,9 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
         placed.append(target)
         _write_metadata(target)
     record_path = out_dir / f"{row.release_tag}-{row.arch}.build.json"
-    record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    partial = record_path.with_name(record_path.name + ".partial")  # a crash never leaves half a record
+    partial.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    partial.replace(record_path)
     shutil.rmtree(build_dir, ignore_errors=True)
     return BuildResult(tuple(placed), record_path)
 

@@ -533,3 +533,8 @@ def test_thousand_releases_of_twelve_assets_is_fast(record_property):
         f"\n1000 releases x 12 assets: cold {cold:.2f} s (6000 sidecars read), warm cache {warm:.2f} s, {len(files)} files"
     )
     assert warm < 5 and cold < 10
+
+
+def test_over_long_name_refused_instead_of_aborting_the_publication():
+    # a 301-character project name used to end the whole publish in "File name too long"
+    _assert_refused("a" * 301 + "-1.0-py3-none-any.whl")

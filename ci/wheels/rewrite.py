@@ -198,7 +198,10 @@ def _rewrite_metadata(label: str, metadata: bytes, version: str, public: str) ->
 def _rewrite_record(
     label: str, record: bytes, rename: Callable[[str], str], metadata_name: str, new_metadata: bytes
 ) -> bytes:
-    text = record.decode("utf-8")
+    try:
+        text = record.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckFailed(f"{label}: RECORD is not UTF-8; rebuild the wheel") from None
     terminator = "\r\n" if "\r\n" in text else "\n"
     out = io.StringIO()
     writer = csv.writer(out, lineterminator=terminator)
