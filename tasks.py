@@ -398,13 +398,14 @@ def migrate_tags(c, apply=False, skip_unparseable=False, delete_old_tags=False, 
         "versions_ref": "git ref whose versions.yaml names the releases (git show REF:versions.yaml)",
         "artifacts_dir": "take artifacts from DIR/<run id>/<artifact name>.zip instead of GitHub (needed for a local store)",
         "clobber": "replace release assets whose bytes differ (safely, without a missing-file window)",
+        "accept_undigested": "also restore artifacts without a digest (their download cannot be verified)",
         "apply": "download and upload (default: print the plan only)",
         "store": "override WHEELHOUSE_STORE",
     },
 )
 @reports_errors
-def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=None, clobber=False, apply=False,
-                   store=None):
+def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=None, clobber=False,
+                   accept_undigested=False, apply=False, store=None):
     """Put wheels back into releases from the workflow artifacts of earlier CI runs."""
     from ci.maintenance import restore
     from ci.store.artifacts import GitHubArtifacts, LocalArtifacts
@@ -424,7 +425,8 @@ def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=Non
     listings = restore.collect(source, run)
     print(restore.artifact_summary(listings))
     plan = restore.plan(versions, listings, torch=torch, versions_ref=versions_ref, releases=target.list_releases(),
-                        clobber=clobber, source=source.description, store=target.description)
+                        clobber=clobber, source=source.description, store=target.description,
+                        accept_undigested=accept_undigested)
     print(plan.render())
     empty = plan.nothing_to_restore()
     if empty is not None:
