@@ -41,6 +41,10 @@ def reports_errors(fn):
             return fn(*args, **kwargs)
         except WheelhouseError as error:
             raise Exit(f"error: {error}", code=error.exit_code) from None
+        except BrokenPipeError:
+            # The reader left (`| head -1`): stop quietly; later writes go nowhere instead of raising again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise Exit(code=1) from None
 
     return wrapper
 
@@ -129,7 +133,17 @@ def _wheel_paths(spec: str) -> list[Path]:
     """Wheels named by a space-separated list of paths or globs (invoke takes one positional string)."""
     import glob
 
-    paths = [Path(p) for item in spec.split() for p in (sorted(glob.glob(item)) or [item])]
+    if Path(spec).is_file():  # one path, spaces and all
+        return [Path(spec)]
+    paths = []
+    for item in spec.split():
+        matches = sorted(glob.glob(item))
+        if glob.has_magic(item) and not matches:
+            raise UsageError(f"no file matches {item!r}; check the glob (e.g. 'dist/cu130/torch2.13/*.whl')")
+        for path in map(Path, matches or [item]):
+            if path.is_dir():
+                raise UsageError(f"{path} is a directory; name wheel files, or a glob such as '{path}/*.whl'")
+            paths.append(path)
     if not paths:
         raise Exit("error: name at least one wheel file (quote a glob: 'dist/cu130/torch2.13/*.whl')", code=2)
     return paths

@@ -8,6 +8,7 @@ uploaded it first, and a failed wheel upload then looked complete).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from dataclasses import dataclass
@@ -106,10 +107,31 @@ def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
     return ReleasePlan(row, tuple(steps))
 
 
+def _refuse_replacements(release_plan: ReleasePlan, store: ReleaseStore) -> None:
+    """With --no-clobber, name the first asset that would be replaced, before anything is uploaded."""
+    tag = release_plan.row.release_tag
+    existing = store.get_release(tag)
+    if existing is None:
+        return
+    for step in release_plan.steps:
+        if step.action != "upload":
+            continue
+        asset = existing.asset(step.name)
+        if asset is None or asset.sha256 is None:  # nothing there, or no digest to compare: the store decides
+            continue
+        ours = hashlib.sha256(step.data).hexdigest() if step.data is not None else sha256_file(step.path)
+        if asset.sha256 != ours:
+            raise WheelhouseError(f"release {tag}: asset {step.name} exists with other bytes (sha256 "
+                                  f"{asset.sha256[:12]}…, this build {ours[:12]}…); drop --no-clobber to replace "
+                                  "it, or bump the version")
+
+
 def apply(release_plan: ReleasePlan, store: ReleaseStore, *, clobber: bool = True, log=print,
           dry_run: bool = False) -> None:
     """Carry out the steps in order; with a dry-run store each step only records its API calls."""
     verb = "planned" if dry_run else "done"
+    if not clobber:
+        _refuse_replacements(release_plan, store)
     for step in release_plan.steps:
         if step.action == "ensure-release":
             store.ensure_release(step.tag, step.title, step.body)

@@ -144,3 +144,81 @@ def test_usage_errors_exit_2(tmp_path, args, expected):
     line = one_line(invoke(*args, "--store", str(store), *(["--out", str(tmp_path / "site")]
                                                            if args[0] == "publish-index" else [])), 2)
     assert line.startswith(expected), line
+
+
+# --- smaller messages ----------------------------------------------------------------------------
+
+
+def _fake_build(dist: Path, seed: str) -> Path:
+    """What a build of the fixture row leaves in dist/ (wheel, .metadata, build record), without compiling."""
+    import hashlib
+
+    from ci import matrix
+    from ci.versions import load
+    from ci.wheels.metadata import extract_metadata
+
+    (row,) = matrix.expand(load(FIXTURE_VERSIONS))
+    out = dist / row.world
+    wheel = build_wheel(out, {"wheelhouse_fixture/__init__.py": f"SEED = {seed!r}\n".encode()},
+                        name="wheelhouse_fixture", version=row.ref, tags="py3-none-linux_x86_64")
+    extract_metadata(wheel, out)
+    record = {"schema": 1, "row": row.to_json(), "fingerprint": "f" * 64, "build_config": {}, "source": {},
+              "checks": {"ok": True}, "wheels": [{"name": wheel.name, "size": wheel.stat().st_size,
+                                                  "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}]}
+    (out / RECORD_NAME).write_text(json.dumps(record))
+    return wheel
+
+
+def test_no_clobber_refusal_names_the_flag_release_has(tmp_path):
+    store = tmp_path / "store"
+    _fake_build(tmp_path / "one", "one")
+    wheel = _fake_build(tmp_path / "two", "two")  # same file name, other bytes
+    args = ("release", "--component", "wheelhouse-fixture", "--arch", "x86_64", "--store", str(store))
+    first = invoke(*args, "--dist", str(tmp_path / "one"))
+    assert first.returncode == 0, first.stderr
+    line = one_line(invoke(*args, "--dist", str(tmp_path / "two"), "--no-clobber"), 1)
+    assert line.startswith(f"error: release wheelhouse-fixture-0.1.0-py3.11-torch2.13.0: asset {wheel.name} exists "
+                           "with other bytes (sha256 ")
+    assert line.endswith("; drop --no-clobber to replace it, or bump the version"), line
+
+
+def test_check_wheel_on_a_directory_or_an_empty_glob_is_a_usage_error(tmp_path):
+    line = one_line(invoke("check-wheel", str(tmp_path)), 2)
+    assert line == f"error: {tmp_path} is a directory; name wheel files, or a glob such as '{tmp_path}/*.whl'"
+    line = one_line(invoke("check-wheel", f"{tmp_path}/*.whl"), 2)
+    assert line == f"error: no file matches '{tmp_path}/*.whl'; check the glob (e.g. 'dist/cu130/torch2.13/*.whl')"
+
+
+def test_check_wheel_takes_one_path_with_spaces(tmp_path):
+    wheel = build_wheel(tmp_path / "with space", {"demo_pkg/__init__.py": b""})
+    result = invoke("check-wheel", str(wheel))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith(f"PASS {wheel.name} ")
+
+
+def test_check_wheel_never_prints_escape_sequences(tmp_path):
+    wheel = build_wheel(tmp_path, {"demo_pkg/__init__.py": b""})
+    hostile = wheel.with_name(wheel.name.replace(".whl", "\x1b[2J.whl"))
+    wheel.rename(hostile)
+    result = invoke("check-wheel", str(hostile))
+    assert "\x1b" not in result.stdout and "\\x1b[2J" in result.stdout
+
+
+def test_check_wheel_into_a_closed_pipe_ends_quietly(tmp_path):
+    wheel = build_wheel(tmp_path / "w", {"demo_pkg/__init__.py": b""})
+    for i in range(400):  # more report than a pipe buffer holds
+        (tmp_path / f"d{i}").mkdir()
+        (tmp_path / f"d{i}" / wheel.name).write_bytes(wheel.read_bytes())
+    environ = {**os.environ, "WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS), "SPEC": f"{tmp_path}/d*/*.whl"}
+    # read by a reader that leaves after one line
+    done = subprocess.run(f'"{sys.executable}" -m invoke check-wheel "$SPEC" | head -1', shell=True, cwd=REPO,
+                          env=environ, capture_output=True, text=True, timeout=300)
+    assert done.stdout.startswith("PASS ") and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_dry_run_with_a_missing_source_fails(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "nox", "-s", "build-wheelhouse-fixture-3.11", "--", "--dry-run",
+                           "--source", str(tmp_path / "nonexistent")], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS)}, timeout=120)
+    assert done.returncode != 0
+    assert f"--source {tmp_path / 'nonexistent'}: not a directory; pass the path of a source checkout" in done.stderr

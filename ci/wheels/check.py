@@ -102,7 +102,7 @@ class CheckReport:
                 lines.append(f"  - {problem}")
         failed = sum(1 for w in self.wheels if not w.ok)
         lines.append(f"{len(self.wheels)} wheel(s) checked, {failed} failed.")
-        return "\n".join(lines)
+        return "\n".join(_printable(line) for line in lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +117,11 @@ class CheckReport:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+
+def _printable(line: str) -> str:
+    """A terminal shows the text, not escape sequences hidden in a file or member name (``\\x1b[2J``)."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in line)
 
 
 def _wheel_dict(w: WheelReport) -> dict[str, Any]:
