@@ -422,8 +422,9 @@ class _Builder:
         except InvalidVersion:
             same_version = False
         if canonicalize_name(meta.name) != name or not same_version:
+            said = f"says {meta.name} {meta.version}" if meta.name and meta.version else "lacks Name or Version"
             self.warn(
-                f"{where}: says {meta.name} {meta.version} but the wheel is {name} {version}, so it is not advertised;"
+                f"{where}: {said} but the wheel is {name} {version}, so it is not advertised;"
                 " rebuild the sidecar from the wheel"
             )
             return False, None, None
