@@ -55,6 +55,8 @@ def _register_build(component: str, python: str) -> None:
 
     def session_fn(session: nox.Session) -> None:
         args = _build_parser(name).parse_args(session.posargs)
+        if args.source is not None and not args.source.is_dir():  # the dry run too: its plan would name it
+            session.error(f"--source {args.source}: not a directory; pass the path of a source checkout")
         try:
             rows = matrix.select(
                 matrix.expand(VERSIONS), versions=VERSIONS, component=component, python=python,

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ci import matrix as matrix_module  # noqa: E402
 from ci import workflows as workflows_module  # noqa: E402
 from ci.environment import Environment  # noqa: E402
-from ci.errors import WheelhouseError  # noqa: E402
+from ci.errors import UsageError, WheelhouseError  # noqa: E402
 from ci.versions import load  # noqa: E402
 
 
@@ -41,6 +41,10 @@ def reports_errors(fn):
             return fn(*args, **kwargs)
         except WheelhouseError as error:
             raise Exit(f"error: {error}", code=error.exit_code) from None
+        except BrokenPipeError:
+            # The reader left (`| head -1`): stop quietly; later writes go nowhere instead of raising again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise Exit(code=1) from None
 
     return wrapper
 
@@ -50,9 +54,25 @@ def _write_github_output(entries: list[dict]) -> None:
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
         raise Exit("error: --github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)", code=2)
-    with open(target, "a", encoding="utf-8") as handle:
-        handle.write(f"matrix={json.dumps(entries, separators=(',', ':'))}\n")
-        handle.write(f"has_builds={'true' if entries else 'false'}\n")
+    text = f"matrix={json.dumps(entries, separators=(',', ':'))}\nhas_builds={'true' if entries else 'false'}\n"
+    _write_text(Path(target), text, "$GITHUB_OUTPUT", append=True)
+
+
+def _writable(path: Path, what: str) -> Path:
+    """``path`` when a file can be written there; checked before the work whose result goes there."""
+    if path.is_dir() or not path.parent.is_dir():
+        problem = "is a directory" if path.is_dir() else f"is in {path.parent}, which is not a directory"
+        raise UsageError(f"{what} {path} {problem}; name a file in an existing directory")
+    return path
+
+
+def _write_text(path: Path, text: str, what: str, *, append: bool = False) -> None:
+    _writable(path, what)
+    try:
+        with open(path, "a" if append else "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise UsageError(f"{what} {path} cannot be written ({exc.strerror}); name a writable file") from None
 
 
 @task(
@@ -113,7 +133,17 @@ def _wheel_paths(spec: str) -> list[Path]:
     """Wheels named by a space-separated list of paths or globs (invoke takes one positional string)."""
     import glob
 
-    paths = [Path(p) for item in spec.split() for p in (sorted(glob.glob(item)) or [item])]
+    if Path(spec).is_file():  # one path, spaces and all
+        return [Path(spec)]
+    paths = []
+    for item in spec.split():
+        matches = sorted(glob.glob(item))
+        if glob.has_magic(item) and not matches:
+            raise UsageError(f"no file matches {item!r}; check the glob (e.g. 'dist/cu130/torch2.13/*.whl')")
+        for path in map(Path, matches or [item]):
+            if path.is_dir():
+                raise UsageError(f"{path} is a directory; name wheel files, or a glob such as '{path}/*.whl'")
+            paths.append(path)
     if not paths:
         raise Exit("error: name at least one wheel file (quote a glob: 'dist/cu130/torch2.13/*.whl')", code=2)
     return paths
@@ -232,13 +262,15 @@ def plan(c, component="all", arch=None, python=None, markdown=None, github_outpu
     """Mark each matrix row build or skip, with the reason, without downloading any wheel."""
     from ci import plan as plan_module
 
+    if markdown:
+        _writable(Path(markdown), "--markdown")
     versions = load(_env().versions_path)
     rows = matrix_module.select(matrix_module.expand(versions), versions=versions, component=component, arch=arch,
                                 python=python)
     result = plan_module.decide(versions, rows, _store(store))
     print(result.render_text())
     if markdown:
-        Path(markdown).write_text(result.render_markdown(), encoding="utf-8")
+        _write_text(Path(markdown), result.render_markdown(), "--markdown")
     if github_output:
         _write_github_output([row.to_json() for row in result.to_build])
 
@@ -380,13 +412,14 @@ def migrate_tags(c, apply=False, skip_unparseable=False, delete_old_tags=False, 
         "versions_ref": "git ref whose versions.yaml names the releases (git show REF:versions.yaml)",
         "artifacts_dir": "take artifacts from DIR/<run id>/<artifact name>.zip instead of GitHub (needed for a local store)",
         "clobber": "replace release assets whose bytes differ (safely, without a missing-file window)",
+        "accept_undigested": "also restore artifacts without a digest (their download cannot be verified)",
         "apply": "download and upload (default: print the plan only)",
         "store": "override WHEELHOUSE_STORE",
     },
 )
 @reports_errors
-def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=None, clobber=False, apply=False,
-                   store=None):
+def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=None, clobber=False,
+                   accept_undigested=False, apply=False, store=None):
     """Put wheels back into releases from the workflow artifacts of earlier CI runs."""
     from ci.maintenance import restore
     from ci.store.artifacts import GitHubArtifacts, LocalArtifacts
@@ -406,7 +439,8 @@ def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=Non
     listings = restore.collect(source, run)
     print(restore.artifact_summary(listings))
     plan = restore.plan(versions, listings, torch=torch, versions_ref=versions_ref, releases=target.list_releases(),
-                        clobber=clobber, source=source.description, store=target.description)
+                        clobber=clobber, source=source.description, store=target.description,
+                        accept_undigested=accept_undigested)
     print(plan.render())
     empty = plan.nothing_to_restore()
     if empty is not None:

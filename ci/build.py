@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci import fingerprint, sources, toolchain
+from ci import credentials, fingerprint, sources, toolchain
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
@@ -243,9 +243,15 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     toolchain.check_cxx(options.environ)
     durations["toolchain_s"] = round(time.monotonic() - started, 1)
 
+    # Everything below runs third-party code (an sdist's setup.py, the builder, the project's build):
+    # it gets our environment minus credentials.
+    builder_environ, withheld = credentials.without_credentials(options.environ, allow=row.settings.pass_env)
+    if withheld:
+        log(f"withholding from the build: {', '.join(withheld)} (credentials; pass_env in versions.yaml passes one)")
+
     # 2. Sources, then the build directory keyed by the real fingerprint.
     t0 = time.monotonic()
-    fetch_env = dict(options.environ)
+    fetch_env = dict(builder_environ)
     if interpreter.nvcc is not None and row.cuda != "cpu":
         fetch_env["CUDA_HOME"] = str(toolchain.cuda_home(interpreter.nvcc))
         fetch_env["PATH"] = os.pathsep.join([str(interpreter.nvcc.parent), fetch_env.get("PATH", "")])
@@ -275,7 +281,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
     if row.settings.arch_filter:
         _install_arch_filter(paths["filter_bin"])
-    full_env = {**options.environ, **env}
+    full_env = {**builder_environ, **env}
     full_env["PATH"] = builder_path(paths["filter_bin"] if row.settings.arch_filter else None, Path(python),
                                     cache_tool, options.environ.get("PATH", ""))
     command = ["bash", str(REPO_ROOT / "build_scripts" / f"{row.settings.builder}.sh")]
@@ -331,7 +337,9 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
         placed.append(target)
         _write_metadata(target)
     record_path = out_dir / f"{row.release_tag}-{row.arch}.build.json"
-    record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    partial = record_path.with_name(record_path.name + ".partial")  # a crash never leaves half a record
+    partial.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    partial.replace(record_path)
     shutil.rmtree(build_dir, ignore_errors=True)
     return BuildResult(tuple(placed), record_path)
 

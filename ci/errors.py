@@ -24,6 +24,12 @@ class ConfigError(WheelhouseError):
     exit_code = 2
 
 
+class UsageError(WheelhouseError):
+    """A command-line value or file argument is malformed (exit status 2, like an argument error)."""
+
+    exit_code = 2
+
+
 class CheckFailed(WheelhouseError):
     """A wheel check found a defect; the wheel must not be published."""
 

@@ -78,7 +78,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ci.errors import WheelhouseError
+from ci.errors import UsageError, WheelhouseError
 from ci.naming import normalize_package_name, parse_title, world_path
 from ci.store.model import Asset, Release
 
@@ -92,6 +92,7 @@ MAX_METADATA_BYTES = 16 * 1024 * 1024
 
 _WORLD = re.compile(r"^(?:cpu|cu\d{2,4})/torch\d+\.\d+$")
 _SAFE_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.whl$")
+_MAX_FILENAME = 200
 _PROJECT_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 _URL_SCHEMES = ("http", "https", "file")
@@ -148,7 +149,7 @@ def _version_key(text: str) -> tuple[int, Version | str]:
 def check_world(world: str) -> str:
     """``world`` if it is a valid world path, else a WheelhouseError naming the fix."""
     if not _WORLD.match(world):
-        raise WheelhouseError(
+        raise UsageError(
             f"default world {world!r} is not a world path: use cu<major><minor>/torch<X.Y> or cpu/torch<X.Y>, e.g. cu130/torch2.13"
         )
     return world
@@ -421,8 +422,9 @@ class _Builder:
         except InvalidVersion:
             same_version = False
         if canonicalize_name(meta.name) != name or not same_version:
+            said = f"says {meta.name} {meta.version}" if meta.name and meta.version else "lacks Name or Version"
             self.warn(
-                f"{where}: says {meta.name} {meta.version} but the wheel is {name} {version}, so it is not advertised;"
+                f"{where}: {said} but the wheel is {name} {version}, so it is not advertised;"
                 " rebuild the sidecar from the wheel"
             )
             return False, None, None
@@ -445,6 +447,8 @@ def _wheel_problem(asset: Asset) -> str | None:
     """Why this wheel asset cannot be indexed, or None."""
     if not _SAFE_FILENAME.match(asset.name):
         return "the name has characters outside [A-Za-z0-9._+-]"
+    if len(asset.name) > _MAX_FILENAME:  # its project folder and .metadata file must fit a file name
+        return f"the name is {len(asset.name)} characters long, more than {_MAX_FILENAME}"
     try:
         name, _, _, _ = _parse_wheel(asset.name)
     except InvalidWheelFilename as exc:
@@ -682,7 +686,7 @@ def check_base_url(base_url: str) -> str:
     """``base_url`` without a trailing slash, or a WheelhouseError naming the fix."""
     parts = urlsplit(base_url)
     if parts.scheme not in _URL_SCHEMES or any(c in base_url for c in " \"'<>\r\n\t"):
-        raise WheelhouseError(
+        raise UsageError(
             f"base URL {base_url!r} is not an http(s):// or file:// URL: pass e.g. https://<owner>.github.io/<repo>"
         )
     return base_url.rstrip("/")

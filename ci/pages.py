@@ -297,7 +297,7 @@ class GitBranchTarget:
             return self._worktree
         self._tmp = tempfile.TemporaryDirectory(prefix="wheelhouse-pages-")
         work = Path(self._tmp.name) / "site"
-        heads = self._git("ls-remote", "--heads", self.remote, f"refs/heads/{self.branch}")
+        heads = self._git("ls-remote", "--heads", "--", self.remote, f"refs/heads/{self.branch}")
         if heads.strip():
             self._git(
                 "clone",
@@ -308,6 +308,7 @@ class GitBranchTarget:
                 "--single-branch",
                 "--branch",
                 self.branch,
+                "--",
                 self.remote,
                 str(work),
             )
@@ -315,7 +316,7 @@ class GitBranchTarget:
             work.mkdir()
             self._git("init", "--quiet", cwd=work)
             self._git("checkout", "--quiet", "--orphan", self.branch, cwd=work)
-            self._git("remote", "add", "origin", self.remote, cwd=work)
+            self._git("remote", "add", "--", "origin", self.remote, cwd=work)
         self._worktree = work
         return work
 

@@ -8,13 +8,14 @@ uploaded it first, and a failed wheel upload then looked complete).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ci import manifest, matrix
-from ci.errors import WheelhouseError
+from ci.errors import ConfigError, WheelhouseError
 from ci.matrix import MatrixRow
 from ci.store.local import sha256_file
 from ci.store.model import ReleaseStore
@@ -64,13 +65,30 @@ def find_record(row: MatrixRow, dist_root: Path) -> tuple[Path, dict]:
         raise WheelhouseError(
             f"no build record {path}; build the row first (nox -s {row.session}) or point --dist at the build output"
         )
-    return path, json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a readable build record ({exc}); rebuild the row (nox -s {row.session})") from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"{path}: holds a JSON {type(record).__name__}, not a build record; rebuild the row "
+                          f"(nox -s {row.session})")
+    return path, record
 
 
 def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
     record_path, record = find_record(row, dist_root)
     folder = record_path.parent
-    built = manifest.from_build_record(record)
+    try:
+        built = manifest.from_build_record(record)
+    except KeyError as exc:
+        raise ConfigError(f"{record_path}: not a build record (no {exc} field); rebuild the row "
+                          f"(nox -s {row.session})") from None
+    except (TypeError, AttributeError, ValueError):
+        raise ConfigError(f"{record_path}: not a build record (a field has the wrong type); rebuild the row "
+                          f"(nox -s {row.session})") from None
+    for wheel in built.wheels:
+        if not isinstance(wheel.name, str) or "/" in wheel.name or not wheel.name.endswith(".whl"):
+            raise ConfigError(f"{record_path}: lists {wheel.name!r}, not a wheel file name; rebuild the row")
     if not built.checks_passed:
         raise WheelhouseError(f"{record_path}: the wheel checks did not pass for this build; it cannot be released")
     steps = [Step("ensure-release", row.release_tag, title=matrix.release_title(versions, row), body=notes(row))]
@@ -89,10 +107,31 @@ def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
     return ReleasePlan(row, tuple(steps))
 
 
+def _refuse_replacements(release_plan: ReleasePlan, store: ReleaseStore) -> None:
+    """With --no-clobber, name the first asset that would be replaced, before anything is uploaded."""
+    tag = release_plan.row.release_tag
+    existing = store.get_release(tag)
+    if existing is None:
+        return
+    for step in release_plan.steps:
+        if step.action != "upload":
+            continue
+        asset = existing.asset(step.name)
+        if asset is None or asset.sha256 is None:  # nothing there, or no digest to compare: the store decides
+            continue
+        ours = hashlib.sha256(step.data).hexdigest() if step.data is not None else sha256_file(step.path)
+        if asset.sha256 != ours:
+            raise WheelhouseError(f"release {tag}: asset {step.name} exists with other bytes (sha256 "
+                                  f"{asset.sha256[:12]}…, this build {ours[:12]}…); drop --no-clobber to replace "
+                                  "it, or bump the version")
+
+
 def apply(release_plan: ReleasePlan, store: ReleaseStore, *, clobber: bool = True, log=print,
           dry_run: bool = False) -> None:
     """Carry out the steps in order; with a dry-run store each step only records its API calls."""
     verb = "planned" if dry_run else "done"
+    if not clobber:
+        _refuse_replacements(release_plan, store)
     for step in release_plan.steps:
         if step.action == "ensure-release":
             store.ensure_release(step.tag, step.title, step.body)

@@ -56,7 +56,8 @@ def resolve_ref(url: str, ref: str) -> str | None:
     """The commit ``ref`` points at, without cloning (``git ls-remote``); a SHA resolves to itself."""
     if _looks_like_sha(ref):
         return ref
-    result = _git(["ls-remote", url, ref, f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}"], check=False)
+    # `--` ends git's options: a URL or ref such as `--upload-pack=<command>` would run that command.
+    result = _git(["ls-remote", "--", url, ref, f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}"], check=False)
     if result.returncode != 0:
         return None
     lines = [line.split("\t") for line in result.stdout.splitlines() if "\t" in line]
@@ -75,14 +76,14 @@ def fetch_git(url: str, ref: str, cache_dir: Path, *, submodules: bool, componen
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
         _git(["init", "-q"], path)
-        _git(["remote", "add", "origin", url], path)
+        _git(["remote", "add", "--", "origin", url], path)
     last_error = ""
     for attempt in range(1, FETCH_ATTEMPTS + 1):
-        result = _git(["fetch", "-q", "--depth", "1", "origin", ref], path, check=False)
+        result = _git(["fetch", "-q", "--depth", "1", "--", "origin", ref], path, check=False)
         if result.returncode == 0:
             break
         last_error = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no output"
-        if "couldn't find remote ref" in result.stderr or "not our ref" in result.stderr or "not found" in result.stderr:
+        if any(text in result.stderr for text in ("couldn't find remote ref", "not our ref", "not found", "invalid refspec")):
             where = f"components.{component}.ref" if component else "ref"
             raise WheelhouseError(f"{where}: '{ref}' not found in {url}; use an existing branch, tag or commit")
         time.sleep(min(2**attempt, 10))
@@ -113,7 +114,7 @@ def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expect
     if not archives:
         result = subprocess.run(
             [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
-             "-d", str(downloads), f"{name}=={version}"],
+             "-d", str(downloads), "--", f"{name}=={version}"],
             capture_output=True, text=True, env=env,
         )
         archives = _sdist_archives(downloads, name, version)

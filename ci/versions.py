@@ -27,6 +27,7 @@ import jsonschema
 import yaml
 
 from ci.errors import ConfigError
+from ci.wheels.archs import parse_arch_list
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = REPO_ROOT / "versions.schema.json"
@@ -46,6 +47,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "build_timeout": "5h",
     "job_timeout_minutes": 360,
     "repair": None,
+    "pass_env": (),
 }
 SETTING_KEYS = ("builder", "runs_on", *SETTING_DEFAULTS)
 
@@ -96,6 +98,7 @@ class Settings:
     build_timeout: str
     job_timeout_minutes: int
     repair: str | None
+    pass_env: tuple[str, ...]
 
     @property
     def runs_on_labels(self) -> tuple[str, ...]:
@@ -120,6 +123,7 @@ class Component:
         values["runs_on"] = runs_on if isinstance(runs_on, str) else tuple(runs_on)
         values["wheel_packages"] = tuple(values["wheel_packages"])
         values["patches"] = tuple(values["patches"])
+        values["pass_env"] = tuple(values["pass_env"])
         values["extra_env"] = dict(sorted(values["extra_env"].items()))
         return Settings(**values)
 
@@ -287,6 +291,8 @@ def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:
         return parts, "must not be an empty string"
     if kind == "minimum":
         return parts, f"{value} is too small; the minimum is {error.validator_value}"
+    if kind == "maximum":
+        return parts, f"{value} is too large; the maximum is {error.validator_value}"
     if kind == "oneOf" and parts and parts[-1] == "source":
         return parts, "name exactly one of 'git' (a clone URL), 'sdist' (a distribution name) or 'path' (a directory)"
     if kind in ("anyOf", "oneOf", "const"):
@@ -323,6 +329,8 @@ def _name_choices(parts: list) -> list[str]:
 def _name_rule(parts: list) -> str:
     if parts and parts[-1] == "arch_overrides":
         return "arch_overrides keys are arches: x86_64 or aarch64"
+    if parts and parts[-1] == "extra_env":
+        return "environment variable names are letters, digits and '_', not starting with a digit"
     return "component names are lower-case letters, digits and '-'"
 
 
@@ -383,6 +391,12 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:
 
     for component in versions.components.values():
         where = f"{name}: components.{component.name}"
+        _check_not_option(f"{where}.source.{component.source.kind}", component.source.location)
+        _check_not_option(f"{where}.ref", component.ref)
+        if not any(c.isalnum() for c in component.ref):
+            raise ConfigError(f"{where}.ref: '{component.ref}' names no branch, tag or commit; write e.g. v1.2.0 or main")
+        if component.source.kind == "path":
+            _check_inside_repository(f"{where}.source.path", component.source.location, repo_root)
         if repo_root and component.source.kind == "path" and not (repo_root / component.source.location).is_dir():
             raise ConfigError(
                 f"{where}.source.path: {component.source.location} is not a directory of the repository; fix the path"
@@ -420,21 +434,54 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:
                 raise ConfigError(
                     f"{where}.arch_filter: needs torch_cuda_arch_list to say which archs to keep; set it or drop arch_filter"
                 )
+            override = component.arch_overrides.get(arch, {})
+            arch_list_key = (f"arch_overrides.{arch}.torch_cuda_arch_list" if "torch_cuda_arch_list" in override
+                             else "torch_cuda_arch_list")
+            _check_arch_list(f"{where}.{arch_list_key}", settings.torch_cuda_arch_list)
+            patches_key = f"arch_overrides.{arch}.patches" if "patches" in override else "patches"
+            for index, patch in enumerate(settings.patches):
+                _check_inside_repository(f"{where}.{patches_key}[{index}]", patch, repo_root)
             if repo_root is None:
                 continue
-            override = component.arch_overrides.get(arch, {})
             builder_key = f"arch_overrides.{arch}.builder" if "builder" in override else "builder"
             if not (repo_root / "build_scripts" / f"{settings.builder}.sh").is_file():
                 raise ConfigError(
                     f"{where}.{builder_key}: build_scripts/{settings.builder}.sh does not exist; "
                     "name an existing builder or add that script"
                 )
-            patches_key = f"arch_overrides.{arch}.patches" if "patches" in override else "patches"
             for index, patch in enumerate(settings.patches):
                 if not (repo_root / patch).is_file():
                     raise ConfigError(
                         f"{where}.{patches_key}[{index}]: {patch} does not exist; give a path relative to the repository root"
                     )
+
+
+def _check_not_option(where: str, value: str) -> None:
+    """git and pip read a leading '-' as an option (``--upload-pack=<command>`` runs a command)."""
+    if value.startswith("-"):
+        raise ConfigError(f"{where}: '{value}' starts with '-', which git and pip would read as an option; remove the '-'")
+
+
+def _check_inside_repository(where: str, value: str, repo_root: Path | None) -> None:
+    """A repository-relative path must stay inside the repository, symlinks included."""
+    path = Path(value)
+    outside = path.is_absolute() or ".." in path.parts
+    if not outside and repo_root is not None:
+        outside = not (repo_root / path).resolve().is_relative_to(repo_root.resolve())
+    if outside:
+        raise ConfigError(f"{where}: {value} is outside the repository; give a path relative to the repository root")
+
+
+def _check_arch_list(where: str, value: str | None) -> None:
+    """The list nvcc and the arch check will read; a bad token must fail now, not after the build."""
+    if value is None:
+        return
+    try:
+        parsed = parse_arch_list(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if not parsed.archs:
+        raise ConfigError(f"{where}: names no CUDA arch; write e.g. \"8.0;9.0\", or null when the component sets its own")
 
 
 def _python_key(version: str) -> tuple[int, ...]:

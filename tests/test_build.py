@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -291,3 +292,35 @@ def test_a_cxx_that_links_libstdcxx_statically_is_refused_before_the_build(tmp_p
     assert toolchain.check_cxx({**os.environ, "CXX": "g++"}) == "g++"
     with pytest.raises(WheelhouseError, match=r"^CXX=/nonexistent/g\+\+: cannot run it"):
         toolchain.check_cxx({**os.environ, "CXX": "/nonexistent/g++"})
+
+
+def test_builder_and_setup_py_never_see_credentials(tmp_path):
+    """Third-party build code gets the environment minus tokens; pass_env lets one named variable through."""
+    from ci.errors import WheelhouseError
+
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "tests" / "fixtures" / "fixture_ext", src)
+    leak = tmp_path / "seen.json"
+    (src / "setup.py").write_text("import json, os, sys\n"
+                                  "open(os.environ['LEAK'], 'w').write(json.dumps(dict(os.environ)))\nsys.exit(1)\n")
+    secrets = {"GITHUB_TOKEN": "ghp_SECRET1", "GH_TOKEN": "ghp_SECRET2", "ACTIONS_RUNTIME_TOKEN": "SECRET3",
+               "ACTIONS_ID_TOKEN_REQUEST_URL": "https://SECRET4", "TWINE_PASSWORD": "SECRET5",
+               "AWS_SECRET_ACCESS_KEY": "SECRET6", "ANY_SERVICE_TOKEN": "SECRET7"}
+    environ = {**os.environ, **secrets, "MIRROR_PASSWORD": "allowed", "LEAK": str(leak)}
+    versions_file = tmp_path / "versions.yaml"
+    versions_file.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    pass_env: [MIRROR_PASSWORD]"))
+    versions = load(versions_file)
+    (row,) = matrix.expand(versions)
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
+                                 source=src, environ=environ)
+    logs: list[str] = []
+    with pytest.raises(WheelhouseError, match="exited with status"):
+        build.run(versions, row, options, log=logs.append)
+    seen = json.loads(leak.read_text())
+    assert seen["COMPONENT"] == "wheelhouse-fixture"  # the builder's own contract arrived
+    assert not set(secrets) & set(seen)
+    assert not any(value in json.dumps(seen) for value in secrets.values())
+    assert seen["MIRROR_PASSWORD"] == "allowed"
+    assert any(line.startswith("withholding from the build: ACTIONS_ID_TOKEN_REQUEST_URL, ACTIONS_RUNTIME_TOKEN, "
+                               "ANY_SERVICE_TOKEN, AWS_SECRET_ACCESS_KEY, GH_TOKEN, GITHUB_TOKEN, TWINE_PASSWORD")
+               for line in logs), logs

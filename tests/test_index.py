@@ -533,3 +533,18 @@ def test_thousand_releases_of_twelve_assets_is_fast(record_property):
         f"\n1000 releases x 12 assets: cold {cold:.2f} s (6000 sidecars read), warm cache {warm:.2f} s, {len(files)} files"
     )
     assert warm < 5 and cold < 10
+
+
+def test_over_long_name_refused_instead_of_aborting_the_publication():
+    # a 301-character project name used to end the whole publish in "File name too long"
+    _assert_refused("a" * 301 + "-1.0-py3-none-any.whl")
+
+
+def test_sidecar_without_a_name_is_named_as_such():
+    whl = wheel_asset("pkg-1.0-py3-none-any.whl")
+    nameless = b"Metadata-Version: 2.1\nVersion: 1.0\n"
+    side = sidecar_asset(whl, nameless)
+    site = build_site([Release("t", TITLE, assets=(whl, side))], default_world=None,
+                      fetch=MemoryFetch({side.url: nameless}))
+    assert not site.worlds[0].packages[0].links[0].metadata
+    assert "lacks Name or Version but the wheel is pkg 1.0" in site.warnings[0], site.warnings

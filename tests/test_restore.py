@@ -4,15 +4,19 @@ against the local store; plus the artifact endpoints' fidelity to GitHub's OpenA
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
+import tempfile
 import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from wheel_factory import build_wheel
 
 from ci import manifest, matrix, naming
 from ci import plan as skip_plan
@@ -97,12 +101,27 @@ def make_zip(members: dict[str, bytes], *, symlink: str | None = None) -> bytes:
 
 
 def wheel_bytes(row: matrix.MatrixRow, run: int) -> bytes:
-    return f"{wheel_file(row)} built in run {run}".encode() * 50
+    """A valid wheel (restore checks every wheel) that says which run built it; the same bytes every call."""
+    return _wheel_bytes(DIST[row.component], wheel_file(row), run)
+
+
+@functools.cache
+def _wheel_bytes(dist: str, filename: str, run: int) -> bytes:
+    tags = filename.removeprefix(f"{dist}-1.0-").removesuffix(".whl")
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = build_wheel(Path(tmp), {f"{dist}/__init__.py": f"RUN = {run}\n".encode()}, name=dist, version="1.0",
+                            tags=tags)
+        return wheel.read_bytes()
+
+
+def wheel_metadata(row: matrix.MatrixRow, run: int) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(wheel_bytes(row, run))) as zf:
+        return zf.read(f"{DIST[row.component]}-1.0.dist-info/METADATA")
 
 
 def artifact_zip(row: matrix.MatrixRow, run: int) -> bytes:
     whl = wheel_file(row)
-    return make_zip({whl: wheel_bytes(row, run), f"{whl}.metadata": b"Metadata-Version: 2.1\n",
+    return make_zip({whl: wheel_bytes(row, run), f"{whl}.metadata": wheel_metadata(row, run),
                      f"{row.release_tag}-{row.arch}.build.json": b"{}"})
 
 
@@ -375,7 +394,7 @@ def test_restore_into_the_local_store(tmp_path: Path) -> None:
         path.write_bytes(data)
         digest = kw.get("digest") or f"sha256:{hashlib.sha256(data).hexdigest()}"
         (folder / f"{name}.zip.sha256").write_text(f"{digest.split(':')[1]}  {path.name}\n")
-    (root / str(NEW) / f"{art_name(sc.dups[0])}.zip.sha256").unlink()  # no digest: restored, with a warning
+    (root / str(NEW) / f"{art_name(sc.dups[0])}.zip.sha256").unlink()  # no digest: restored only when accepted
     apex12 = next(r for r in sc.old_torch if (r.component, r.arch, r.python) == ("apex", "x86_64", "3.12"))
     sym = root / str(OLD) / f"{art_name(apex12)}.zip"
     sym.write_bytes(make_zip({"ok.whl": b"1"}, symlink="link.whl"))
@@ -393,7 +412,12 @@ def test_restore_into_the_local_store(tmp_path: Path) -> None:
     seed_existing(sc, put)
     source = LocalArtifacts(root)
     listings = restore.collect(source, [str(OLD), str(NEW)])
-    p = restore.plan(sc.versions, listings, torch=TORCH, versions_ref="abc1234", releases=store.list_releases())
+    strict = restore.plan(sc.versions, listings, torch=TORCH, versions_ref="abc1234", releases=store.list_releases())
+    refused = [r for r in restore.apply(strict, LocalStore(tmp_path / "strict"), source).refused
+               if art_name(sc.dups[0]) in r]
+    assert len(refused) == 1 and "has no digest" in refused[0] and "pass --accept-undigested" in refused[0], refused
+    p = restore.plan(sc.versions, listings, torch=TORCH, versions_ref="abc1234", releases=store.list_releases(),
+                     accept_undigested=True)
     result = restore.apply(p, store, source)
     assert len(result.refused) == 3
     assert any(f"{art_name(sc.dups[0])}" in w and "no digest" in w for w in result.warnings)
@@ -403,7 +427,7 @@ def test_restore_into_the_local_store(tmp_path: Path) -> None:
     assert snapshot == {f: f.stat().st_mtime_ns for f in (tmp_path / "store").rglob("*") if f.is_file()}
 
     # torch 2.12.0: the symlink member refuses its artifact
-    p12 = restore.plan(sc.versions, listings, torch="2.12.0", versions_ref="abc1234")
+    p12 = restore.plan(sc.versions, listings, torch="2.12.0", versions_ref="abc1234", accept_undigested=True)
     r12 = restore.apply(p12, store, source)
     assert any("is a symbolic link" in r for r in r12.refused)
 
@@ -420,3 +444,39 @@ def test_extract_refuses_escaping_members(tmp_path: Path) -> None:
         with pytest.raises(restore.ArtifactRefused, match=reason):
             restore.extract_wheels(z, tmp_path / "out", what="artifact a")
         assert not (tmp_path / "x.whl").exists() and not (tmp_path / "out").exists()
+
+
+def test_restored_wheels_pass_the_wheel_checks_first(tmp_path: Path) -> None:
+    """A wheel check-wheel refuses (a '../' member, no RECORD) or a .metadata unlike its wheel is never uploaded."""
+    sc = Scenario()
+    rows = [r for r in sc.rows if r.component == "apex" and r.arch == "x86_64"]
+    good = wheel_bytes(rows[0], OLD)
+    with zipfile.ZipFile(io.BytesIO(good)) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    traversal = make_zip({**members, "../../../../escaped.txt": b"x"})
+    no_record = make_zip({n: d for n, d in members.items() if not n.endswith("RECORD")})
+    cases = [
+        (rows[0], make_zip({wheel_file(rows[0]): traversal}), "contains a '..' path component"),
+        (rows[1], make_zip({wheel_file(rows[1]): no_record}), "has no apex-1.0.dist-info/RECORD"),
+    ]
+    root = tmp_path / "artifacts" / str(OLD)
+    root.mkdir(parents=True)
+    for row, data, _ in cases:
+        (root / f"{art_name(row)}.zip").write_bytes(data)
+        (root / f"{art_name(row)}.zip.sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  x\n")
+    other = next(r for r in sc.rows if r.component == "flash-attention" and r.arch == "x86_64")
+    data = make_zip({wheel_file(other): wheel_bytes(other, OLD), f"{wheel_file(other)}.metadata": b"Name: forged\n"})
+    (root / f"{art_name(other)}.zip").write_bytes(data)
+    (root / f"{art_name(other)}.zip.sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  x\n")
+
+    store = LocalStore(tmp_path / "store")
+    source = LocalArtifacts(tmp_path / "artifacts")
+    p = restore.plan(sc.versions, restore.collect(source, [str(OLD)]), torch=TORCH, versions_ref="abc1234")
+    result = restore.apply(p, store, source)
+    assert result.uploaded == () and len(result.refused) == 6, result.refused  # 3 artifacts, 3 empty releases
+    refused = " | ".join(result.refused)
+    for row, _, reason in cases:
+        assert f"artifact {art_name(row)}" in refused and f"fails the wheel checks: {wheel_file(row)}: " in refused
+        assert reason in refused
+    assert f"{wheel_file(other)}.metadata differs from the METADATA inside {wheel_file(other)}; refused" in refused
+    assert store.list_releases() == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -88,3 +89,24 @@ def test_sdist_is_unpacked_from_the_cache_without_downloading(cached_sdist):
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     checkout = sources.fetch_sdist("demo", "1.0", cache, python="/nonexistent/python", expected_sha256=digest)
     assert (checkout.path / "setup.py").is_file() and checkout.revision == digest
+
+
+# A URL or ref that git would read as an option must stay a URL or ref: `--upload-pack=<command>` runs the command.
+def test_ls_remote_never_reads_the_url_as_an_option(tmp_path):
+    marker = tmp_path / "PWNED"
+    assert sources.resolve_ref(f"--upload-pack=touch {marker};true", "main") is None
+    assert not marker.exists()
+
+
+def test_fetch_never_reads_the_ref_as_an_option(upstream, tmp_path):
+    marker = tmp_path / "PWNED"
+    with pytest.raises(WheelhouseError):
+        sources.fetch_git(upstream.as_uri(), f"--upload-pack=touch {marker};true", tmp_path / "cache", submodules=False)
+    assert not marker.exists()
+
+
+def test_pip_download_never_reads_the_name_as_an_option(tmp_path):
+    # as an option, `--log=<path>==1.0` makes pip write its log to that path; as a requirement it is refused
+    with pytest.raises(WheelhouseError, match="could not be downloaded"):
+        sources.fetch_sdist(f"--log={tmp_path}/log", "1.0", tmp_path / "cache", python=sys.executable)
+    assert not list(tmp_path.glob("log*"))

@@ -125,6 +125,42 @@ MALFORMED = [
     ("duplicate-key", "build_matrix: []\nbuild_matrix: []\ncomponents: {}\n", None),
     ("arch-filter-without-list", mutated(_set(["components", "demo", "arch_filter"], True)),
      "versions.yaml: components.demo.arch_filter: needs torch_cuda_arch_list to say which archs to keep; set it or drop arch_filter"),
+    # values that reach git, pip, compiler flags, paths, tags, URLs and index worlds
+    ("git-option", mutated(_set(["components", "demo", "source"], {"git": "--upload-pack=touch PWNED;true"})),
+     "versions.yaml: components.demo.source.git: string '--upload-pack=touch PWNED;true' is malformed; write a clone URL "
+     "(https://host/owner/repo.git, ssh://…, git@host:owner/repo.git or a local path): no leading '-', no spaces"),
+    ("ref-option", mutated(_set(["components", "demo", "ref"], "--upload-pack=touch PWNED;true")), None),
+    ("sdist-option", mutated(_set(["components", "demo", "source"], {"sdist": "--index-url=http://127.0.0.1:1/"})),
+     "versions.yaml: components.demo.source.sdist: string '--index-url=http://127.0.0.1:1/' is malformed; write a "
+     "distribution name as on the package index: letters, digits, '.', '_' and '-', starting and ending with a letter or digit"),
+    ("ref-whitespace", mutated(_set(["components", "demo", "ref"], "0.1.0 rc1")),
+     "versions.yaml: components.demo.ref: string '0.1.0 rc1' is malformed; write a git branch, tag or commit (for an "
+     "sdist, its version): letters, digits and ._/+- only, starting with a letter or digit (no spaces, no leading '-')"),
+    ("ref-pipe", mutated(_set(["components", "demo", "ref"], "v1|x")), None),
+    ("ref-dot", mutated(_set(["components", "demo", "ref"], ".")), None),
+    ("arch-list-token", mutated(_set(["components", "demo", "torch_cuda_arch_list"], "banana;9.0")),
+     "versions.yaml: components.demo.torch_cuda_arch_list: string 'banana;9.0' is malformed; list CUDA archs separated "
+     "by ';', ',' or spaces, e.g. \"8.0;9.0a;10.0;12.0f\" (90, sm_90a and +PTX are accepted too), or null when the "
+     "component sets its own gencodes"),
+    ("arch-list-empty", mutated(_set(["components", "demo", "torch_cuda_arch_list"], "")), None),
+    ("override-arch-list", mutated(_set(["components", "demo", "arch_overrides", "aarch64", "torch_cuda_arch_list"],
+                                        "9.0;9.x")), None),
+    ("patch-absolute", mutated(_set(["components", "demo", "patches"], ["/etc/passwd"])),
+     "versions.yaml: components.demo.patches[0]: string '/etc/passwd' is malformed; write a path relative to the "
+     "repository root, without '..' components, a leading '/' or spaces (letters, digits and ._+@/- only)"),
+    ("patch-dotdot", mutated(_set(["components", "demo", "patches"], ["../../x"])), None),
+    ("source-path-outside", mutated(_set(["components", "demo", "source"], {"path": "../../../../tmp"})), None),
+    ("wheel-packages-name", mutated(_set(["components", "demo", "wheel_packages"], ["../x"])), None),
+    ("torch-index-not-url", mutated(_set(["build_matrix", 0, "torch_index"], "not a url")),
+     "versions.yaml: build_matrix[0].torch_index: string 'not a url' is malformed; write \"default\" (pip's own "
+     "configuration) or an http(s):// or file:// index URL without spaces or quotes, e.g. https://download.pytorch.org/whl/cu130"),
+    ("max-jobs-huge", mutated(_set(["components", "demo", "max_jobs"], 10**30)),
+     "versions.yaml: components.demo.max_jobs: 1000000000000000000000000000000 is too large; the maximum is 256"),
+    ("build-timeout-zero", mutated(_set(["components", "demo", "build_timeout"], "0")), None),
+    ("runs-on-space", mutated(_set(["components", "demo", "runs_on"], "ubuntu latest")), None),
+    ("extra-env-name", mutated(_set(["components", "demo", "extra_env"], {"1BAD": "x"})),
+     "versions.yaml: components.demo.extra_env.1BAD: invalid name; environment variable names are letters, digits "
+     "and '_', not starting with a digit"),
 ]
 
 # Key paths that the messages without an exact expectation must name.
@@ -138,6 +174,16 @@ EXPECTED_PATHS = {
     "arches-not-in-matrix": "components.demo.arches[0]: 'aarch64' is not an arch of build_matrix (x86_64)",
     "bad-component-name": "components.Bad_Name: invalid name",
     "duplicate-key": "duplicate key 'build_matrix'",
+    "ref-option": "components.demo.ref: string '--upload-pack=touch PWNED;true' is malformed;",
+    "ref-pipe": "components.demo.ref: string 'v1|x' is malformed;",
+    "ref-dot": "components.demo.ref: string '.' is malformed;",
+    "arch-list-empty": "components.demo.torch_cuda_arch_list: string '' is malformed;",
+    "override-arch-list": "components.demo.arch_overrides.aarch64.torch_cuda_arch_list: string '9.0;9.x' is malformed;",
+    "patch-dotdot": "components.demo.patches[0]: string '../../x' is malformed; write a path relative to the repository root",
+    "source-path-outside": "components.demo.source.path: string '../../../../tmp' is malformed; write a path relative",
+    "wheel-packages-name": "components.demo.wheel_packages[0]: string '../x' is malformed; write a distribution name",
+    "build-timeout-zero": "components.demo.build_timeout: string '0' is malformed; write a timeout(1) duration greater than zero",
+    "runs-on-space": "components.demo.runs_on: string 'ubuntu latest' is malformed; write a GitHub runner label",
 }
 
 
@@ -260,3 +306,52 @@ def test_config_error_is_the_library_error_type(tmp_path):
     with pytest.raises(ConfigError) as info:
         versions.load(write(tmp_path, mutated(_set(["components", "demo", "ref"], ""))))
     assert str(info.value) == "versions.yaml: components.demo.ref: must not be an empty string"
+
+
+# The semantic pass refuses what the schema refuses where a value reaches git, pip, nvcc or the file system, so a
+# schema edit cannot reopen it (and versions files of other commits, read without the tree, get the same rules).
+SEMANTIC = [
+    ("git-option", _set(["components", "demo", "source"], {"git": "--upload-pack=touch PWNED;true"}),
+     "versions.yaml: components.demo.source.git: '--upload-pack=touch PWNED;true' starts with '-', which git and pip "
+     "would read as an option; remove the '-'"),
+    ("sdist-option", _set(["components", "demo", "source"], {"sdist": "--index-url=x"}),
+     "versions.yaml: components.demo.source.sdist: '--index-url=x' starts with '-', which git and pip would read as an "
+     "option; remove the '-'"),
+    ("ref-option", _set(["components", "demo", "ref"], "-c"),
+     "versions.yaml: components.demo.ref: '-c' starts with '-', which git and pip would read as an option; remove the '-'"),
+    ("ref-dot", _set(["components", "demo", "ref"], "."),
+     "versions.yaml: components.demo.ref: '.' names no branch, tag or commit; write e.g. v1.2.0 or main"),
+    ("arch-list", _set(["components", "demo", "torch_cuda_arch_list"], "banana;9.0"),
+     "versions.yaml: components.demo.torch_cuda_arch_list: CUDA arch list: 'banana' is not an architecture; "
+     "write e.g. 8.0, 90, 9.0a or 12.0f"),
+    ("arch-list-empty", _set(["components", "demo", "torch_cuda_arch_list"], ";"),
+     'versions.yaml: components.demo.torch_cuda_arch_list: names no CUDA arch; write e.g. "8.0;9.0", or null when '
+     "the component sets its own"),
+    ("patch-outside", _set(["components", "demo", "patches"], ["/etc/passwd"]),
+     "versions.yaml: components.demo.patches[0]: /etc/passwd is outside the repository; give a path relative to the "
+     "repository root"),
+    ("path-outside", _set(["components", "demo", "source"], {"path": "tests/../../x"}),
+     "versions.yaml: components.demo.source.path: tests/../../x is outside the repository; give a path relative to "
+     "the repository root"),
+]
+
+
+@pytest.mark.parametrize("check_tree", [True, False])
+@pytest.mark.parametrize("case,change,expected", SEMANTIC, ids=[case for case, _, _ in SEMANTIC])
+def test_semantic_pass_refuses_values_the_schema_refuses(tmp_path, case, change, expected, check_tree):
+    path = write(tmp_path, mutated(change))
+    loaded = versions._build(path, yaml.safe_load(path.read_text()))
+    with pytest.raises(ConfigError) as info:
+        versions._check_semantics(loaded, REPO if check_tree else None)
+    assert str(info.value) == expected
+
+
+def test_symlinked_patch_leading_out_of_the_repository_is_refused(tmp_path):
+    root = tmp_path / "repo"
+    (root / "build_scripts").mkdir(parents=True)
+    (root / "build_scripts" / "fixture.sh").write_text("")
+    (root / "patches").mkdir()
+    (root / "patches" / "p.py").symlink_to("/etc/passwd")
+    doc = mutated(_set(["components", "demo", "patches"], ["patches/p.py"]))
+    with pytest.raises(ConfigError, match=r"patches\[0\]: patches/p.py is outside the repository"):
+        versions.load(write(tmp_path, doc), repo_root=root)

@@ -90,3 +90,21 @@ def test_reads_valid_wheel_in_chunks(tmp_path: Path) -> None:
     name = parse_filename(wheel)
     assert (name.name, name.version, name.distribution) == ("demo-pkg", "1.0+abc", "demo_pkg")
     assert {str(t) for t in name.tags} == {"cp311-cp311-linux_x86_64"}
+
+
+def test_rejects_local_header_naming_another_file(tmp_path: Path) -> None:
+    from tests.hostile_wheels import header_mismatch
+
+    wheel = header_mismatch(tmp_path)
+    assert _reject(wheel) == (
+        f"{wheel.name}: member 'demo_pkg/zzzzzzzzzzzzzzzzzzzzzzzzzzz.py' of the central directory has the local "
+        "header name '../../../../../../../tmp/escaped.pyxxxx'; rebuild the wheel"
+    )
+
+
+def test_rejects_name_with_a_nul_byte(tmp_path: Path) -> None:
+    info = zipfile.ZipInfo("placeholder")
+    wheel = raw_zip(tmp_path / WHEEL, [(info, b"x")])
+    data = wheel.read_bytes().replace(b"placeholder", b"place\0older")  # local header and central directory alike
+    wheel.write_bytes(data)
+    assert "has a NUL byte in its name" in _reject(wheel)

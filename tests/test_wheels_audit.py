@@ -36,3 +36,38 @@ def test_repair_fixture_excluding_torch(tmp_path: Path, fixture_wheel: Path) -> 
     assert not [n for n in names if ".libs/" in n], names  # nothing grafted: torch libs excluded
     with pytest.raises(CheckFailed, match="auditwheel repair to manylinux_2_5_x86_64 failed"):
         audit_repair(fixture_wheel, tmp_path / "old", plat="manylinux_2_5_x86_64")
+
+
+@pytest.mark.parametrize("case", ["traversal", "symlink"])
+def test_repair_refuses_an_archive_check_wheel_refuses(tmp_path: Path, case: str) -> None:
+    """auditwheel would re-root a '../' member and turn a symlink into a file: the output would look safe."""
+    from wheel_factory import host_shared_object
+
+    so = {"demo_pkg/_C.cpython-311-x86_64-linux-gnu.so": host_shared_object().read_bytes()}
+    wheel = build_wheel(tmp_path, {"demo_pkg/__init__.py": b"", **so})
+    with zipfile.ZipFile(wheel) as zf:
+        members = [(info, zf.read(info.filename)) for info in zf.infolist()]
+    extra = zipfile.ZipInfo("../../../../tmp/escaped/escaped.txt" if case == "traversal" else "demo_pkg/link")
+    if case == "symlink":
+        extra.external_attr = 0o120777 << 16
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for info, data in [*members, (extra, b"/etc/passwd")]:
+            zf.writestr(info, data)
+    reason = "contains a '..' path component" if case == "traversal" else "is a symbolic link"
+    with pytest.raises(CheckFailed, match=reason):
+        audit_repair(wheel, tmp_path / "out", plat="manylinux_2_28_x86_64")
+    assert not (tmp_path / "out").exists()  # refused before auditwheel ran
+
+
+def test_repair_failure_gives_auditwheels_reason(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path, {"demo_pkg/__init__.py": b""})
+    with pytest.raises(CheckFailed) as info:
+        audit_repair(wheel, tmp_path / "out", plat="manylinux_2_28_x86_64")
+    assert str(info.value) == (f"{wheel.name}: auditwheel repair to manylinux_2_28_x86_64 failed: This does not look "
+                               "like a platform wheel, no ELF executable or shared library file (including compiled "
+                               "Python C extension) found in the wheel archive")
+
+
+def test_repair_of_a_missing_file_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(CheckFailed, match="no such file"):
+        audit_repair(tmp_path / "demo_pkg-1.0-cp311-cp311-linux_x86_64.whl", tmp_path, plat="banana")

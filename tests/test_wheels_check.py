@@ -104,3 +104,67 @@ def test_fixture_against_torch_211_wheel_file(fixture_wheel: Path) -> None:
         "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >)"
     )
     assert not report.ok and len(report.problems) == 1
+
+
+# --- what pip and the loader agree on: RECORD and ELF members --------------------------------------
+
+SO = "demo_pkg/_C.cpython-311-x86_64-linux-gnu.so"
+
+
+def _rewritten(wheel: Path, change) -> Path:
+    """``wheel`` with its members passed through ``change(members) -> members`` (RECORD left as it was)."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as zf:
+        members = {name: zf.read(name) for name in zf.namelist()}
+    members = change(members)
+    wheel.unlink()
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return wheel
+
+
+def _problems(wheel: Path) -> list[str]:
+    report = check_wheels([wheel])
+    return list(report.problems)
+
+
+def test_wheel_without_record_fails_like_pip(tmp_path: Path) -> None:
+    wheel = _rewritten(build_wheel(tmp_path, {"demo_pkg/__init__.py": b""}),
+                       lambda m: {k: v for k, v in m.items() if not k.endswith("RECORD")})
+    assert _problems(wheel) == [f"{wheel.name}: has no demo_pkg-1.0.dist-info/RECORD; pip refuses a wheel without "
+                                "RECORD; rebuild the wheel"]
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target",
+                          str(tmp_path / "t"), str(wheel)], capture_output=True, text=True)
+    assert pip.returncode != 0 and "RECORD" in pip.stderr
+
+
+def test_record_hash_size_and_listing_are_checked(tmp_path: Path) -> None:
+    def tamper(members):
+        members["demo_pkg/__init__.py"] = b"print('changed after the build')\n"
+        members["demo_pkg/unlisted.py"] = b""
+        record = members["demo_pkg-1.0.dist-info/RECORD"].decode()
+        members["demo_pkg-1.0.dist-info/RECORD"] = (record + "demo_pkg/gone.py,sha256=x,1\n").encode()
+        return members
+
+    wheel = _rewritten(build_wheel(tmp_path, {"demo_pkg/__init__.py": b""}), tamper)
+    problems = _problems(wheel)
+    assert len(problems) == 3, problems
+    assert problems[0].startswith(f"{wheel.name}: member 'demo_pkg/__init__.py' does not match its RECORD hash "
+                                  "(sha256=")
+    assert problems[1] == (f"{wheel.name}: member 'demo_pkg/unlisted.py' is not listed in "
+                           "demo_pkg-1.0.dist-info/RECORD; rebuild the wheel")
+    assert problems[2] == (f"{wheel.name}: demo_pkg-1.0.dist-info/RECORD lists 'demo_pkg/gone.py', which the wheel "
+                           "does not hold; rebuild the wheel")
+
+
+def test_extension_module_must_be_an_elf_for_the_platform(tmp_path: Path) -> None:
+    not_elf = build_wheel(tmp_path / "a", {SO: b"this is not an ELF file"})
+    assert _problems(not_elf) == [f"{not_elf.name}: member '{SO}' is named like a shared object but is not an ELF "
+                                  "file (Python cannot import it); rebuild the wheel"]
+    so = bytearray(host_shared_object().read_bytes())
+    so[18:20] = (183).to_bytes(2, "little")  # e_machine: aarch64
+    foreign = build_wheel(tmp_path / "b", {SO: bytes(so)})
+    assert _problems(foreign) == [f"{foreign.name}: member '{SO}' is an ELF for machine 183, not for the wheel's "
+                                  "platform (x86_64); rebuild the wheel"]

@@ -122,3 +122,19 @@ def test_command_line_strips_in_place(tmp_path: Path, fixture_wheel: Path) -> No
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in tmp_path.glob("*.whl")) == ["wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"]
     assert result.stdout.strip() == str(tmp_path / "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl")
+
+
+def test_strip_refuses_a_local_header_name_it_did_not_validate(tmp_path: Path) -> None:
+    """The local header's '../' name never reaches the output's central directory (nor any output)."""
+    from ci.wheels import rewrite
+    from tests.hostile_wheels import header_mismatch
+
+    wheel = header_mismatch(tmp_path)
+    out = tmp_path / "out"
+    with pytest.raises(CheckFailed, match="of the central directory has the local header name"):
+        strip_local_version(wheel, out)
+    assert not any(out.iterdir())
+    # the raw copy refuses on its own too, should it ever be given an unvalidated archive
+    with zipfile.ZipFile(wheel) as zin, open(wheel, "rb") as src, open(tmp_path / "raw.zip", "wb") as dst:
+        with pytest.raises(CheckFailed, match="has another name in its local header"):
+            rewrite._write_archive(zin, src, dst, lambda name: name, {}, wheel.name)

@@ -24,6 +24,8 @@ from ci.versions import DEFAULT_VERSIONS, REPO_ROOT, load
 
 WF = workflows.WORKFLOWS_DIR
 BUILD = f"{WF}/_build.yml"
+PUBLISH = f"{WF}/_publish.yml"
+REUSABLE = (BUILD, PUBLISH)
 PUBLISH_INDEX = f"{WF}/publish-index.yml"
 
 
@@ -103,7 +105,7 @@ def test_output_is_stable_and_marked(versions, generated):
 
 def test_one_workflow_per_component(versions, generated):
     expected = {f"{WF}/build-{name}.yml" for name in versions.components}
-    fixed = {BUILD, PUBLISH_INDEX, f"{WF}/build-all.yml", f"{WF}/release.yml", f"{WF}/plan.yml"}
+    fixed = {BUILD, PUBLISH, PUBLISH_INDEX, f"{WF}/build-all.yml", f"{WF}/release.yml", f"{WF}/plan.yml"}
     assert set(generated) == expected | fixed
 
 
@@ -211,10 +213,12 @@ def test_builds_are_never_cancelled_in_progress(docs):
 
 
 def test_permissions_are_explicit_and_least(docs):
+    # the reusable workflows state each job's grant (a called job can only lower its caller's)
+    assert docs[BUILD]["jobs"]["build"]["permissions"] == {"contents": "read"}
+    assert docs[PUBLISH]["jobs"]["publish"]["permissions"] == {"contents": "write"}
     for path, doc in docs.items():
-        if path == BUILD:
-            # the reusable build inherits its caller's grant; each caller states it
-            assert "permissions" not in doc and "permissions" not in doc["jobs"]["build"]
+        if path in REUSABLE:
+            assert "permissions" not in doc and len(doc["jobs"]) == 1
             continue
         assert doc["permissions"] == {}, f"{path}: the workflow default must grant nothing"
         for job_id, job in doc["jobs"].items():
@@ -223,22 +227,25 @@ def test_permissions_are_explicit_and_least(docs):
                 assert level in ("read", "write"), (path, job_id, scope)
     writes = {
         (path, job_id, scope)
-        for path, doc in docs.items() if path != BUILD
+        for path, doc in docs.items() if path not in REUSABLE
         for job_id, job in doc["jobs"].items()
         for scope, level in job["permissions"].items() if level == "write"
     }
     for path, job_id, scope in writes:
         name = path.split("/")[-1]
         if scope == "contents":
-            # only jobs that may publish a release
-            assert job_id == "build" and ((name.startswith("build-") and name != "build-all.yml") or name == "release.yml")
+            # only the jobs that call _publish.yml
+            assert job_id == "publish" and docs[path]["jobs"][job_id]["uses"] == f"./{PUBLISH}", (path, job_id)
+            assert (name.startswith("build-") and name != "build-all.yml") or name == "release.yml"
         elif scope in ("pages", "id-token"):
             assert job_id in ("deploy", "publish-index")
         elif scope == "pull-requests":
             assert name == "plan.yml" and job_id == "plan"
         else:
             pytest.fail(f"{path}: {job_id} writes {scope}")
-    assert docs[f"{WF}/build-all.yml"]["jobs"]["build"]["permissions"] == {"contents": "read"}
+    for path, doc in docs.items():
+        if "build" in doc["jobs"] and path not in REUSABLE:
+            assert doc["jobs"]["build"]["permissions"] == {"contents": "read"}, path
 
 
 def test_secrets_reach_only_the_steps_that_use_them(docs):
@@ -271,13 +278,13 @@ def test_secrets_reach_only_the_steps_that_use_them(docs):
             assert "secrets." not in other, f"{where}: an unexpected secret"
     components = {f"build-{name}.yml" for name in ("apex", "flash-mla")}
     assert {(name, "Plan the rows that need building") for name in components} <= token_steps
-    assert {name for name, _ in token_steps} >= {"_build.yml", "publish-index.yml", "plan.yml"}
-    assert {step for name, step in token_steps if name == "_build.yml"} == {"Publish to the release"}
+    assert {name for name, _ in token_steps} >= {"_publish.yml", "publish-index.yml", "plan.yml"}
+    assert "_build.yml" not in {name for name, _ in token_steps}, "the job running upstream code gets no token"
+    assert {step for name, step in token_steps if name == "_publish.yml"} == {"Publish to the release"}
     assert proxy_steps == {
         ("_build.yml", "Restore the build cache"),
         ("_build.yml", "Save the build cache"),
         ("_build.yml", "Upload wheel artifact"),
-        ("_build.yml", "Publish to the release"),
     }
 
 
@@ -306,15 +313,22 @@ def test_checkouts_leave_no_credentials(docs):
                 assert step["with"]["persist-credentials"] is False, path
 
 
-def test_actions_are_pinned_to_versions(docs):
+def test_third_party_actions_are_pinned_to_commits(docs, generated):
     for path, doc in docs.items():
         for job_id, job in doc["jobs"].items():
             if "uses" in job:
                 assert job["uses"].startswith("./.github/workflows/"), (path, job_id)
         for _, step in _steps(doc):
             if "uses" in step:
-                assert re.fullmatch(r"[\w.-]+/[\w./-]+@v\d+(\.\d+)*", step["uses"]), f"{path}: {step['uses']}"
-                assert step["uses"] in workflows.ACTIONS.values()
+                assert step["uses"] in workflows.ACTIONS.values(), f"{path}: {step['uses']}"
+                if step["uses"] not in workflows.UNPINNED_ACTIONS.values():
+                    assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"]), f"{path}: {step['uses']}"
+    assert set(workflows.UNPINNED_ACTIONS) == {"cuda-toolkit"}  # docs/ci.md says why
+    for path, text in generated.items():
+        for line in text.splitlines():
+            if re.search(r"uses: \S+@[0-9a-f]{40}", line):
+                # the release each commit is, for readers and for the next update
+                assert re.search(r"@[0-9a-f]{40}  # v\d+\.\d+\.\d+$", line), f"{path}: {line}"
 
 
 def test_build_cache_is_resumable_and_attempt_scoped(docs):
@@ -352,24 +366,50 @@ def test_build_job_runs_the_local_commands(docs, versions):
     upload = steps["Upload wheel artifact"]["with"]
     assert upload["name"] == naming.artifact_name(*(f"${{{{ inputs.{f} }}}}" for f in ("component", "arch", "cuda", "python", "torch")))
     assert upload["path"] == "dist/${{ inputs.world }}/"
-    release = steps["Publish to the release"]
-    assert release["if"] == "inputs.publish" and release["run"].startswith("invoke release --component")
-    assert job["steps"][-1] is release, "publishing is the last step: a row only counts as published when it is"
-    assert job["outputs"]["published"] == "${{ steps.release.outputs.published }}"
-    assert _on(doc)["workflow_call"]["outputs"]["published"]["value"] == "${{ jobs.build.outputs.published }}"
+    assert job["steps"][-1]["name"] == "Upload wheel artifact", "the build's only way out is its artifact"
+    assert "outputs" not in job and "outputs" not in _on(doc)["workflow_call"]
+    assert not any("invoke release" in step.get("run", "") for step in job["steps"])
 
     # every input the callers pass exists, every required input is passed, every row key exists
-    inputs = _on(doc)["workflow_call"]["inputs"]
     row_keys = set(matrix.expand(versions)[0].to_json())
-    for path, caller in docs.items():
-        for job_id, job in caller["jobs"].items():
-            if job.get("uses") != f"./{BUILD}":
-                continue
-            assert set(job["with"]) == set(inputs), (path, job_id)
-            assert job["strategy"]["fail-fast"] is False
-            for name, value in job["with"].items():
-                if name != "publish":
+    for reusable in REUSABLE:
+        inputs = _on(docs[reusable])["workflow_call"]["inputs"]
+        callers = 0
+        for path, caller in docs.items():
+            for job_id, job in caller["jobs"].items():
+                if job.get("uses") != f"./{reusable}":
+                    continue
+                callers += 1
+                assert set(job["with"]) == set(inputs), (path, job_id)
+                assert job["strategy"]["fail-fast"] is False
+                for name, value in job["with"].items():
                     assert re.search(r"matrix\.(\w+)", value).group(1) in row_keys, (path, name)
+        assert callers, reusable
+
+
+def test_publish_runs_no_upstream_code_and_checks_the_wheels_again(docs):
+    """The job that can write runs on a fresh GitHub-hosted runner: our checkout, our tools, the artifact."""
+    build = {step["name"]: step for step in docs[BUILD]["jobs"]["build"]["steps"]}
+    job = docs[PUBLISH]["jobs"]["publish"]
+    steps = [step["name"] for step in job["steps"]]
+    assert job["runs-on"] == workflows.CONTROL_RUNNER  # never the self-hosted runner the build used
+    assert steps == ["Check out", "Set up Python", "Install the wheelhouse tools", "Download the wheel artifact",
+                     "Check the wheels again", "Publish to the release"]
+    by_name = {step["name"]: step for step in job["steps"]}
+    assert by_name["Check out"]["with"] == {"persist-credentials": False}
+    download = by_name["Download the wheel artifact"]
+    assert download["uses"] == workflows.ACTIONS["download-artifact"]
+    assert download["with"]["name"] == build["Upload wheel artifact"]["with"]["name"]
+    assert download["with"]["path"] == build["Upload wheel artifact"]["with"]["path"] == "dist/${{ inputs.world }}/"
+    recheck = by_name["Check the wheels again"]["run"]
+    assert 'invoke check-wheel "dist/$WORLD/*.whl" --pythons' in recheck and "--require-archs" in recheck
+    text = _text(job)
+    for upstream in ("nox", "build_scripts", "setup.py", "pip wheel"):
+        assert upstream not in text, upstream
+    release = by_name["Publish to the release"]
+    assert release["run"].startswith("invoke release --component")
+    assert job["outputs"]["published"] == "${{ steps.release.outputs.published }}"
+    assert _on(docs[PUBLISH])["workflow_call"]["outputs"]["published"]["value"] == "${{ jobs.publish.outputs.published }}"
 
 
 def test_publish_index_runs_after_partial_success(docs, versions):
@@ -379,8 +419,8 @@ def test_publish_index_runs_after_partial_success(docs, versions):
         assert job["uses"] == f"./{PUBLISH_INDEX}"
         condition = job["if"]
         assert condition.startswith("always()"), path
-        assert "needs.build.result != 'cancelled'" in condition
-        assert "needs.build.outputs.published == 'true'" in condition
+        assert "needs.publish.result != 'cancelled'" in condition
+        assert "needs.publish.outputs.published == 'true'" in condition
         assert "== 'success'" not in condition and "success()" not in condition
         assert job["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
     assert "publish-index" not in docs[f"{WF}/build-all.yml"]["jobs"]
@@ -394,15 +434,16 @@ def test_publish_triggers(docs, versions):
         assert f"{WF}/build-{name}.yml" in on["push"]["paths"]
         for path in ("versions.yaml", "build_scripts/**", "patches/**", "ci/**", "requirements-tools.txt"):
             assert path in on["push"]["paths"]
-        assert doc["jobs"]["build"]["with"]["publish"] == "${{ github.event_name == 'push' }}"
+        assert doc["jobs"]["publish"]["if"].endswith(" && github.event_name == 'push'")
+        assert doc["jobs"]["publish"]["needs"] == ["plan", "build"]
         plan_steps = {step["id"]: step for step in doc["jobs"]["plan"]["steps"] if "id" in step}
         assert plan_steps["plan"]["run"] == f"invoke plan --component {name} --github-output\n"
         assert plan_steps["select"]["run"].startswith(f"invoke matrix --component {name} ")
     release = docs[f"{WF}/release.yml"]
     assert _on(release) == {"push": {"tags": ["v*"]}}
-    assert release["jobs"]["build"]["with"]["publish"] == "true"
+    assert "github.event_name" not in release["jobs"]["publish"]["if"]
     every = docs[f"{WF}/build-all.yml"]
-    assert _on(every)["schedule"] and every["jobs"]["build"]["with"]["publish"] == "false"
+    assert _on(every)["schedule"] and set(every["jobs"]) == {"plan", "build"}  # nothing is published
 
 
 def test_pages_deploy(docs):

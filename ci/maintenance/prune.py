@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from ci import matrix, naming
-from ci.errors import WheelhouseError
+from ci.errors import UsageError, WheelhouseError
 from ci.index import Fetch, check_world
 from ci.pages import PagesTarget, PublishOutcome, publish_index
 from ci.store.model import Release, ReleaseStore
@@ -42,7 +42,7 @@ def parse_age(text: str) -> timedelta:
     """``90d``, ``12h``, ``2w``."""
     m = _AGE.match(text or "")
     if not m:
-        raise WheelhouseError(f"--older-than {text!r}: give a number and a unit, e.g. 90d, 12h or 2w")
+        raise UsageError(f"--older-than {text!r}: give a number and a unit, e.g. 90d, 12h or 2w")
     return timedelta(**{_UNITS[m[2]]: int(m[1])})
 
 
@@ -58,8 +58,8 @@ def parse_worlds(text: str | Iterable[str] | None) -> tuple[str, ...]:
             try:
                 out.append(check_world(world))
             except WheelhouseError:
-                raise WheelhouseError(f"--keep-worlds: {world!r} is not a world; use cu<major><minor>/torch<X.Y> "
-                                      "or cpu/torch<X.Y>, e.g. cu130/torch2.13") from None
+                raise UsageError(f"--keep-worlds: {world!r} is not a world; use cu<major><minor>/torch<X.Y> "
+                                 "or cpu/torch<X.Y>, e.g. cu130/torch2.13") from None
     return tuple(dict.fromkeys(out))
 
 

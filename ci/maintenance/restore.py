@@ -13,8 +13,10 @@ them. This task puts them back:
    run id) wins, with a warning naming the others -- each artifact is downloaded into its own
    directory, so two runs never mix files;
 4. per artifact: download the zip (streamed), verify its sha256 against the artifact's ``digest``
-   (a mismatch refuses the artifact), refuse any member that is absolute, has a ``..`` component
-   or is a symbolic link, and take the ``*.whl`` (and ``*.whl.metadata``) members;
+   (a mismatch refuses the artifact, and so does a missing digest unless ``accept_undigested``),
+   refuse any member that is absolute, has a ``..`` component or is a symbolic link, take the
+   ``*.whl`` (and ``*.whl.metadata``) members, and run the wheel checks on every wheel (all but
+   the torch ABI check, which needs the row's torch); a ``.metadata`` must equal its wheel's METADATA;
 5. per release: create it if missing, upload the wheels (an existing asset with other bytes is
    refused unless ``clobber``, which replaces it through the store's safe clobber; an existing
    release keeps its title and notes), then attach
@@ -63,7 +65,7 @@ class ArtifactRefused(WheelhouseError):
 def versions_text_at(ref: str, *, repo_root: Path = REPO_ROOT, path: str = "versions.yaml") -> str:
     """``git show REF:versions.yaml`` in the repository."""
     try:
-        done = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=repo_root, capture_output=True, text=True,
+        done = subprocess.run(["git", "show", "--end-of-options", f"{ref}:{path}"], cwd=repo_root, capture_output=True, text=True,
                               check=False)
     except OSError as exc:
         raise WheelhouseError(f"git show {ref}:{path}: cannot run git ({exc}); install git") from None
@@ -133,6 +135,8 @@ class RestorePlan:
     skipped: tuple[str, ...]
     warnings: tuple[str, ...]
     clobber: bool = False
+    accept_undigested: bool = False
+    """Restore artifacts that carry no digest (their download cannot be verified)."""
 
     def nothing_to_restore(self) -> WheelhouseError | None:
         """The error to raise when no artifact is left to restore (the skips say why)."""
@@ -165,7 +169,8 @@ def _newest_key(artifact: Artifact) -> tuple[str, int, str]:
 
 
 def plan(versions: Versions, listings: Mapping[str, Sequence[Artifact]], *, torch: str, versions_ref: str,
-         releases: Sequence[Release] = (), clobber: bool = False, source: str = "", store: str = "") -> RestorePlan:
+         releases: Sequence[Release] = (), clobber: bool = False, source: str = "", store: str = "",
+         accept_undigested: bool = False) -> RestorePlan:
     """Which artifacts go into which release (none: see :meth:`RestorePlan.nothing_to_restore`)."""
     skipped: list[str] = []
     warnings: list[str] = []
@@ -223,7 +228,8 @@ def plan(versions: Versions, listings: Mapping[str, Sequence[Artifact]], *, torc
                    key=lambda s: (s.arch != naming.DEFAULT_ARCH, s.arch, s.python)))
         out.append(ReleaseRestore(tag, title, g["component"], tuple(g["pythons"]), torch, tag in existing, items))
     runs = tuple(str(r) for r in listings)
-    return RestorePlan(runs, torch, versions_ref, source, store, tuple(out), tuple(skipped), tuple(warnings), clobber)
+    return RestorePlan(runs, torch, versions_ref, source, store, tuple(out), tuple(skipped), tuple(warnings), clobber,
+                       accept_undigested)
 
 
 # --------------------------------------------------------------------------- safe extraction
@@ -333,7 +339,8 @@ def notes(restore: RestorePlan) -> str:
             "next build of this release rebuilds these wheels and replaces them.\n")
 
 
-def _fetch(group: ReleaseRestore, source: ArtifactSource, tmp: Path, out: _Outcome, log: Log) -> dict[str, _File]:
+def _fetch(group: ReleaseRestore, source: ArtifactSource, tmp: Path, out: _Outcome, log: Log, *,
+           accept_undigested: bool) -> dict[str, _File]:
     files: dict[str, _File] = {}
     for n, item in enumerate(group.items):
         a = item.artifact
@@ -344,6 +351,9 @@ def _fetch(group: ReleaseRestore, source: ArtifactSource, tmp: Path, out: _Outco
         log(f"download {what}")
         got = source.download(a, zpath)
         try:
+            if a.sha256 is None and not accept_undigested:
+                raise ArtifactRefused(f"{what} has no digest (uploaded before upload-artifact v4), so its download "
+                                      "cannot be verified; refused (pass --accept-undigested to restore it anyway)")
             if a.sha256 is None:
                 out.warnings.append(f"{what} has no digest (uploaded before upload-artifact v4): not verified")
             elif got != a.sha256:
@@ -357,6 +367,7 @@ def _fetch(group: ReleaseRestore, source: ArtifactSource, tmp: Path, out: _Outco
                 if not wheel_covers_arch(p.name, item.arch):
                     raise ArtifactRefused(f"{what}: {p.name} is not a wheel for {item.arch}; refused "
                                           "(the artifact name and its contents disagree)")
+            _check_restored(what, wheels, [p for p in extracted if p.name.endswith(".whl.metadata")])
             staged = []
             for p in extracted:
                 f = _File(p.name, p, _sha256(p), p.stat().st_size, item.arch, item)
@@ -372,6 +383,29 @@ def _fetch(group: ReleaseRestore, source: ArtifactSource, tmp: Path, out: _Outco
             files.setdefault(f.name, f)
         zpath.unlink()
     return files
+
+
+def _check_restored(what: str, wheels: list[Path], sidecars: list[Path]) -> None:
+    """The checks a build runs (but the torch ABI: no torch here), and sidecars equal to their wheel's METADATA.
+
+    Nothing reaches a release unchecked: an artifact is other people's bytes until it passes.
+    """
+    from ci.wheels.archive import open_wheel
+    from ci.wheels.check import check_wheels
+    from ci.wheels.metadata import read_metadata
+
+    report = check_wheels(wheels)
+    if not report.ok:
+        more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
+        raise ArtifactRefused(f"{what}: fails the wheel checks: {report.problems[0]}{more}; refused")
+    by_name = {p.name: p for p in wheels}
+    for sidecar in sidecars:
+        wheel = by_name.get(sidecar.name.removesuffix(".metadata"))
+        if wheel is None:
+            raise ArtifactRefused(f"{what}: {sidecar.name} has no wheel beside it; refused")
+        with open_wheel(wheel) as archive:
+            if read_metadata(archive) != sidecar.read_bytes():
+                raise ArtifactRefused(f"{what}: {sidecar.name} differs from the METADATA inside {wheel.name}; refused")
 
 
 def _restored_manifest(group: ReleaseRestore, arch: str, wheels: list[_File], restore: RestorePlan) -> bytes:
@@ -404,7 +438,7 @@ def apply(restore: RestorePlan, store: ReleaseStore, source: ArtifactSource, *, 
     out = _Outcome()
     for group in restore.releases:
         with tempfile.TemporaryDirectory(prefix="wheelhouse-restore-", dir=workdir) as tmp:
-            files = _fetch(group, source, Path(tmp), out, say)
+            files = _fetch(group, source, Path(tmp), out, say, accept_undigested=restore.accept_undigested)
             if not files:
                 out.refused.append(f"release {group.tag}: no artifact could be used; nothing restored")
                 continue

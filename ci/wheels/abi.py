@@ -87,9 +87,17 @@ def elf_needs(member: str, path: Path) -> ElfNeeds | None:
         elf = ElfFile(fp, member)
         if elf.machine == EM_CUDA:  # a cubin: no host symbols
             return None
-        undefined = [s for s in elf.undefined_symbols() if s.binding != "WEAK"]
-    torch_syms = tuple(sorted({s.name for s in undefined if torch_expected(s.name)}))
-    if any(_mentions_cxx11(s.name) for s in undefined):
+        # Streamed: one crafted table may hold a million symbols, so keep only what the verdict needs.
+        needed: set[str] = set()
+        mentions_cxx11 = False
+        for sym in elf.dynamic_symbols():
+            if sym.defined or sym.binding == "WEAK":
+                continue
+            if torch_expected(sym.name):
+                needed.add(sym.name)
+            mentions_cxx11 = mentions_cxx11 or _mentions_cxx11(sym.name)
+    torch_syms = tuple(sorted(needed))
+    if mentions_cxx11:
         cxx11: bool | None = True
     else:
         spelled = demangle(torch_syms)

@@ -6,7 +6,9 @@ Opening a wheel validates it first; any of these ends in one
 - the file is not a readable zip archive (corrupt, truncated);
 - a member name is absolute or contains a ``..`` component;
 - a member is a symbolic link (``S_IFLNK`` in the zip external attributes);
-- a member name occurs twice.
+- a member name occurs twice;
+- a member's local file header names another file than the central directory (extractors read the
+  local name, so the checked name must be the installed one).
 
 Members are only ever read as streams (bounded chunks); when a tool needs a
 real file (an ELF parser that seeks, cuobjdump, c++filt) the member is copied
@@ -19,6 +21,7 @@ import hashlib
 import re
 import shutil
 import stat
+import struct
 import tempfile
 import zipfile
 import zlib
@@ -98,6 +101,26 @@ def _unsafe_reason(name: str) -> str | None:
     return None
 
 
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+"""Signature, then (after version, flags, method, time, date, crc and sizes) name and extra lengths."""
+
+
+def _local_header_name(raw: IO[bytes], info: zipfile.ZipInfo) -> str | None:
+    """The member name its local file header gives, decoded as zipfile decodes the central one."""
+    try:
+        raw.seek(info.header_offset)
+        header = raw.read(_LOCAL_HEADER.size)
+    except (OSError, OverflowError, ValueError):
+        return None
+    if len(header) != _LOCAL_HEADER.size:
+        return None
+    signature, name_length, _extra_length = _LOCAL_HEADER.unpack(header)
+    encoded = raw.read(name_length)
+    if signature != b"PK\x03\x04" or len(encoded) != name_length:
+        return None
+    return encoded.decode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")
+
+
 def _is_symlink(info: zipfile.ZipInfo) -> bool:
     mode = info.external_attr >> 16
     return stat.S_ISLNK(mode)
@@ -126,17 +149,31 @@ class WheelArchive:
 
     def _validate(self, label: str) -> dict[str, Member]:
         members: dict[str, Member] = {}
-        for info in self._zip.infolist():
-            name = info.filename
-            reason = _unsafe_reason(name)
-            if reason:
-                raise CheckFailed(f"{label}: member {name!r} {reason}; rebuild the wheel with relative member paths")
-            if _is_symlink(info):
-                raise CheckFailed(f"{label}: member {name!r} is a symbolic link; wheels must hold regular files only")
-            if name in members:
-                raise CheckFailed(f"{label}: member {name!r} occurs more than once; rebuild the wheel")
-            members[name] = Member(name, info.file_size, info.compress_size, info.compress_type, info.CRC)
+        with open(self.path, "rb") as raw:
+            for info in self._zip.infolist():
+                self._validate_member(label, info, raw, members)
         return members
+
+    def _validate_member(self, label: str, info: zipfile.ZipInfo, raw: IO[bytes], members: dict[str, Member]) -> None:
+        name = info.filename
+        reason = _unsafe_reason(info.orig_filename)
+        if reason:
+            raise CheckFailed(f"{label}: member {info.orig_filename!r} {reason}; rebuild the wheel with relative "
+                              "member paths")
+        if name != info.orig_filename:
+            raise CheckFailed(f"{label}: member {info.orig_filename!r} has a NUL byte in its name, which zip readers "
+                              "cut differently; rebuild the wheel")
+        # Extractors (pip among them) read the local file header's name, the checks the central
+        # directory's: they must be the same name, or the checked name is not the installed one.
+        local = _local_header_name(raw, info)
+        if local != name:
+            shown = "has no readable local header" if local is None else f"has the local header name {local!r}"
+            raise CheckFailed(f"{label}: member {name!r} of the central directory {shown}; rebuild the wheel")
+        if _is_symlink(info):
+            raise CheckFailed(f"{label}: member {name!r} is a symbolic link; wheels must hold regular files only")
+        if name in members:
+            raise CheckFailed(f"{label}: member {name!r} occurs more than once; rebuild the wheel")
+        members[name] = Member(name, info.file_size, info.compress_size, info.compress_type, info.CRC)
 
     # -- context manager --------------------------------------------------
     def __enter__(self) -> WheelArchive:

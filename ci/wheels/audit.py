@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ci.errors import CheckFailed
+from ci.wheels.archive import open_wheel
+from ci.wheels.record import check_record
 
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     "libtorch*.so*",
@@ -95,6 +97,10 @@ def audit_repair(
 ) -> Path:
     """Repair ``wheel`` to a manylinux tag into ``out_dir``; returns the repaired wheel's path."""
     wheel = Path(wheel)
+    # auditwheel extracts with zipfile (a '../' name is re-rooted, a symlink becomes a file) and repacks:
+    # an unsafe archive would come out looking safe, so it is refused before, and the result checked after.
+    with open_wheel(wheel):
+        pass
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if patcher == "auto":
@@ -109,9 +115,20 @@ def audit_repair(
             raise CheckFailed(f"{wheel.name}: auditwheel repair could not run ({exc}); install auditwheel") from None
         produced = sorted(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or len(produced) != 1:
-            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and not ln.startswith("INFO:")]
-            reason = " ".join((lines[-1] if lines else f"exit status {proc.returncode}").split())
-            raise CheckFailed(f"{wheel.name}: auditwheel repair to {plat} failed: {reason}")
+            raise CheckFailed(f"{wheel.name}: auditwheel repair to {plat} failed: {_reason(proc)}")
+        with open_wheel(produced[0]) as archive:
+            problems = check_record(archive)
+        if problems:
+            raise CheckFailed(f"{wheel.name}: auditwheel repair to {plat} wrote a wheel that fails its checks: "
+                              f"{problems[0]}")
         target = out_dir / produced[0].name
         produced[0].replace(target)
     return target
+
+
+def _reason(proc: subprocess.CompletedProcess) -> str:
+    """auditwheel's own words: its last error line, else its last INFO line (where it explains a refusal)."""
+    lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if not ln.startswith(("INFO:", "DEBUG:"))]
+    infos = [ln.split(":", 2)[-1] for ln in lines if ln.startswith("INFO:")]
+    return " ".join((errors or infos or [f"exit status {proc.returncode}"])[-1].split())

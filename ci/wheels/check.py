@@ -31,7 +31,9 @@ from ci.wheels.archs import ArchList, format_archs, parse_arch_list
 from ci.wheels.audit import AuditResult, audit_show
 from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons
 from ci.wheels.fatbin import ArchScan, MemberArchs, arch_problems, find_cuobjdump, scan_elf_file
+from ci.wheels.elf import EM_AARCH64, EM_CUDA, EM_X86_64, ElfFile, is_elf
 from ci.wheels.metadata import read_metadata
+from ci.wheels.record import check_record
 
 REPORT_VERSION = 1
 
@@ -101,7 +103,7 @@ class CheckReport:
                 lines.append(f"  - {problem}")
         failed = sum(1 for w in self.wheels if not w.ok)
         lines.append(f"{len(self.wheels)} wheel(s) checked, {failed} failed.")
-        return "\n".join(lines)
+        return "\n".join(_printable(line) for line in lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -116,6 +118,11 @@ class CheckReport:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+
+def _printable(line: str) -> str:
+    """A terminal shows the text, not escape sequences hidden in a file or member name (``\\x1b[2J``)."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in line)
 
 
 def _wheel_dict(w: WheelReport) -> dict[str, Any]:
@@ -197,13 +204,16 @@ def _inspect(
                 pending.problems.append(str(exc))
             pending.coverage = check_coverage(archive, pythons)
             pending.problems.extend(pending.coverage.problems)
+            pending.problems.extend(check_record(archive))
+            machine = _platform_machine(archive.wheel_name.tags)
             needs: list[ElfNeeds] = []
             device: list[MemberArchs] = []
             for member, copy in archive.shared_objects("wheel-check-"):
                 try:
-                    static = static_libstdcxx_problem(member.name, copy)
-                    if static:
-                        pending.problems.append(f"{path.name}: {static}")
+                    problem = _elf_problem(member.name, copy, machine) or static_libstdcxx_problem(member.name, copy)
+                    if problem:
+                        pending.problems.append(f"{path.name}: {problem}")
+                        continue
                     if want_abi:
                         found = elf_needs(member.name, copy)
                         if found is not None:
@@ -220,6 +230,27 @@ def _inspect(
     except CheckFailed as exc:
         pending.problems.append(str(exc))
     return pending
+
+
+_MACHINES = {"x86_64": EM_X86_64, "aarch64": EM_AARCH64}
+
+
+def _platform_machine(tags) -> int | None:
+    """The ELF machine every platform tag of the wheel names (``manylinux_2_28_x86_64`` -> x86-64), if one."""
+    arches = {arch for tag in tags for arch in _MACHINES if tag.platform.endswith("_" + arch)}
+    return _MACHINES[arches.pop()] if len(arches) == 1 else None
+
+
+def _elf_problem(member: str, copy: Path, machine: int | None) -> str | None:
+    """A shared object or cubin member that the loader could not load on the wheel's platform."""
+    with open(copy, "rb") as fp:
+        if not is_elf(fp):
+            return f"member {member!r} is named like a shared object but is not an ELF file (Python cannot import it); rebuild the wheel"
+        found = ElfFile(fp, member).machine  # refuses 32-bit and big-endian files itself
+    if machine is not None and found not in (machine, EM_CUDA):
+        wanted = next(name for name, number in _MACHINES.items() if number == machine)
+        return f"member {member!r} is an ELF for machine {found}, not for the wheel's platform ({wanted}); rebuild the wheel"
+    return None
 
 
 def check_wheels(

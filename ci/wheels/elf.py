@@ -45,7 +45,18 @@ _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
 _DYN = struct.Struct("<qQ")
 _MAX_TABLE = 512 << 20
-"""Refuse symbol/string tables beyond this size: a corrupt header, not a real library."""
+"""Refuse to load a whole section beyond this size: a corrupt header, not a real library."""
+# Caps a real library never reaches (torch 2.13's libtorch_cpu.so: 75,415 dynamic symbols, a 5 MB .dynstr;
+# an ELF has a few dozen sections). A crafted file beyond them is refused in one line instead of costing
+# minutes or gigabytes: every loop below is bounded by them.
+MAX_SECTIONS = 1 << 16
+MAX_DYNAMIC_SYMBOLS = 1 << 20
+MAX_STRING_TABLE = 64 << 20
+MAX_NAME_BYTES = 64 << 20
+"""Total bytes of the symbol names read from one ELF (names may overlap in a crafted string table)."""
+MAX_VERSION_TABLE = 1 << 20
+_SYMBOL_CHUNK = 4096
+_NAME_CACHE = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -93,8 +104,11 @@ class ElfFile:
 
     # -- low level --------------------------------------------------------
     def _read_at(self, offset: int, size: int) -> bytes:
-        self._fp.seek(offset)
-        data = self._fp.read(size)
+        try:
+            self._fp.seek(offset)
+            data = self._fp.read(size)
+        except (OSError, OverflowError, ValueError):  # an offset beyond what the OS can seek to
+            data = b""
         if len(data) != size:
             raise CheckFailed(f"{self.label}: truncated ELF file (wanted {size} bytes at offset {offset})")
         return data
@@ -109,20 +123,25 @@ class ElfFile:
             shnum = shnum or first[5]
             if shstrndx == SHN_XINDEX:
                 shstrndx = first[6]
-        if shnum > 1 << 20:
-            raise CheckFailed(f"{self.label}: implausible section count {shnum}")
+        if shnum > MAX_SECTIONS:
+            raise CheckFailed(f"{self.label}: implausible section count {shnum} (a real ELF has far fewer than "
+                              f"{MAX_SECTIONS}); refusing it")
         table = self._read_at(shoff, shnum * _SHDR.size)
         raw = [_SHDR.unpack_from(table, i * _SHDR.size) for i in range(shnum)]
-        names = b""
+        names = _StringTable(b"", self.label)
         if 0 < shstrndx < shnum:
             sh = raw[shstrndx]
-            names = self._read_at(sh[4], min(sh[5], _MAX_TABLE))
+            names = _StringTable(self._read_at(sh[4], self._table_size(sh[5], ".shstrtab")), self.label)
         sections = []
         for name_off, stype, flags, _addr, offset, size, link, info, _align, entsize in raw:
-            end = names.find(b"\0", name_off)
-            name = names[name_off : end if end >= 0 else len(names)].decode("utf-8", "replace")
-            sections.append(Section(name, stype, flags, offset, size, link, info, entsize))
+            sections.append(Section(names.name(name_off), stype, flags, offset, size, link, info, entsize))
         return tuple(sections)
+
+    def _table_size(self, size: int, what: str, limit: int = MAX_STRING_TABLE) -> int:
+        if size > limit:
+            raise CheckFailed(f"{self.label}: {what} of {size} bytes is larger than any real library's "
+                              f"({limit} bytes at most); refusing it")
+        return size
 
     def section(self, name: str) -> Section | None:
         for sec in self.sections:
@@ -152,84 +171,90 @@ class ElfFile:
         return self._read_at(offset, size)
 
     # -- dynamic symbols ----------------------------------------------------
-    def _string(self, table: bytes, offset: int) -> str:
-        end = table.find(b"\0", offset)
-        return table[offset : end if end >= 0 else len(table)].decode("utf-8", "replace")
-
-    def _version_names(self, strtab: bytes) -> tuple[dict[int, str], dict[int, str]]:
+    def _version_names(self, strtab: _StringTable) -> tuple[dict[int, str], dict[int, str]]:
         """Version index -> name, and (for needs) index -> library file."""
         names: dict[int, str] = {}
         files: dict[int, str] = {}
         for sec in self.sections:
-            if sec.type == SHT_GNU_VERNEED:
-                data = self.read_section(sec)
-                pos = 0
-                for _ in range(sec.info or 1 << 16):
+            if sec.type not in (SHT_GNU_VERNEED, SHT_GNU_VERDEF):
+                continue
+            data = self._read_at(sec.offset, self._table_size(sec.size, "a symbol version table", MAX_VERSION_TABLE))
+            # Records are at least 8 bytes and never overlap in a real table: more steps than that means the
+            # offsets loop back on themselves.
+            steps = len(data) // 8 + 1
+            pos = 0
+            for _ in range(sec.info or 1 << 16):
+                if sec.type == SHT_GNU_VERNEED:
                     if pos + 16 > len(data):
                         break
                     _ver, cnt, file_off, aux, nxt = struct.unpack_from("<HHIII", data, pos)
-                    libfile = self._string(strtab, file_off)
+                    libfile = strtab.name(file_off)
                     apos = pos + aux
                     for _ in range(cnt):
-                        if apos + 16 > len(data):
+                        steps -= 1
+                        if apos + 16 > len(data) or steps < 0:
                             break
                         _hash, _flags, other, name_off, anext = struct.unpack_from("<IHHII", data, apos)
-                        names[other & 0x7FFF] = self._string(strtab, name_off)
+                        names[other & 0x7FFF] = strtab.name(name_off)
                         files[other & 0x7FFF] = libfile
                         if not anext:
                             break
                         apos += anext
-                    if not nxt:
-                        break
-                    pos += nxt
-            elif sec.type == SHT_GNU_VERDEF:
-                data = self.read_section(sec)
-                pos = 0
-                for _ in range(sec.info or 1 << 16):
+                else:
                     if pos + 20 > len(data):
                         break
                     _ver, _flags, ndx, cnt, _hash, aux, nxt = struct.unpack_from("<HHHHIII", data, pos)
                     if cnt and pos + aux + 8 <= len(data):
                         (name_off, _anext) = struct.unpack_from("<II", data, pos + aux)
-                        names[ndx & 0x7FFF] = self._string(strtab, name_off)
-                    if not nxt:
-                        break
-                    pos += nxt
+                        names[ndx & 0x7FFF] = strtab.name(name_off)
+                steps -= 1
+                if not nxt or steps < 0:
+                    break
+                pos += nxt
         return names, files
 
     def dynamic_symbols(self) -> Iterator[DynamicSymbol]:
-        """Every named global/weak dynamic symbol, defined or not, with its version."""
+        """Every named global/weak dynamic symbol, defined or not, with its version.
+
+        The symbol table is streamed in bounded chunks; the caps above bound time and memory.
+        """
         dynsym = next((s for s in self.sections if s.type == SHT_DYNSYM), None)
         if dynsym is None or dynsym.entsize not in (0, _SYM.size):
             return
         if not 0 <= dynsym.link < len(self.sections):
             raise CheckFailed(f"{self.label}: .dynsym links to a missing string table")
-        strtab = self.read_section(self.sections[dynsym.link])
+        count = dynsym.size // _SYM.size
+        if count > MAX_DYNAMIC_SYMBOLS:
+            raise CheckFailed(f"{self.label}: .dynsym holds {count} symbols, more than any real library "
+                              f"({MAX_DYNAMIC_SYMBOLS} at most); refusing it")
+        link = self.sections[dynsym.link]
+        strtab = _StringTable(self._read_at(link.offset, self._table_size(link.size, ".dynstr")), self.label)
         versym_sec = next((s for s in self.sections if s.type == SHT_GNU_VERSYM), None)
-        versym = self.read_section(versym_sec) if versym_sec else b""
+        versym = b""
+        if versym_sec:
+            versym = self._read_at(versym_sec.offset, self._table_size(versym_sec.size, ".gnu.version", 2 * count + 2))
         vnames, vfiles = self._version_names(strtab) if versym else ({}, {})
-        table = self.read_section(dynsym)
-        for index, (name_off, info, _other, shndx, _value, _size) in enumerate(_SYM.iter_unpack(table)):
-            if not name_off:
-                continue
-            bind = info >> 4
-            if bind == 0:  # local
-                continue
-            version = vfile = None
-            if versym and 2 * index + 2 <= len(versym):
-                vidx = struct.unpack_from("<H", versym, 2 * index)[0] & 0x7FFF
-                if vidx > 1:
-                    version = vnames.get(vidx)
-                    vfile = vfiles.get(vidx)
-            defined = shndx != SHN_UNDEF
-            yield DynamicSymbol(
-                name=self._string(strtab, name_off),
-                defined=defined,
-                binding=STB_NAMES.get(bind, str(bind)),
-                kind=STT_NAMES.get(info & 0xF, str(info & 0xF)),
-                version=version,
-                version_file=None if defined else vfile,
-            )
+        for first in range(0, count, _SYMBOL_CHUNK):
+            chunk = self._read_at(dynsym.offset + first * _SYM.size, min(_SYMBOL_CHUNK, count - first) * _SYM.size)
+            for index, (name_off, info, _other, shndx, _value, _size) in enumerate(_SYM.iter_unpack(chunk), first):
+                bind = info >> 4
+                if not name_off or bind == 0:  # unnamed or local
+                    continue
+                version = vfile = None
+                if versym and 2 * index + 2 <= len(versym):
+                    vidx = struct.unpack_from("<H", versym, 2 * index)[0] & 0x7FFF
+                    if vidx > 1:
+                        version = vnames.get(vidx)
+                        vfile = vfiles.get(vidx)
+                defined = shndx != SHN_UNDEF
+                yield DynamicSymbol(
+                    name=strtab.name(name_off),
+                    defined=defined,
+                    binding=STB_NAMES.get(bind, str(bind)),
+                    kind=STT_NAMES.get(info & 0xF, str(info & 0xF)),
+                    version=version,
+                    version_file=None if defined else vfile,
+                )
 
     def needed_libraries(self) -> tuple[str, ...]:
         """The shared libraries this file needs (``DT_NEEDED``), in order."""
@@ -238,21 +263,46 @@ class ElfFile:
             return ()
         if not 0 <= dynamic.link < len(self.sections):
             raise CheckFailed(f"{self.label}: .dynamic links to a missing string table")
-        strtab = self.read_section(self.sections[dynamic.link])
+        link = self.sections[dynamic.link]
+        strtab = _StringTable(self._read_at(link.offset, self._table_size(link.size, ".dynstr")), self.label)
+        entries = self._read_at(dynamic.offset, self._table_size(dynamic.size, ".dynamic"))
         needed = []
-        for tag, value in _DYN.iter_unpack(self.read_section(dynamic)[: dynamic.size // _DYN.size * _DYN.size]):
+        for tag, value in _DYN.iter_unpack(entries[: len(entries) // _DYN.size * _DYN.size]):
             if tag == DT_NULL:
                 break
             if tag == DT_NEEDED:
-                needed.append(self._string(strtab, value))
+                needed.append(strtab.name(value))
         return tuple(needed)
 
-    def defined_names(self) -> set[str]:
-        """Names of all defined global/weak dynamic symbols (the exports)."""
-        return {s.name for s in self.dynamic_symbols() if s.defined}
 
-    def undefined_symbols(self) -> tuple[DynamicSymbol, ...]:
-        return tuple(s for s in self.dynamic_symbols() if not s.defined)
+class _StringTable:
+    """NUL-terminated names in one string table, read with a budget.
+
+    Names may overlap (every offset into a long run of bytes is a name), so the bytes read for
+    names are counted: past :data:`MAX_NAME_BYTES` the file is refused. Repeated offsets are cached.
+    """
+
+    def __init__(self, data: bytes, label: str) -> None:
+        self._data = data
+        self._label = label
+        self._budget = MAX_NAME_BYTES
+        self._cache: dict[int, str] = {}
+
+    def name(self, offset: int) -> str:
+        cached = self._cache.get(offset)
+        if cached is not None:
+            return cached
+        end = self._data.find(b"\0", offset, offset + self._budget + 1)
+        if end < 0:
+            end = min(len(self._data), offset + self._budget + 1)
+        self._budget -= max(0, end - offset)
+        if self._budget < 0:
+            raise CheckFailed(f"{self._label}: the names of one string table add up to more than {MAX_NAME_BYTES} "
+                              "bytes, more than any real library's; refusing it")
+        name = self._data[offset:end].decode("utf-8", "replace")
+        if len(self._cache) < _NAME_CACHE:
+            self._cache[offset] = name
+        return name
 
 
 def is_elf(fp: IO[bytes]) -> bool:

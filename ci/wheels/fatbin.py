@@ -38,7 +38,7 @@ from ci.wheels.elf import EM_CUDA, ElfFile, Section, is_elf
 
 FATBIN_MAGICS = (0xBA55ED50, 0x466243B1)
 FATBIN_SECTION_PREFIXES = (".nv_fatbin", "__nv_relfatbin")
-_MAGIC_BYTES = tuple(struct.pack("<I", m) for m in FATBIN_MAGICS)
+_ANY_MAGIC = re.compile(b"|".join(re.escape(struct.pack("<I", m)) for m in FATBIN_MAGICS))
 _CONTAINER = struct.Struct("<IHHQ")
 _ENTRY = struct.Struct("<HHIQ")
 _KIND_PTX = 1
@@ -96,35 +96,54 @@ def _arch(sm: int, flags: int = 0) -> CudaArch:
 
 
 def _scan_section(elf: ElfFile, section: Section, cubins: set[CudaArch], ptx: set[CudaArch]) -> int:
-    """Parse the fatbin containers of one section; returns how many were found."""
+    """Parse the fatbin containers of one section; returns how many were found.
+
+    Linear in the section size: candidate magics are validated inside the chunk already read, and a
+    chunk is read again only after moving past all but its last header's worth of bytes (a section
+    filled with the magic used to cost one 1 MiB read per 4 bytes).
+    """
     pos, end = section.offset, section.offset + section.size
     containers = 0
     while pos + _CONTAINER.size <= end:
-        magic, version, header_size, body = _CONTAINER.unpack(elf.read_range(pos, _CONTAINER.size))
-        if magic in FATBIN_MAGICS and version == 1 and header_size == _CONTAINER.size:
-            containers += 1
-            entry = pos + header_size
-            stop = min(pos + header_size + body, end)
-            while entry + 64 <= stop:
-                raw = elf.read_range(entry, 64)
-                kind, _unknown, entry_size, payload = _ENTRY.unpack_from(raw)
-                if entry_size < 64:
-                    break
-                sm = struct.unpack_from("<I", raw, 28)[0]
-                flags = struct.unpack_from("<Q", raw, 40)[0]
-                if 10 <= sm < 1000:
-                    if kind & _KIND_CUBIN or kind == 0x10:
-                        cubins.add(_arch(sm, flags))
-                    elif kind & _KIND_PTX:
-                        ptx.add(_arch(sm, flags))
-                entry += entry_size + payload
-            pos = max(stop, pos + _CONTAINER.size)
-            continue
-        # Not at a container: look for the next magic in bounded chunks.
-        chunk = elf.read_range(pos, min(_SEARCH_CHUNK, end - pos))
-        hits = [i for i in (chunk.find(m, 1) for m in _MAGIC_BYTES) if i > 0]
-        pos += min(hits) if hits else max(1, len(chunk) - 3)
+        base = pos
+        chunk = elf.read_range(base, min(_SEARCH_CHUNK, end - base))
+        at = 0
+        while True:
+            if at + _CONTAINER.size > len(chunk):  # past the chunk, or a header straddling it: read from there
+                pos = base + max(at, 1)
+                break
+            magic, version, header_size, body = _CONTAINER.unpack_from(chunk, at)
+            if magic in FATBIN_MAGICS and version == 1 and header_size == _CONTAINER.size:
+                containers += 1
+                start = base + at
+                stop = min(start + header_size + body, end)
+                _scan_entries(elf, start + header_size, stop, cubins, ptx)
+                at = max(stop, start + _CONTAINER.size) - base  # the next container may be in this chunk
+                continue
+            hit = _ANY_MAGIC.search(chunk, at + 1)  # one search for both magics: scans only up to the next one
+            if hit is None:
+                # keep the last bytes: a magic may start there and continue in the next chunk
+                pos = base + max(1, len(chunk) - (_CONTAINER.size - 1))
+                break
+            at = hit.start()
     return containers
+
+
+def _scan_entries(elf: ElfFile, entry: int, stop: int, cubins: set[CudaArch], ptx: set[CudaArch]) -> None:
+    """The entry headers of one container; each step moves at least one 64-byte header forward."""
+    while entry + 64 <= stop:
+        raw = elf.read_range(entry, 64)
+        kind, _unknown, entry_size, payload = _ENTRY.unpack_from(raw)
+        if entry_size < 64:
+            break
+        sm = struct.unpack_from("<I", raw, 28)[0]
+        flags = struct.unpack_from("<Q", raw, 40)[0]
+        if 10 <= sm < 1000:
+            if kind & _KIND_CUBIN or kind == 0x10:
+                cubins.add(_arch(sm, flags))
+            elif kind & _KIND_PTX:
+                ptx.add(_arch(sm, flags))
+        entry += entry_size + payload
 
 
 def _regex_section(elf: ElfFile, section: Section, cubins: set[CudaArch], ptx: set[CudaArch]) -> None:

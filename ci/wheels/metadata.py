@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from email.parser import BytesHeaderParser
+from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -33,8 +33,15 @@ class MetadataFile:
 def read_metadata(archive: WheelArchive) -> bytes:
     """The raw METADATA bytes of an open wheel, checked against the filename's name and version."""
     data = archive.read_small(f"{archive.dist_info}/METADATA")
-    headers = BytesHeaderParser().parsebytes(data)
     label = archive.wheel_name.filename
+    try:
+        headers = HeaderParser().parsestr(data.decode("utf-8"))  # str headers: non-ASCII values stay str
+    except UnicodeDecodeError:
+        raise CheckFailed(f"{label}: METADATA is not UTF-8; rebuild the wheel") from None
+    for key in ("Name", "Version"):
+        if len(headers.get_all(key) or ()) > 1:
+            raise CheckFailed(f"{label}: METADATA has {len(headers.get_all(key))} {key}: headers; rebuild the wheel "
+                              "with one")
     name, version = headers.get("Name"), headers.get("Version")
     if not name or not version:
         raise CheckFailed(f"{label}: METADATA lacks Name or Version; rebuild the wheel")
@@ -52,7 +59,7 @@ def extract_metadata(wheel: Path | str, out_dir: Path | str | None = None) -> Me
     target_dir.mkdir(parents=True, exist_ok=True)
     with open_wheel(wheel) as archive:
         data = read_metadata(archive)
-    headers = BytesHeaderParser().parsebytes(data)
+    headers = HeaderParser().parsestr(data.decode("utf-8"))  # read_metadata made sure it is UTF-8
     target = target_dir / f"{wheel.name}.metadata"
     partial = target.with_name(target.name + ".partial")
     partial.write_bytes(data)

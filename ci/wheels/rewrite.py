@@ -29,6 +29,7 @@ import io
 import re
 import shutil
 import struct
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -165,13 +166,13 @@ def strip_local_version(wheel: Path | str, out_dir: Path | str) -> Path:
         new_record = _rewrite_record(name.filename, record, rename, metadata_name, new_metadata)
         replaced = {metadata_name: new_metadata, record_name: new_record}
 
-        partial = target.with_name(target.name + ".partial")
-        try:
+        with tempfile.TemporaryDirectory(prefix=".wheelhouse-strip-", dir=out_dir) as tmp:
+            partial = Path(tmp) / target.name
             with open(wheel, "rb") as src, open(partial, "wb") as dst:
                 _write_archive(archive.zipfile, src, dst, rename, replaced, name.filename)
+            with open_wheel(partial):  # the output passes the same archive validation as the input
+                pass
             partial.replace(target)
-        finally:
-            partial.unlink(missing_ok=True)
     return target
 
 
@@ -197,7 +198,10 @@ def _rewrite_metadata(label: str, metadata: bytes, version: str, public: str) ->
 def _rewrite_record(
     label: str, record: bytes, rename: Callable[[str], str], metadata_name: str, new_metadata: bytes
 ) -> bytes:
-    text = record.decode("utf-8")
+    try:
+        text = record.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckFailed(f"{label}: RECORD is not UTF-8; rebuild the wheel") from None
     terminator = "\r\n" if "\r\n" in text else "\n"
     out = io.StringIO()
     writer = csv.writer(out, lineterminator=terminator)
@@ -289,6 +293,9 @@ def _copy_raw(src: BinaryIO, dst: BinaryIO, info: zipfile.ZipInfo, new_name: str
     old_raw_name = src.read(name_len)
     local_extra = src.read(extra_len)
     raw_name, flags = _encode_name(new_name, info.flag_bits)
+    if old_raw_name.decode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace") != info.filename:
+        # the bytes copied must carry the name that was validated (the central directory's)
+        raise CheckFailed(f"{label}: member {info.filename!r} has another name in its local header; rebuild the wheel")
     if new_name == info.filename:
         dst.write(header)
         dst.write(old_raw_name)

@@ -1,0 +1,224 @@
+"""Values from the command line or another commit that git would read as options stay arguments."""
+
+from __future__ import annotations
+
+import pytest
+
+from ci.errors import WheelhouseError
+from ci.maintenance import restore
+from ci.pages import GitBranchTarget
+
+
+def test_versions_ref_is_never_an_option_of_git_show(tmp_path):
+    marker = tmp_path / "written"
+    with pytest.raises(WheelhouseError, match="--versions-ref"):
+        restore.versions_text_at(f"--output={marker}")
+    assert not marker.exists()
+
+
+def test_push_remote_is_never_an_option_of_git(tmp_path):
+    marker = tmp_path / "PWNED"
+    target = GitBranchTarget(f"--upload-pack=touch {marker};true", "gh-pages")
+    with target, pytest.raises(WheelhouseError):
+        target.worktree()
+    assert not marker.exists()
+
+
+# --- inputs that used to end in a traceback: one line, a non-zero exit --------------------------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import zipfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from wheel_factory import build_wheel  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
+RECORD_NAME = "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0-x86_64.build.json"
+
+
+def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True,
+                          env=environ, timeout=120)
+
+
+def one_line(result: subprocess.CompletedProcess, code: int) -> str:
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == code, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_metadata_with_a_non_ascii_name(tmp_path):
+    wheel = build_wheel(tmp_path, {"demo_pkg/__init__.py": b""})
+    with zipfile.ZipFile(wheel) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    members["demo_pkg-1.0.dist-info/METADATA"] = "Metadata-Version: 2.1\nName: démo_pkg\nVersion: 1.0\n".encode()
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    result = invoke("check-wheel", str(wheel))
+    assert "Traceback" not in result.stderr and result.returncode == 1
+    assert f"  - {wheel.name}: METADATA Name 'démo_pkg' does not match the filename; rebuild the wheel" in result.stdout
+
+
+def test_metadata_with_two_names(tmp_path):
+    wheel = build_wheel(tmp_path, {"demo_pkg/__init__.py": b""})
+    with zipfile.ZipFile(wheel) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    members["demo_pkg-1.0.dist-info/METADATA"] = b"Metadata-Version: 2.1\nName: demo_pkg\nName: other\nVersion: 1.0\n"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    result = invoke("check-wheel", str(wheel))
+    assert f"  - {wheel.name}: METADATA has 2 Name: headers; rebuild the wheel with one" in result.stdout
+
+
+def test_strip_with_a_record_that_is_not_utf8(tmp_path):
+    wheel = build_wheel(tmp_path, {"demo_pkg/__init__.py": b""}, version="1.0+cu130")
+    with zipfile.ZipFile(wheel) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    members["demo_pkg-1.0+cu130.dist-info/RECORD"] = b"\xff\xfe not utf-8"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    line = one_line(invoke("fix-wheel", str(wheel), "--strip-local-version", "--out", str(tmp_path / "o")), 1)
+    assert line == f"error: {wheel.name}: RECORD is not UTF-8; rebuild the wheel"
+
+
+@pytest.mark.parametrize("content,problem", [
+    ('{"row": ', "not a readable build record (Expecting value: line 1 column 9 (char 8))"),
+    ("{}", "not a build record (no 'row' field)"),
+    ("[]", "holds a JSON list, not a build record"),
+    ('{"row": {"component": 1}}', "not a build record (no 'release_tag' field)"),
+])
+def test_release_with_a_malformed_build_record(tmp_path, content, problem):
+    record = tmp_path / "dist" / "cpu" / "torch2.13" / RECORD_NAME
+    record.parent.mkdir(parents=True)
+    record.write_text(content)
+    line = one_line(invoke("release", "--component", "wheelhouse-fixture", "--arch", "x86_64", "--dist",
+                           str(tmp_path / "dist"), "--store", str(tmp_path / "store")), 2)
+    assert line == f"error: {record}: {problem}; rebuild the row (nox -s build-wheelhouse-fixture-3.11)"
+
+
+def test_release_refuses_a_record_naming_a_path(tmp_path):
+    record = tmp_path / "dist" / "cpu" / "torch2.13" / RECORD_NAME
+    record.parent.mkdir(parents=True)
+    row = {"component": "wheelhouse-fixture", "release_tag": "t", "arch": "x86_64", "bundle_pythons": [],
+           "python": "3.11", "torch": "2.13.0"}
+    record.write_text(json.dumps({"row": row, "fingerprint": "f", "build_config": {}, "source": {},
+                                  "checks": {"ok": True},
+                                  "wheels": [{"name": "../../x.whl", "sha256": "0", "size": 1}]}))
+    line = one_line(invoke("release", "--component", "wheelhouse-fixture", "--arch", "x86_64", "--dist",
+                           str(tmp_path / "dist"), "--store", str(tmp_path / "store")), 2)
+    assert line == f"error: {record}: lists '../../x.whl', not a wheel file name; rebuild the row"
+
+
+def test_plan_markdown_into_a_missing_folder_fails_before_planning(tmp_path):
+    line = one_line(invoke("plan", "--markdown", str(tmp_path / "nope" / "plan.md"), "--store", str(tmp_path / "s")), 2)
+    assert line == (f"error: --markdown {tmp_path / 'nope' / 'plan.md'} is in {tmp_path / 'nope'}, which is not a "
+                    "directory; name a file in an existing directory")
+
+
+@pytest.mark.parametrize("where", ["missing-folder", "directory"])
+def test_github_output_that_cannot_be_written(tmp_path, where):
+    target = tmp_path / "nope" / "out" if where == "missing-folder" else tmp_path
+    line = one_line(invoke("matrix", "--github-output", env={"GITHUB_OUTPUT": str(target)}), 2)
+    assert line.startswith(f"error: $GITHUB_OUTPUT {target} ")
+
+
+@pytest.mark.parametrize("args,expected", [
+    (("prune", "--older-than", "3months"), "error: --older-than '3months': give a number and a unit, e.g. 90d, 12h or 2w"),
+    (("prune", "--keep-worlds", "banana"), "error: --keep-worlds: 'banana' is not a world;"),
+    (("publish-index", "--default-world", "banana"), "error: default world 'banana' is not a world path"),
+    (("publish-index", "--base-url", "javascript:x"), "error: base URL 'javascript:x' is not an http(s)://"),
+])
+def test_usage_errors_exit_2(tmp_path, args, expected):
+    store = tmp_path / "store"
+    (store / "releases").mkdir(parents=True)
+    line = one_line(invoke(*args, "--store", str(store), *(["--out", str(tmp_path / "site")]
+                                                           if args[0] == "publish-index" else [])), 2)
+    assert line.startswith(expected), line
+
+
+# --- smaller messages ----------------------------------------------------------------------------
+
+
+def _fake_build(dist: Path, seed: str) -> Path:
+    """What a build of the fixture row leaves in dist/ (wheel, .metadata, build record), without compiling."""
+    import hashlib
+
+    from ci import matrix
+    from ci.versions import load
+    from ci.wheels.metadata import extract_metadata
+
+    (row,) = matrix.expand(load(FIXTURE_VERSIONS))
+    out = dist / row.world
+    wheel = build_wheel(out, {"wheelhouse_fixture/__init__.py": f"SEED = {seed!r}\n".encode()},
+                        name="wheelhouse_fixture", version=row.ref, tags="py3-none-linux_x86_64")
+    extract_metadata(wheel, out)
+    record = {"schema": 1, "row": row.to_json(), "fingerprint": "f" * 64, "build_config": {}, "source": {},
+              "checks": {"ok": True}, "wheels": [{"name": wheel.name, "size": wheel.stat().st_size,
+                                                  "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}]}
+    (out / RECORD_NAME).write_text(json.dumps(record))
+    return wheel
+
+
+def test_no_clobber_refusal_names_the_flag_release_has(tmp_path):
+    store = tmp_path / "store"
+    _fake_build(tmp_path / "one", "one")
+    wheel = _fake_build(tmp_path / "two", "two")  # same file name, other bytes
+    args = ("release", "--component", "wheelhouse-fixture", "--arch", "x86_64", "--store", str(store))
+    first = invoke(*args, "--dist", str(tmp_path / "one"))
+    assert first.returncode == 0, first.stderr
+    line = one_line(invoke(*args, "--dist", str(tmp_path / "two"), "--no-clobber"), 1)
+    assert line.startswith(f"error: release wheelhouse-fixture-0.1.0-py3.11-torch2.13.0: asset {wheel.name} exists "
+                           "with other bytes (sha256 ")
+    assert line.endswith("; drop --no-clobber to replace it, or bump the version"), line
+
+
+def test_check_wheel_on_a_directory_or_an_empty_glob_is_a_usage_error(tmp_path):
+    line = one_line(invoke("check-wheel", str(tmp_path)), 2)
+    assert line == f"error: {tmp_path} is a directory; name wheel files, or a glob such as '{tmp_path}/*.whl'"
+    line = one_line(invoke("check-wheel", f"{tmp_path}/*.whl"), 2)
+    assert line == f"error: no file matches '{tmp_path}/*.whl'; check the glob (e.g. 'dist/cu130/torch2.13/*.whl')"
+
+
+def test_check_wheel_takes_one_path_with_spaces(tmp_path):
+    wheel = build_wheel(tmp_path / "with space", {"demo_pkg/__init__.py": b""})
+    result = invoke("check-wheel", str(wheel))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith(f"PASS {wheel.name} ")
+
+
+def test_check_wheel_never_prints_escape_sequences(tmp_path):
+    wheel = build_wheel(tmp_path, {"demo_pkg/__init__.py": b""})
+    hostile = wheel.with_name(wheel.name.replace(".whl", "\x1b[2J.whl"))
+    wheel.rename(hostile)
+    result = invoke("check-wheel", str(hostile))
+    assert "\x1b" not in result.stdout and "\\x1b[2J" in result.stdout
+
+
+def test_check_wheel_into_a_closed_pipe_ends_quietly(tmp_path):
+    wheel = build_wheel(tmp_path / "w", {"demo_pkg/__init__.py": b""})
+    for i in range(400):  # more report than a pipe buffer holds
+        (tmp_path / f"d{i}").mkdir()
+        (tmp_path / f"d{i}" / wheel.name).write_bytes(wheel.read_bytes())
+    environ = {**os.environ, "WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS), "SPEC": f"{tmp_path}/d*/*.whl"}
+    # read by a reader that leaves after one line
+    done = subprocess.run(f'"{sys.executable}" -m invoke check-wheel "$SPEC" | head -1', shell=True, cwd=REPO,
+                          env=environ, capture_output=True, text=True, timeout=300)
+    assert done.stdout.startswith("PASS ") and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_dry_run_with_a_missing_source_fails(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "nox", "-s", "build-wheelhouse-fixture-3.11", "--", "--dry-run",
+                           "--source", str(tmp_path / "nonexistent")], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS)}, timeout=120)
+    assert done.returncode != 0
+    assert f"--source {tmp_path / 'nonexistent'}: not a directory; pass the path of a source checkout" in done.stderr
