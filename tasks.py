@@ -83,7 +83,7 @@ def matrix(c, component=None, arch=None, python=None, torch=None, json_=False, g
         print(f"{len(rows)} row(s)")
 
 
-def _store(store_spec: str | None = None, *, dry_run: bool = False):
+def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False):
     from dataclasses import replace
 
     from ci.environment import open_store
@@ -91,7 +91,7 @@ def _store(store_spec: str | None = None, *, dry_run: bool = False):
     env = _env()
     if store_spec:
         env = replace(env, store_spec=store_spec)
-    return open_store(env, dry_run=dry_run, progress=_progress)
+    return open_store(env, dry_run=dry_run, progress=_progress, must_exist=must_exist)
 
 
 _PRINTED_DECILE: dict[str, int] = {}
@@ -253,17 +253,18 @@ def plan(c, component="all", arch=None, python=None, markdown=None, github_outpu
         "pages_artifact": "write a Pages artifact directory for actions/upload-pages-artifact",
         "base_url": "public URL of the site (default: https://<owner>.github.io/<repo> or the file:// URL)",
         "dry_run": "print what would change, write nothing",
+        "allow_shrink": "publish even when more than half (or all) of the published wheel links would go",
     }
 )
 @reports_errors
 def publish_index(c, store=None, out=None, default_world=None, push_branch=None, remote=None, pages_artifact=None,
-                  base_url=None, dry_run=False):
+                  base_url=None, dry_run=False, allow_shrink=False):
     """Publish one PEP 503 index per CUDA/torch world from the store's releases."""
     from ci import pages
 
     env = _env()
     versions = load(env.versions_path)
-    release_store = _store(store)
+    release_store = _store(store, must_exist=True)
     default_world = default_world or matrix_module.expand(versions)[0].world
     target, base_url = _index_target(c, env, release_store, store=store, out=out, pages_artifact=pages_artifact,
                                      push_branch=push_branch, remote=remote, base_url=base_url)
@@ -272,7 +273,7 @@ def publish_index(c, store=None, out=None, default_world=None, push_branch=None,
     releases = release_store.list_releases()
     with _opened(target) as active:
         outcome = pages.publish_index(releases, active, base_url=base_url, default_world=default_world,
-                                      fetch=_url_fetch, dry_run=dry_run)
+                                      fetch=_url_fetch, dry_run=dry_run, allow_shrink=allow_shrink)
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(outcome.summary.line())
@@ -326,13 +327,14 @@ def _index_target(c, env, release_store, *, store=None, out=None, pages_artifact
     from ci import pages
     from ci.store.local import LocalStore
 
+    store_root = release_store.root if isinstance(release_store, LocalStore) else None
     if push_branch:
         remote = remote or c.run("git remote get-url origin", hide=True).stdout.strip()
         target = pages.GitBranchTarget(remote, branch=push_branch)
     elif pages_artifact:
-        target = pages.ArtifactTarget(Path(pages_artifact))
-    elif out is not None or isinstance(release_store, LocalStore):
-        target = pages.DirectoryTarget(Path(out) if out else release_store.root / "site")
+        target = pages.ArtifactTarget(Path(pages_artifact), store_root=store_root)
+    elif out is not None or store_root is not None:
+        target = pages.DirectoryTarget(Path(out) if out else store_root / "site", store_root=store_root)
     else:
         return None, None
     if base_url is None:
@@ -358,7 +360,7 @@ def migrate_tags(c, apply=False, skip_unparseable=False, delete_old_tags=False, 
     """Retag releases of the older schemes (<component>-<ref>[-pyX.Y]) to <component>-<ref>-py<X.Y>-torch<T>."""
     from ci.maintenance import migrate
 
-    target = _store(store)
+    target = _store(store, must_exist=True)
     plan = migrate.plan_for(target, skip_unparseable=skip_unparseable, delete_old_tags=delete_old_tags)
     print(plan.render())
     refusal = plan.refusal()
@@ -442,7 +444,7 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
 
     env = _env()
     versions = load(env.versions_path)
-    release_store = _store(store)
+    release_store = _store(store, must_exist=True)
     plan = prune_module.plan(versions, release_store.list_releases(), keep_worlds=prune_module.parse_worlds(keep_worlds),
                              older_than=prune_module.parse_age(older_than) if older_than else None,
                              store=release_store.description)

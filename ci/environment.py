@@ -64,13 +64,14 @@ class Environment:
         return None
 
 
-def open_store(env: Environment, *, dry_run: bool = False, progress=None):
-    """The ReleaseStore that ``env`` names."""
+def open_store(env: Environment, *, dry_run: bool = False, progress=None, must_exist: bool = False):
+    """The ReleaseStore that ``env`` names; ``must_exist``: a local store directory must exist already
+    (tasks that read a store to publish or change it; a typo must not read as an empty store)."""
     repo = env.github_repo
     if repo is None:
         from ci.store.local import LocalStore
 
-        return LocalStore(Path(env.store_spec))
+        return LocalStore(Path(env.store_spec), must_exist=must_exist)
     if not env.token:
         raise ConfigError(
             f"WHEELHOUSE_STORE={env.store_spec} needs a token: set GITHUB_TOKEN (or GH_TOKEN) with contents:write"

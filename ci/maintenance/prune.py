@@ -216,6 +216,7 @@ def apply(prune: PrunePlan, store: ReleaseStore, *, index: IndexTarget | None = 
         deleted.append(decision.tag)
     outcome = None
     if index is not None:
+        # The drop is what was asked for: the shrink guard would only stop it half-done.
         outcome = publish_index(store.list_releases(), index.target, base_url=index.base_url,
-                                default_world=index.default_world, fetch=index.fetch)
+                                default_world=index.default_world, fetch=index.fetch, allow_shrink=True)
     return PruneResult(tuple(deleted), outcome)
