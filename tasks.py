@@ -157,7 +157,10 @@ def fix_wheel(c, wheels, strip_local_version=False, repair=None, out=None):
 
     if not (strip_local_version or repair):
         raise Exit("error: fix-wheel: choose --strip-local-version and/or --repair TAG", code=2)
-    for wheel in _wheel_paths(wheels):
+    paths = _wheel_paths(wheels)
+    if strip_local_version:
+        rewrite.check_strip_collisions(paths, Path(out) if out else None)
+    for wheel in paths:
         current = wheel
         target_dir = Path(out) if out else wheel.parent
         if strip_local_version:
