@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from ci.errors import RemoteError
 from ci.store.http import ProgressFn, Response, Retrier, RetryPolicy, TransientError, stream_upload
-from ci.store.model import Asset, Release
+from ci.store.model import Asset, Release, newest_by_name
 
 API_VERSION = "2022-11-28"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_+-]([A-Za-z0-9._+-]*[A-Za-z0-9_+-])?")
@@ -255,10 +255,10 @@ class GitHubStore:
             raw = self._get_raw(tag)
             if raw is None:
                 raise RemoteError(f"release {tag} not found in {self.owner}/{self.name}: publish it first or fix the tag")
-            match = [a for a in raw.get("assets") or () if a["name"] == name and a.get("state") == "uploaded"]
-            if not match or raw.get("id") is None:
+            match = newest_by_name(self._asset(a) for a in raw.get("assets") or () if a.get("state") == "uploaded")
+            if name not in match or raw.get("id") is None:
                 raise RemoteError(f"asset {name} not found in release {tag}: upload it first or fix the name")
-            aid = match[-1]["id"]
+            aid = match[name].id
         resp = self._call(f"download {name} from {tag}", "repos.get_release_asset", asset_id=aid,
                           headers_={"Accept": "application/octet-stream"})
         if resp.status != 200:
@@ -464,8 +464,8 @@ class GitHubStore:
             raise RemoteError(f"release {tag} not found in {self.owner}/{self.name}: create it (ensure_release) first")
         assets = list(raw.get("assets") or ())
         for _ in range(3 * self._retrier.policy.attempts):
-            same = [a for a in assets if a["name"] == name]
-            existing = same[-1] if same else None
+            same = sorted((a for a in assets if a["name"] == name), key=lambda a: a["id"])  # oldest first
+            existing = same[-1] if same else None  # the newest upload is the one served
             if existing is None:
                 resp = self.upload_file(raw, path, name, label=label)
                 if resp is None:

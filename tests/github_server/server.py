@@ -732,11 +732,12 @@ class _Handler(BaseHTTPRequestHandler):
             rel = st.published_by_tag(repo, tag)
             if rel is None:
                 return _not_found()
-            # Several assets of one name can exist only with rename_onto_existing="allow"; serve the newest.
+            # Several assets of one name can exist only with rename_onto_existing="allow"; serve the newest
+            # (highest id), the rule of ci.store.model.newest_by_name.
             matches = [a for a in rel.assets.values() if a.name == aname and a.state == "uploaded"]
             if not matches:
                 return _not_found()
-            return _Resp(302, b"", {"location": self._object_url(matches[-1])})
+            return _Resp(302, b"", {"location": self._object_url(max(matches, key=lambda a: a.id))})
 
     def _object_url(self, a: AssetRec) -> str:
         gh = self.gh
