@@ -467,6 +467,9 @@ class GitHubStore:
             same = sorted((a for a in assets if a["name"] == name), key=lambda a: a["id"])  # oldest first
             existing = same[-1] if same else None  # the newest upload is the one served
             if existing is None:
+                recovered = self._finish_interrupted_clobber(assets, name, digest)
+                if recovered is not None:
+                    return recovered
                 resp = self.upload_file(raw, path, name, label=label)
                 if resp is None:
                     return Asset(name, path.stat().st_size, "", digest, "uploaded")
@@ -497,6 +500,21 @@ class GitHubStore:
             return done
         raise RemoteError(f"upload {name} to {tag} did not converge (the asset keeps changing): "
                           "another job may be uploading it; re-run when it is done")
+
+    def _finish_interrupted_clobber(self, assets: list[dict[str, Any]], name: str, digest: str) -> Asset | None:
+        """A clobber killed after deleting the old asset leaves only its temporary asset: when that holds
+        these very bytes, rename it into place instead of uploading again."""
+        for a in assets:
+            if (a["name"].startswith(name + CLOBBER_SUFFIX) and a.get("state") == "uploaded"
+                    and a.get("digest") == digest):
+                resp = self.update_asset(a["id"], name=name)
+                if resp is None or resp.status != 200:
+                    return None  # e.g. a peer took the name meanwhile: upload as usual
+                self._info(f"renamed {a['name']} to {name}: finished a replacement an earlier run left halfway")
+                done = self._check_uploaded(resp.json(), name, digest)
+                self._cleanup_temps([t for t in assets if t["id"] != a["id"]], name)
+                return done
+        return None
 
     def _cleanup_temps(self, assets: list[dict[str, Any]], name: str) -> None:
         """Delete temporary assets of an interrupted earlier clobber of ``name``."""
@@ -549,7 +567,12 @@ class GitHubStore:
         download URL answers 404. GitHub has no atomic swap, so that window cannot be closed there; it
         replaces the 30-120 min gap of delete-then-upload. Readers (the index builder) must skip
         ``*.clobber-*`` names and, for duplicates, take the newest (highest id) uploaded asset.
-        A crash leaves at worst a temporary asset next to the intact old one; a re-run replaces both.
+        Any 422 to the first rename (GitHub documents no code for it) takes the fallback.
+
+        A crash before (3) of the fallback leaves a temporary asset next to the intact old one; a crash
+        between the delete and the rename leaves only the temporary asset (``name`` is missing until the
+        next run, which renames that asset into place without uploading again). A refused rename never
+        leaves the temporary asset behind.
         """
         tmp = f"{name}{CLOBBER_SUFFIX}{self._rng.getrandbits(32):08x}" if not self.dry_run else f"{name}{CLOBBER_SUFFIX}<hex>"
         new = self._upload_temp(raw, path, tmp, digest, label)
@@ -561,20 +584,28 @@ class GitHubStore:
         if self._rename_onto_taken is not False:
             resp = self.update_asset(new["id"], name=name)
             assert resp is not None
-            if resp.status == 422 and "already_exists" in resp.error_codes():
+            if resp.status == 422:  # refused, whatever the code: names are unique here
                 self._rename_onto_taken, resp = False, None
             elif resp.status == 200:
                 self._rename_onto_taken = True
             else:
+                self.delete_asset_id(new["id"])  # the old asset is intact: drop the temporary one
                 raise self._fail(f"rename {tmp} to {name}", resp)
         if resp is not None:
             renamed = resp.json()
             self.delete_asset_id(old["id"])
-        else:  # names are unique: delete, then rename at once (the window is this one round trip)
-            self.delete_asset_id(old["id"])
-            resp = self.update_asset(new["id"], name=name)
-            assert resp is not None
-            if resp.status != 200:
-                raise self._fail(f"rename {tmp} to {name} (old asset deleted; re-run to finish)", resp)
-            renamed = resp.json()
-        return self._check_uploaded(renamed, name, digest)
+            return self._check_uploaded(renamed, name, digest)
+        # names are unique: delete, then rename at once (the window is this one round trip)
+        self.delete_asset_id(old["id"])
+        resp = self.update_asset(new["id"], name=name)
+        assert resp is not None
+        if resp.status == 200:
+            return self._check_uploaded(resp.json(), name, digest)
+        # The name is free now: upload straight to it, then drop the temporary asset.
+        self._info(f"rename {tmp} to {name} refused (HTTP {resp.status}); uploading {name} directly")
+        direct = self.upload_file(raw, path, name, label=label)
+        self.delete_asset_id(new["id"])
+        if direct is None or direct.status != 201:
+            raise self._fail(f"upload {name} to replace the deleted old asset (re-run to finish)",
+                             direct or resp)
+        return self._check_uploaded(direct.json(), name, digest)

@@ -45,7 +45,7 @@ class FaultConfig:
     ``slow_s``). For mutating requests a fraction ``after_apply`` of 5xx/drop faults strike after the
     change was made (the gateway failed, the backend did not): clients must converge, not duplicate.
     On uploads a ``drop`` reads part of the body first and leaves a ``starter`` asset, and a 502 after
-    the body leaves one too (GitHub documents both).
+    the body leaves one too (GitHub documents both); so does a 500 drawn ``after_apply`` (observed).
     """
 
     rate: float = 0.2
@@ -627,6 +627,10 @@ class _Handler(BaseHTTPRequestHandler):
             if "name" in data and isinstance(data["name"], str):
                 new = normalize_asset_name(data["name"])
                 clash = any(o.name == new and o.id != a.id for o in rel.assets.values())
+                if clash and st.rename_onto_existing == "reject-custom":
+                    return _validation("ReleaseAsset", "name", "custom")
+                if clash and st.rename_onto_existing == "reject-bare":
+                    return _Resp(422, {"message": "Validation Failed", "documentation_url": DOCS, "status": "422"})
                 if clash and st.rename_onto_existing != "allow":
                     return _validation("ReleaseAsset", "name")
                 a.name = new
@@ -787,7 +791,7 @@ class _Handler(BaseHTTPRequestHandler):
                     break
                 left -= len(chunk)
 
-        if fault and (fault.startswith("secondary") or fault in ("500", "503")):
+        if fault and (fault.startswith("secondary") or fault == "503" or (fault == "500" and not after)):
             drain()  # refused before anything was stored
             if fault.startswith("secondary"):
                 status = int(fault.split("-")[1])
@@ -808,7 +812,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif any(a.name == aname for a in rel.assets.values()):
                 asset = "conflict"
             else:
-                asset = AssetRec(st.new_asset_id(), rel.id, aname, label, ctype, 0, None, "starter",
+                asset = AssetRec(st.new_asset_id(), rel.id, aname, label, ctype, 0, None, st.incomplete_state,
                                  created_at=st.now(), updated_at=st.now())
                 rel.assets[asset.id] = asset
         if asset is None:
@@ -833,6 +837,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Drop()  # dropped mid-upload: the starter asset stays behind
         if fault == "502":
             return _Resp(502, b"", {"content-type": "text/html"})  # the starter asset stays behind
+        if fault == "500":  # after the body (seen on GitHub: "Error creating asset temp dir"): a starter stays
+            return _Resp(500, {"message": "Server Error", "status": "500"})
         with st.lock:
             if asset.id not in rel.assets:  # type: ignore[union-attr]
                 return _Resp(500, {"message": "Server Error", "status": "500"})

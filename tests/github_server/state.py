@@ -113,7 +113,12 @@ class ServerState:
         documented answer) or, when False, the zip bytes directly (200)."""
         self.rename_onto_existing = "reject"
         """What PATCH of an asset's name to a name another asset of the release holds does:
-        ``reject`` (422 already_exists, the assumed GitHub behaviour: names are unique) or ``allow``."""
+        ``reject`` (422 already_exists, the assumed GitHub behaviour: names are unique), ``reject-custom``
+        (422 with code ``custom``), ``reject-bare`` (422 without ``errors``) or ``allow``. GitHub
+        documents none of them."""
+        self.incomplete_state = "starter"
+        """The ``state`` of an asset whose upload has not completed: ``starter`` (GitHub's prose) or
+        ``open`` (the value its OpenAPI description lists)."""
 
     # ---- ids and lookup -------------------------------------------------------------------
     def new_release_id(self) -> int:
