@@ -13,7 +13,7 @@ from ci.store.github import CLOBBER_SUFFIX, GitHubStore
 from tests.crash_points import kill_at_every_step
 from tests.github_server import FaultConfig, GitHubTestServer
 
-TOKEN = "t"
+TOKEN = "test-token"
 TAG = "demo-1.0-py3.11-torch2.13.0"
 NAME = "demo_pkg-1.0-cp311-cp311-linux_x86_64.whl"
 UPLOAD = "POST /repos/{owner}/{repo}/releases/{release_id}/assets"

@@ -32,6 +32,12 @@ from ci.store.model import Asset, Release, newest_by_name
 API_VERSION = "2022-11-28"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_+-]([A-Za-z0-9._+-]*[A-Za-z0-9_+-])?")
 """Names GitHub keeps as they are (see tests/github_server/names.py for the evidence)."""
+MAX_ASSET_BYTES = 2 * 1024**3
+"""GitHub: "Each file included in a release must be under 2 GiB" (a file of exactly 2 GiB was refused)."""
+MAX_ASSETS_PER_RELEASE = 1000
+"""GitHub: "Up to 1000 release assets may be associated with a single release" (enforced since July 2025)."""
+LISTING_CAP = 10_000
+"""Results GitHub serves from one listing (``per_page`` x pages)."""
 CLOBBER_SUFFIX = ".clobber-"
 """Temporary assets of a safe clobber are named ``<name>.clobber-<hex>``; index builders skip them."""
 
@@ -166,6 +172,10 @@ class GitHubStore:
 
     def _fail(self, what: str, resp: Response, fix: str = "") -> RemoteError:
         msg = resp.message()
+        details = resp.error_messages()
+        if resp.status == 422 and details:  # e.g. code "custom": "file_count limited to 1000 assets"
+            return RemoteError(self._scrub(f"{what}: HTTP 422 {'; '.join(details)}: GitHub refused it "
+                                           "(a limit or a validation rule); fix the cause, re-running will not help"))
         hint = fix or {
             401: "the token is invalid or expired: set GITHUB_TOKEN to a valid token",
             403: "the token lacks permission: it needs contents: write on the repository",
@@ -194,17 +204,40 @@ class GitHubStore:
 
     # ---- reads ------------------------------------------------------------------------------------
     def _raw_releases(self) -> list[dict[str, Any]]:
-        """Every release, drafts included: ``per_page=100``, following Link ``next`` only."""
+        """Every release: ``per_page=100``, following Link ``next``, drafts included.
+
+        GitHub serves only the first 10,000 results of a listing (page 101 answers ``422 Only the first
+        10000 results are available``; 1,000 has been seen without a token). Past that cap the
+        listing is completed from the git tags: every tag no listed release holds is looked up by
+        tag (one request each, only beyond the cap). Drafts have no tag, so drafts past the cap are
+        not found."""
         out: list[dict[str, Any]] = []
         params: dict[str, Any] | None = {"per_page": 100, "page": 1}
+        capped = False
         while params is not None:
             resp = self._call(f"list releases of {self.owner}/{self.name} (page {params.get('page')})",
                               "repos.list_releases", **_page_kwargs(params))
+            if resp.status == 422 and "only the first" in resp.message().lower():
+                capped = True
+                break
             if resp.status != 200:
                 raise self._fail(f"list releases of {self.owner}/{self.name}", resp)
             out.extend(resp.json() or [])
             params = _next_query(resp.headers.get("link", ""))
+        if capped or len(out) >= LISTING_CAP:
+            out += self._releases_past_the_cap({r.get("tag_name") for r in out if not r.get("draft")})
         return out
+
+    def _releases_past_the_cap(self, listed: set[str]) -> list[dict[str, Any]]:
+        self._info(f"list releases of {self.owner}/{self.name}: past GitHub's listing cap; reading the rest by tag")
+        found = []
+        for tag in self.list_tag_names():
+            if tag in listed:
+                continue
+            raw = self._get_raw(tag)
+            if raw is not None and raw.get("tag_name") == tag:  # None: a tag without a release
+                found.append(raw)
+        return found
 
     def list_releases(self) -> list[Release]:
         return [self._release(r) for r in self._raw_releases() if not r.get("draft")]
@@ -385,8 +418,27 @@ class GitHubStore:
         if resp is not None and resp.status not in (204, 404, 422):  # 422: "Reference does not exist"
             raise self._fail(f"delete tag {tag}", resp)
 
+    def tag_commit(self, tag: str) -> str | None:
+        """The commit the git tag ``tag`` points at (annotated tags dereferenced), or None."""
+        resp = self._call(f"get tag {tag}", "git.get_ref", ref=f"tags/{tag}")
+        if resp.status == 404:
+            return None
+        if resp.status != 200:
+            raise self._fail(f"get tag {tag}", resp)
+        obj = (resp.json() or {}).get("object") or {}
+        for _ in range(8):  # a tag of a tag of ... a commit
+            if obj.get("type") != "tag":
+                break
+            inner = self._call(f"get tag object {obj.get('sha')}", "git.get_tag", tag_sha=obj.get("sha"))
+            if inner.status != 200:
+                raise self._fail(f"get tag object {obj.get('sha')} of {tag}", inner)
+            obj = (inner.json() or {}).get("object") or {}
+        return obj.get("sha") if obj.get("type") == "commit" else None
+
     def retag_release(self, old_tag: str, new_tag: str) -> Release:
-        """PATCH ``tag_name`` (the old git tag stays; download URLs move to the new tag)."""
+        """PATCH ``tag_name``, with ``target_commitish`` set to the old tag's commit: GitHub creates a
+        missing tag at ``target_commitish``, which otherwise is the default branch's head at the time
+        of the PATCH. The old git tag stays; download URLs move to the new tag."""
         old, new = self._get_raw(old_tag), self._get_raw(new_tag)
         if old is None and new is not None:
             return self._release(new)  # done before (idempotent re-run)
@@ -394,7 +446,11 @@ class GitHubStore:
             raise RemoteError(f"release {old_tag} not found in {self.owner}/{self.name}: nothing to retag; fix the tag")
         if new is not None:
             raise RemoteError(f"cannot retag {old_tag} to {new_tag}: release {new_tag} already exists; delete one of them")
-        fields = {"tag_name": new_tag}
+        commit = self.tag_commit(old_tag)
+        if commit is None:
+            raise RemoteError(f"cannot retag {old_tag} to {new_tag}: the git tag {old_tag} is missing, so its commit is "
+                              f"unknown; create the tag {old_tag} at the release's commit, then re-run")
+        fields = {"tag_name": new_tag, "target_commitish": commit}
         resp = self._change(f"retag {old_tag} to {new_tag}", f"PATCH {self._repo_path}/releases/{old['id']} "
                             f"{json.dumps(fields)}", "repos.update_release", release_id=old["id"], **fields)
         if resp is None:
@@ -455,6 +511,10 @@ class GitHubStore:
         """
         path = Path(path)
         name = name or path.name
+        size = path.stat().st_size
+        if size >= MAX_ASSET_BYTES:
+            raise RemoteError(f"{name} is {size} bytes; GitHub takes release assets under 2 GiB ({MAX_ASSET_BYTES} "
+                              "bytes): build fewer CUDA archs into one wheel, or split the package")
         if not _SAFE_NAME.fullmatch(name):
             raise RemoteError(f"asset name {name!r} has characters GitHub would rename (allowed: letters, digits, "
                               "'.', '_', '-', '+'; no leading or trailing '.'): rename the file")
@@ -470,6 +530,7 @@ class GitHubStore:
                 recovered = self._finish_interrupted_clobber(assets, name, digest)
                 if recovered is not None:
                     return recovered
+                self._check_free_slot(tag, assets, f"{name} cannot be added")
                 resp = self.upload_file(raw, path, name, label=label)
                 if resp is None:
                     return Asset(name, path.stat().st_size, "", digest, "uploaded")
@@ -495,11 +556,18 @@ class GitHubStore:
                 have = existing.get("digest") or "no digest (uploaded before June 2025)"
                 raise RemoteError(f"asset {name} in release {tag} differs ({have}, local file {digest}): "
                                   "pass --clobber to replace it, or bump the version")
+            self._check_free_slot(tag, assets, f"replacing {name} safely needs one free slot for the new bytes "
+                                               "while the old ones keep serving")
             done = self._safe_clobber(raw, existing, path, name, digest, label)
             self._cleanup_temps(assets, name)
             return done
         raise RemoteError(f"upload {name} to {tag} did not converge (the asset keeps changing): "
                           "another job may be uploading it; re-run when it is done")
+
+    def _check_free_slot(self, tag: str, assets: list[dict[str, Any]], what: str) -> None:
+        if len(assets) >= MAX_ASSETS_PER_RELEASE:
+            raise RemoteError(f"release {tag} holds {len(assets)} assets, GitHub's limit per release is "
+                              f"{MAX_ASSETS_PER_RELEASE}: {what}; delete assets no index needs, or split the release")
 
     def _finish_interrupted_clobber(self, assets: list[dict[str, Any]], name: str, digest: str) -> Asset | None:
         """A clobber killed after deleting the old asset leaves only its temporary asset: when that holds

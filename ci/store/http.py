@@ -60,6 +60,16 @@ class Response:
             return []
         return [str(e.get("code")) for e in data.get("errors") or [] if isinstance(e, dict)]
 
+    def error_messages(self) -> list[str]:
+        """The ``message`` of each entry of a 422 body's ``errors`` list that has one."""
+        try:
+            data = self.json()
+        except ValueError:
+            return []
+        if not isinstance(data, dict):
+            return []
+        return [str(e["message"]) for e in data.get("errors") or [] if isinstance(e, dict) and e.get("message")]
+
     def message(self) -> str:
         try:
             data = self.json()
