@@ -274,13 +274,48 @@ def publish_index(c, store=None, out=None, default_world=None, push_branch=None,
     if target is None:
         raise Exit("error: publish-index: name --out, --pages-artifact or --push-branch for a GitHub store", code=2)
     releases = release_store.list_releases()
+    previous, cache_warning = None, None
+    if isinstance(target, pages.ArtifactTarget) and target.read("digests.json") is None:
+        previous, cache_warning = pages.published_cache(base_url, _get_for(release_store))
     with _opened(target) as active:
         outcome = pages.publish_index(releases, active, base_url=base_url, default_world=default_world,
-                                      fetch=_url_fetch, dry_run=dry_run, allow_shrink=allow_shrink)
+                                      fetch=_fetch_for(release_store), dry_run=dry_run, allow_shrink=allow_shrink,
+                                      previous_cache=previous)
+    if cache_warning:
+        print(f"warning: {cache_warning}", file=sys.stderr)
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(outcome.summary.line())
     print(f"{outcome.result.target}: {outcome.result.changes.line()}" + (" (dry run)" if dry_run else ""))
+
+
+def _fetch_for(release_store):
+    """How the index downloads an asset: a GitHub store's own client (proxy settings honoured), else a URL."""
+    return getattr(release_store, "fetch", _url_fetch)
+
+
+def _get_for(release_store):
+    """GET of a public URL (None on 404): a GitHub store's own client, else urllib (file:// too)."""
+    if hasattr(release_store, "get_public"):
+        return release_store.get_public
+
+    def get(url):
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                return response.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, FileNotFoundError):
+                return None
+            raise
+
+    return get
 
 
 def _url_fetch(asset):
@@ -462,7 +497,7 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
                    "--push-branch) for a GitHub store", code=2)
     with _opened(target) as active:
         index = prune_module.IndexTarget(active, base_url=url, default_world=matrix_module.expand(versions)[0].world,
-                                         fetch=_url_fetch)
+                                         fetch=_fetch_for(release_store))
         result = prune_module.apply(plan, release_store, index=index)
     print(result.render())
 

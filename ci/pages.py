@@ -36,7 +36,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -480,6 +480,19 @@ def publish_index(
         write_files(files, site_dir)
         result = target.publish(site_dir, dry_run=dry_run)
     return PublishOutcome(summary, result, tuple(warnings) + summary.warnings)
+
+
+def published_cache(base_url: str, get: Callable[[str], bytes | None]) -> tuple[bytes | None, str | None]:
+    """(the live site's ``digests.json``, a warning) read from ``base_url`` with ``get(url)``.
+
+    A Pages artifact is built on a fresh runner, so its own directory holds no cache: without the live
+    one every asset lacking a digest and every ``.metadata`` would be downloaded again on every publish.
+    ``get`` returns None for a 404 (a first publish); any failure gives a warning and no cache."""
+    url = f"{base_url.rstrip('/')}/{CACHE_FILE}"
+    try:
+        return get(url), None
+    except Exception as exc:  # noqa: BLE001 - the cache only saves downloads; its absence costs time
+        return None, f"could not read the published {CACHE_FILE} at {url} ({exc}); hashing without it"
 
 
 def _check_shrink(target: PagesTarget, files: Mapping[str, bytes]) -> None:

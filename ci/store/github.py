@@ -1,8 +1,10 @@
 """GitHub Releases as a :class:`~ci.store.model.ReleaseStore`.
 
 JSON endpoints go through ghapi's generated operations (``GhApi(gh_host=api_url)``); uploads are
-streamed from disk over http.client to the release's ``upload_url`` (ghapi's ``upload_file`` reads
-the whole file into memory). Every call is retried by :class:`ci.store.http.Retrier`.
+streamed from disk to the release's ``upload_url`` (ghapi's ``upload_file`` reads the whole file into
+memory). Every request -- API calls, uploads, asset and artifact downloads -- goes through one HTTP
+client (``self.http``), which honours HTTP_PROXY / HTTPS_PROXY / NO_PROXY. Every call is retried by
+:class:`ci.store.http.Retrier`; content-creating calls are paced by :class:`ci.store.http.WritePacer`.
 
 Nothing here reads the environment: the entry point passes the token and API URL. The token never
 appears in a message, log line, progress label or repr.
@@ -22,11 +24,12 @@ import random
 import re
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 from urllib.parse import parse_qs, quote, urlsplit
 
 from ci.errors import RemoteError
-from ci.store.http import ProgressFn, Response, Retrier, RetryPolicy, TransientError, stream_upload
+from ci.store.http import ProgressFn, Response, Retrier, RetryPolicy, TransientError, WritePacer, stream_upload
 from ci.store.model import Asset, Release, newest_by_name
 
 API_VERSION = "2022-11-28"
@@ -80,6 +83,8 @@ class GitHubStore:
         token: a token with ``contents: write`` (never logged).
         api_url: the REST API root (``https://api.github.com``, a GHES ``https://host/api/v3``, or a test server).
         retry: attempts and backoff; ``sleep``/``clock``/``seed`` make waiting testable.
+        write_gap: seconds between content-creating requests (see :class:`ci.store.http.WritePacer`,
+            which also keeps to GitHub's 80 per minute and 500 per hour).
         progress: ``progress(label, done, total)`` during uploads.
         logger: receives one line per retry and per change.
         dry_run: record changes in :attr:`plan` instead of making them.
@@ -89,7 +94,8 @@ class GitHubStore:
                  retry: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.time, seed: int | None = None,
                  progress: ProgressFn | None = None, logger: logging.Logger | None = None,
-                 dry_run: bool = False, timeout: float = 60.0, upload_timeout: float = 900.0) -> None:
+                 dry_run: bool = False, timeout: float = 60.0, upload_timeout: float = 900.0,
+                 write_gap: float = 1.0) -> None:
         from ghapi.core import GhApi  # deferred: importing ghapi builds its endpoint table
 
         owner, sep, name = repo.partition("/")
@@ -109,6 +115,8 @@ class GitHubStore:
         self._rng = random.Random(seed)
         self._retrier = Retrier(policy=retry or RetryPolicy(), sleep=sleep, clock=clock, rng=self._rng,
                                 logger=logger, scrub=self._scrub)
+        self.pacer = WritePacer(min_interval=write_gap, clock=clock, sleep=sleep,
+                                log=(lambda line: logger.warning(self._scrub(line))) if logger else None)
         # authenticate=False: GhApi would otherwise read GITHUB_TOKEN / GITHUB_JWT_TOKEN itself.
         api = GhApi(owner=owner, repo=name, gh_host=self.api_url, authenticate=False, sync=True, timeout=timeout)
         api.headers["Authorization"] = f"token {token}"  # the transport shares this dict
@@ -118,7 +126,8 @@ class GitHubStore:
         # Authorization header on cross-host redirects (asset downloads go to object storage).
         import httpx2
 
-        api.transport.client = httpx2.Client(timeout=timeout, follow_redirects=True)
+        self.http = httpx2.Client(timeout=timeout, follow_redirects=True)  # trust_env: the proxy variables
+        api.transport.client = self.http
         self._api = api
         self._rename_onto_taken: bool | None = None
         """Whether the server lets a PATCH rename an asset onto a taken name (learned on first clobber)."""
@@ -149,14 +158,17 @@ class GitHubStore:
         if self._log:
             self._log.info(self._scrub(msg))
 
-    def _call(self, what: str, op: str, **kwargs: Any) -> Response:
-        """One ghapi operation (``group.name``) with retries; returns the final answer, any status."""
+    def _call(self, what: str, op: str, *, write: bool = False, **kwargs: Any) -> Response:
+        """One ghapi operation (``group.name``) with retries; returns the final answer, any status.
+        ``write``: a content-creating request, paced (each attempt)."""
         from fasttransport.errors import APIError
 
         group, _, fname = op.partition(".")
         fn = getattr(getattr(self._api, group), fname)
 
         def attempt() -> Response:
+            if write:
+                self.pacer.wait(what)
             try:
                 r = fn(raw_=True, **kwargs)
             except APIError as e:
@@ -298,6 +310,34 @@ class GitHubStore:
             raise self._fail(f"download {name} from {tag}", resp)
         return resp.body
 
+    def fetch(self, asset: Asset) -> Iterator[bytes]:
+        """The bytes of an asset from its public download URL, in chunks (the index hashes assets that
+        have no digest this way), through the store's client and without the token."""
+        import httpx2
+
+        try:
+            with self.http.stream("GET", asset.url, timeout=self._upload_timeout) as resp:
+                if resp.status_code != 200:
+                    raise RemoteError(f"download {asset.url}: HTTP {resp.status_code}")
+                yield from resp.iter_raw(1 << 20)
+        except httpx2.TransportError as exc:
+            raise RemoteError(f"download {asset.url}: {type(exc).__name__}; check the network") from None
+
+    def get_public(self, url: str) -> bytes | None:
+        """The bytes at a public URL (e.g. the published site's ``digests.json``) through the store's
+        client, without the token; None when it answers 404."""
+        import httpx2
+
+        try:
+            resp = self.http.get(url, timeout=60.0)
+        except httpx2.TransportError as exc:
+            raise RemoteError(f"GET {url}: {type(exc).__name__}") from None
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise RemoteError(f"GET {url}: HTTP {resp.status_code}")
+        return resp.content
+
     # ---- low-level changes (dry-run aware) ------------------------------------------------------
     def _change(self, what: str, line: str, op: str, **kwargs: Any) -> Response | None:
         """A mutating call: recorded in dry-run mode (returns None), else made with retries."""
@@ -305,7 +345,7 @@ class GitHubStore:
             self._record(line)
             return None
         self._info(line)
-        return self._call(what, op, **kwargs)
+        return self._call(what, op, write=True, **kwargs)
 
     def update_asset(self, asset_id: int, *, name: str | None = None, label: str | None = None) -> Response | None:
         body = {k: v for k, v in (("name", name), ("label", label)) if v is not None}
@@ -335,9 +375,12 @@ class GitHubStore:
         headers = {"Authorization": f"token {self._token}", "Accept": "application/vnd.github+json",
                    "X-GitHub-Api-Version": API_VERSION, "Content-Type": ctype, "User-Agent": "wheelhouse"}
         self._info(f"POST {urlsplit(url).path}?{query}")
-        return self._retrier.run(
-            f"upload {name}",
-            lambda: stream_upload(url, path, headers, label=name, progress=self._progress, timeout=self._upload_timeout))
+        def attempt() -> Response:
+            self.pacer.wait(f"upload {name}")
+            return stream_upload(self.http, url, path, headers, label=name, progress=self._progress,
+                                 timeout=self._upload_timeout)
+
+        return self._retrier.run(f"upload {name}", attempt)
 
     # ---- releases -----------------------------------------------------------------------------------
     def ensure_release(self, tag: str, title: str, body: str, *, target_commitish: str | None = None) -> Release:

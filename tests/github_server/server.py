@@ -148,6 +148,12 @@ class GitHubTestServer:
         self._rate_remaining = rate_limit
         self._rate_reset = int(clock()) + 3600
         self._signatures: dict[int, str] = {}
+        self.content_limits: tuple[int, int] | None = None
+        """(per minute, per hour) for content-creating requests (POST/PATCH/PUT/DELETE), GitHub's
+        secondary limits are (80, 500); None (the default) enforces none. Past one: 403 with
+        ``retry-after``, counted in ``fault_counts["content-limit"]``."""
+        self.write_times: list[float] = []
+        """Server-clock time of every content-creating request that was let through."""
         self._servers: list[ThreadingHTTPServer] = []
         self._threads: list[threading.Thread] = []
         self._ports = (api_port, uploads_port)
@@ -262,6 +268,25 @@ class GitHubTestServer:
                 return False
             self._rate_remaining -= 1
             return True
+
+    def _content_limit(self) -> int | None:
+        """Seconds until one more content-creating request is allowed, or None (and it is counted)."""
+        with self._meta:
+            now = self.clock()
+            if self.content_limits is not None:
+                per_minute, per_hour = self.content_limits
+                minute = [t for t in self.write_times if now - t < 60]
+                hour = [t for t in self.write_times if now - t < 3600]
+                waits = []
+                if len(minute) >= per_minute:
+                    waits.append(minute[-per_minute] + 60 - now)
+                if len(hour) >= per_hour:
+                    waits.append(hour[-per_hour] + 3600 - now)
+                if waits:
+                    self.fault_counts["content-limit"] += 1
+                    return max(1, int(max(waits) + 0.999))
+            self.write_times.append(now)
+            return None
 
     def _draw_fault(self, key: str) -> tuple[str | None, bool, int]:
         """(kind, after_apply, retry_after) for this request."""
@@ -405,6 +430,15 @@ class _Handler(BaseHTTPRequestHandler):
                     return
             with gh._meta:
                 extra = gh._rate_headers()
+            if method in _MUTATING:
+                wait = gh._content_limit()
+                if wait is not None:
+                    if method in ("POST", "PATCH", "PUT"):
+                        self._body()
+                    self._finish(method, url.path, query, key, _Resp(403, {
+                        "message": SECONDARY_MESSAGE, "documentation_url": DOCS, "status": "403"},
+                        {"retry-after": str(wait)}), extra)
+                    return
         kind, after, retry_after = gh._draw_fault(key)
         if kind == "slow":
             time.sleep(gh._faults.slow_s if gh._faults else 0.02)
