@@ -55,10 +55,14 @@ def test_clobber_killed_at_every_step_converges_without_uploading_again(tmp_path
     def check(k: int) -> None:
         gh = servers[-1]
         try:
-            assets = gh.snapshot()[TAG]
-            named = {d for n, (d, s) in assets.items() if n == NAME and s == "uploaded"}
-            temps = {d for n, (d, s) in assets.items() if n.startswith(NAME + CLOBBER_SUFFIX)}
-            state = ("name", tuple(sorted(named))) if named else ("temp only", tuple(sorted(temps)))
+            with gh.state.lock:  # every asset, duplicates of one name included
+                (rel,) = gh.state.repo("o", "r").releases.values()
+                assets = [(a.name, a.digest, a.state) for a in rel.assets.values()]
+            named = {d for n, d, s in assets if n == NAME and s == "uploaded"}
+            temps = {d for n, d, s in assets if n.startswith(NAME + CLOBBER_SUFFIX)}
+            label = {old_d: "old", new_d: "new"}
+            state = ("+".join(sorted(label[d] for d in named)) if named
+                     else "only the temporary asset (new)")
             seen_states.add(state)
             # what a crash may leave: the old or the new bytes under the name, or (one round trip
             # after the delete) only the complete temporary asset with the new bytes
@@ -73,10 +77,12 @@ def test_clobber_killed_at_every_step_converges_without_uploading_again(tmp_path
 
     steps = kill_at_every_step(clobber, STEPS, prepare=prepare, check=check)
     print(f"github clobber ({rename_onto_existing}): killed at each of {steps} steps; states seen: "
-          f"{sorted(s[0] for s in seen_states)}; every re-run converged")
+          f"{sorted(seen_states)}; every re-run converged")
     assert steps >= 4
     if rename_onto_existing == "reject":
-        assert ("temp only", (new_d,)) in seen_states
+        assert "only the temporary asset (new)" in seen_states
+    else:
+        assert "new+old" in seen_states  # killed between the rename and the delete
 
 
 @pytest.mark.parametrize("refusal", ["reject", "reject-custom", "reject-bare"])

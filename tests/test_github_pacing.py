@@ -11,21 +11,10 @@ import sys
 from pathlib import Path
 
 from ci.store.github import GitHubStore
-from tests.github_server import GitHubTestServer
+from tests.github_server import FakeClock, GitHubTestServer
 
 TOKEN = "test-token"
 REPO = Path(__file__).resolve().parent.parent
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += max(0.0, seconds)
 
 
 def release_200_assets(tmp_path: Path, clock: FakeClock, gh: GitHubTestServer, **store_kw) -> GitHubStore:

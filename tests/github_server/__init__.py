@@ -53,8 +53,9 @@ Implemented (GitHub REST semantics, API version 2022-11-28):
 
 from __future__ import annotations
 
+from .clock import FakeClock
 from .names import normalize_asset_name
 from .server import FaultConfig, GitHubTestServer
 from .state import ServerState
 
-__all__ = ["FaultConfig", "GitHubTestServer", "ServerState", "normalize_asset_name"]
+__all__ = ["FakeClock", "FaultConfig", "GitHubTestServer", "ServerState", "normalize_asset_name"]
