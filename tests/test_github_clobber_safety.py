@@ -120,3 +120,26 @@ def test_uploads_that_fail_after_the_body_leave_nothing_behind(tmp_path: Path, i
     assert gh.fault_counts["500"] > 0 and gh.fault_counts["502"] > 0
     assert sorted(left) == [f"pkg{i}-1.0-py3-none-any.whl" for i in range(6)]
     assert all(state == "uploaded" for _, state in left.values())
+
+
+def test_a_rename_that_fails_otherwise_leaves_the_old_asset_and_no_temporary_one(tmp_path: Path) -> None:
+    """Not a 422 (here a 500 on every attempt): nothing is deleted but the temporary asset."""
+    from ci.errors import RemoteError
+    from ci.store.http import RetryPolicy
+
+    f = tmp_path / NAME
+    f.write_bytes(b"old" * 100)
+    patch_asset = "PATCH /repos/{owner}/{repo}/releases/assets/{asset_id}"
+    with GitHubTestServer(token=TOKEN) as gh:
+        with _store(gh) as store:
+            store.ensure_release(TAG, "demo 1.0 - cucpu py3.11 torch2.13.0", "")
+            store.upload_asset(TAG, f)
+        everything_but_patch = tuple(f"{m} {t}" for _, m, _, t in __import__("tests.github_server.server",
+                                     fromlist=["_ROUTES"])._ROUTES if f"{m} {t}" != patch_asset)
+        gh.set_faults(FaultConfig(rate=1.0, weights={"500": 1}, after_apply=0.0, exclude=everything_but_patch))
+        f.write_bytes(b"new" * 100)
+        with GitHubStore("o/r", token=TOKEN, api_url=gh.api_url, sleep=lambda s: None,
+                         retry=RetryPolicy(attempts=3)) as store:
+            with pytest.raises(RemoteError, match=r"update asset \d+ failed after 3 attempts \(HTTP 500"):
+                store.upload_asset(TAG, f, clobber=True)
+        assert gh.snapshot()[TAG] == {NAME: (_digest(b"old" * 100), "uploaded")}

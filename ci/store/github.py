@@ -682,8 +682,10 @@ class GitHubStore:
 
         A crash before (3) of the fallback leaves a temporary asset next to the intact old one; a crash
         between the delete and the rename leaves only the temporary asset (``name`` is missing until the
-        next run, which renames that asset into place without uploading again). A refused rename never
-        leaves the temporary asset behind.
+        next run, which renames that asset into place without uploading again). A failed first rename
+        deletes the temporary asset (the old one is intact); a failed rename after the delete uploads
+        straight to the free name, and only if that fails too is the temporary asset kept, as the one
+        copy of the new bytes, for the next run to rename.
         """
         tmp = f"{name}{CLOBBER_SUFFIX}{self._rng.getrandbits(32):08x}" if not self.dry_run else f"{name}{CLOBBER_SUFFIX}<hex>"
         new = self._upload_temp(raw, path, tmp, digest, label)
@@ -693,15 +695,18 @@ class GitHubStore:
             return Asset(name, path.stat().st_size, old.get("browser_download_url") or "", digest, "uploaded")
         resp = None
         if self._rename_onto_taken is not False:
-            resp = self.update_asset(new["id"], name=name)
-            assert resp is not None
+            try:
+                resp = self.update_asset(new["id"], name=name)
+                assert resp is not None
+                if resp.status not in (200, 422):
+                    raise self._fail(f"rename {tmp} to {name}", resp)
+            except RemoteError:
+                self._drop_temp(new["id"])  # the old asset is intact: leave no temporary one behind
+                raise
             if resp.status == 422:  # refused, whatever the code: names are unique here
                 self._rename_onto_taken, resp = False, None
-            elif resp.status == 200:
-                self._rename_onto_taken = True
             else:
-                self.delete_asset_id(new["id"])  # the old asset is intact: drop the temporary one
-                raise self._fail(f"rename {tmp} to {name}", resp)
+                self._rename_onto_taken = True
         if resp is not None:
             renamed = resp.json()
             self.delete_asset_id(old["id"])
@@ -715,8 +720,15 @@ class GitHubStore:
         # The name is free now: upload straight to it, then drop the temporary asset.
         self._info(f"rename {tmp} to {name} refused (HTTP {resp.status}); uploading {name} directly")
         direct = self.upload_file(raw, path, name, label=label)
-        self.delete_asset_id(new["id"])
         if direct is None or direct.status != 201:
-            raise self._fail(f"upload {name} to replace the deleted old asset (re-run to finish)",
-                             direct or resp)
+            raise self._fail(f"upload {name} to replace the deleted old asset (re-run to finish: the next run "
+                             f"renames {tmp} into place)", direct or resp)
+        self.delete_asset_id(new["id"])
         return self._check_uploaded(direct.json(), name, digest)
+
+    def _drop_temp(self, asset_id: int) -> None:
+        """Delete a temporary asset on the way out of a failure (the failure is what gets reported)."""
+        try:
+            self.delete_asset_id(asset_id)
+        except RemoteError as exc:
+            self._info(f"could not delete temporary asset {asset_id} ({exc}); the next run deletes it")
