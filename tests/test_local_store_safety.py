@@ -91,6 +91,7 @@ def test_clobber_killed_at_every_step_keeps_records_true_and_the_rerun_completes
         assert assert_records_match_bytes(root)[TAG] == {"w.whl": _sha(new.read_bytes())}, k
         record = json.loads((root / "releases" / TAG / "release.json").read_text())
         assert "pending" not in record, k
+        assert sorted(p.name for p in (root / "releases" / TAG / "assets").iterdir()) == ["w.whl"], k  # no temp left
 
     steps = kill_at_every_step(lambda: LocalStore(root).upload_asset(TAG, new, clobber=True), WRITES,
                                prepare=prepare, check=check)
@@ -144,3 +145,21 @@ def test_assets_and_records_are_readable_by_others(tmp_path: Path) -> None:
     store.upload_asset(TAG, f)
     for path in (tmp_path / "store" / "releases" / TAG / "release.json", tmp_path / "store" / "releases" / TAG / "assets" / "w.whl"):
         assert path.stat().st_mode & 0o044 == 0o044, path
+
+
+def test_a_dead_writers_temporary_copy_is_removed_and_a_live_ones_is_kept(tmp_path: Path) -> None:
+    import fcntl
+
+    store = LocalStore(tmp_path / "store")
+    store.ensure_release(TAG, TITLE, "")
+    assets = tmp_path / "store" / "releases" / TAG / "assets"
+    dead = assets / ".w.whl.new-dead1234"  # a copy whose writer was killed
+    dead.write_bytes(b"half a wheel")
+    live = assets / ".v.whl.new-live5678"  # a copy another writer is making right now
+    live.write_bytes(b"copying")
+    with live.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        f = tmp_path / "x.whl"
+        f.write_bytes(b"x")
+        store.upload_asset(TAG, f)
+        assert not dead.exists() and live.exists()

@@ -44,6 +44,8 @@ from ci.store.model import Asset, Release
 
 _CHUNK = 1 << 20
 LOCK_FILE = ".wheelhouse-store.lock"
+_TEMP_MARK = ".new-"
+"""Temporary copies are ``assets/.<name>.new-<random>``."""
 _FILE_MODE = 0o644
 """Assets and records are world-readable, so a web server running as another user can serve a store."""
 _SAFE_NAME = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-+")
@@ -190,8 +192,9 @@ class LocalStore:
             return done
         # The long copy happens outside the lock; the record is re-read under it.
         assets_dir = self._dir(tag) / "assets"
-        fd, tmp_name = tempfile.mkstemp(dir=assets_dir, prefix=f".{name}.new-")
-        os.close(fd)
+        with self._locked():  # created and locked at once for _reap_orphans, which runs under this lock
+            fd, tmp_name = tempfile.mkstemp(dir=assets_dir, prefix=f".{name}{_TEMP_MARK}")
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held while this process lives
         tmp = Path(tmp_name)
         keep_tmp = False  # once a pending record names it, only _settle may remove it
         try:
@@ -201,6 +204,7 @@ class LocalStore:
                 record = self._read_record(tag)
                 if record is not None:
                     record = self._settle(tag, record)
+                    self._reap_orphans(tag)
                 done = self._upload_decision(tag, name, sha256, clobber, record)
                 if done is not None:  # a peer uploaded the same bytes meanwhile
                     return done
@@ -222,8 +226,27 @@ class LocalStore:
                 self._write_record(tag, record)
                 return self._release(tag, record).asset(name)
         finally:
+            os.close(fd)
             if not keep_tmp:
                 tmp.unlink(missing_ok=True)
+
+    def _reap_orphans(self, tag: str) -> None:
+        """Delete temporary copies whose writer died (call with the lock held, after _settle).
+
+        A writer holds an flock on its temporary file for as long as it runs; the kernel drops it
+        when the process dies, so a temporary file whose lock can be taken belongs to nobody."""
+        for leftover in (self._dir(tag) / "assets").glob(f".*{_TEMP_MARK}*"):
+            try:
+                fd = os.open(leftover, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live writer's copy
+            finally:
+                os.close(fd)
+            leftover.unlink(missing_ok=True)
 
     def _upload_decision(self, tag: str, name: str, sha256: str, clobber: bool, record: dict | None) -> Asset | None:
         """The existing asset when it holds these bytes; raise when it must not be replaced; else None."""
