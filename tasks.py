@@ -274,9 +274,7 @@ def publish_index(c, store=None, out=None, default_world=None, push_branch=None,
     if target is None:
         raise Exit("error: publish-index: name --out, --pages-artifact or --push-branch for a GitHub store", code=2)
     releases = release_store.list_releases()
-    previous, cache_warning = None, None
-    if isinstance(target, pages.ArtifactTarget) and target.read("digests.json") is None:
-        previous, cache_warning = pages.published_cache(base_url, _get_for(release_store))
+    previous, cache_warning = _previous_cache(target, base_url, release_store)
     with _opened(target) as active:
         outcome = pages.publish_index(releases, active, base_url=base_url, default_world=default_world,
                                       fetch=_fetch_for(release_store), dry_run=dry_run, allow_shrink=allow_shrink,
@@ -292,6 +290,15 @@ def publish_index(c, store=None, out=None, default_world=None, push_branch=None,
 def _fetch_for(release_store):
     """How the index downloads an asset: a GitHub store's own client (proxy settings honoured), else a URL."""
     return getattr(release_store, "fetch", _url_fetch)
+
+
+def _previous_cache(target, base_url, release_store):
+    """(digests.json of the live site, warning) for a Pages artifact built in a fresh directory."""
+    from ci import pages
+
+    if isinstance(target, pages.ArtifactTarget) and target.read("digests.json") is None:
+        return pages.published_cache(base_url, _get_for(release_store))
+    return None, None
 
 
 def _get_for(release_store):
@@ -495,10 +502,13 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
     if target is None:
         raise Exit("error: prune --apply: name where to re-publish the index (--out, --pages-artifact or "
                    "--push-branch) for a GitHub store", code=2)
+    previous, cache_warning = _previous_cache(target, url, release_store)
     with _opened(target) as active:
         index = prune_module.IndexTarget(active, base_url=url, default_world=matrix_module.expand(versions)[0].world,
-                                         fetch=_fetch_for(release_store))
+                                         fetch=_fetch_for(release_store), previous_cache=previous)
         result = prune_module.apply(plan, release_store, index=index)
+    if cache_warning:
+        print(f"warning: {cache_warning}", file=sys.stderr)
     print(result.render())
 
 

@@ -56,7 +56,15 @@ def test_second_artifact_publish_downloads_nothing(tmp_path: Path) -> None:
                 downloads.append(gh.counters[OBJECTS] - before)
                 shutil.rmtree(live)
                 shutil.copytree(artifact, live)  # deploy-pages
+            # prune re-publishes the same way
+            before = gh.counters[OBJECTS]
+            result = subprocess.run([sys.executable, "-m", "invoke", "prune", "--apply", "--pages-artifact",
+                                     str(tmp_path / "runner-3" / "_site"), "--base-url", base_url], cwd=REPO, env=env,
+                                    capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0, result.stderr
+            assert "Indexed 3 wheel link(s)" in result.stdout
+            downloads.append(gh.counters[OBJECTS] - before)
     finally:
         site_server.shutdown()
         site_server.server_close()
-    assert downloads == [6, 0], downloads  # 3 wheels + 3 sidecars, then nothing
+    assert downloads == [6, 0, 0], downloads  # 3 wheels + 3 sidecars, then nothing
