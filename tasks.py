@@ -103,7 +103,7 @@ def matrix(c, component=None, arch=None, python=None, torch=None, json_=False, g
         print(f"{len(rows)} row(s)")
 
 
-def _store(store_spec: str | None = None, *, dry_run: bool = False):
+def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False):
     from dataclasses import replace
 
     from ci.environment import open_store
@@ -111,7 +111,7 @@ def _store(store_spec: str | None = None, *, dry_run: bool = False):
     env = _env()
     if store_spec:
         env = replace(env, store_spec=store_spec)
-    return open_store(env, dry_run=dry_run, progress=_progress)
+    return open_store(env, dry_run=dry_run, progress=_progress, must_exist=must_exist)
 
 
 _PRINTED_DECILE: dict[str, int] = {}
@@ -187,7 +187,10 @@ def fix_wheel(c, wheels, strip_local_version=False, repair=None, out=None):
 
     if not (strip_local_version or repair):
         raise Exit("error: fix-wheel: choose --strip-local-version and/or --repair TAG", code=2)
-    for wheel in _wheel_paths(wheels):
+    paths = _wheel_paths(wheels)
+    if strip_local_version:
+        rewrite.check_strip_collisions(paths, Path(out) if out else None)
+    for wheel in paths:
         current = wheel
         target_dir = Path(out) if out else wheel.parent
         if strip_local_version:
@@ -285,30 +288,73 @@ def plan(c, component="all", arch=None, python=None, markdown=None, github_outpu
         "pages_artifact": "write a Pages artifact directory for actions/upload-pages-artifact",
         "base_url": "public URL of the site (default: https://<owner>.github.io/<repo> or the file:// URL)",
         "dry_run": "print what would change, write nothing",
+        "allow_shrink": "publish even when more than half (or all) of the published wheel links would go",
     }
 )
 @reports_errors
 def publish_index(c, store=None, out=None, default_world=None, push_branch=None, remote=None, pages_artifact=None,
-                  base_url=None, dry_run=False):
+                  base_url=None, dry_run=False, allow_shrink=False):
     """Publish one PEP 503 index per CUDA/torch world from the store's releases."""
     from ci import pages
 
     env = _env()
     versions = load(env.versions_path)
-    release_store = _store(store)
+    release_store = _store(store, must_exist=True)
     default_world = default_world or matrix_module.expand(versions)[0].world
     target, base_url = _index_target(c, env, release_store, store=store, out=out, pages_artifact=pages_artifact,
                                      push_branch=push_branch, remote=remote, base_url=base_url)
     if target is None:
         raise Exit("error: publish-index: name --out, --pages-artifact or --push-branch for a GitHub store", code=2)
     releases = release_store.list_releases()
+    previous, cache_warning = _previous_cache(target, base_url, release_store)
     with _opened(target) as active:
         outcome = pages.publish_index(releases, active, base_url=base_url, default_world=default_world,
-                                      fetch=_url_fetch, dry_run=dry_run)
+                                      fetch=_fetch_for(release_store), dry_run=dry_run, allow_shrink=allow_shrink,
+                                      previous_cache=previous)
+    if cache_warning:
+        print(f"warning: {cache_warning}", file=sys.stderr)
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(outcome.summary.line())
     print(f"{outcome.result.target}: {outcome.result.changes.line()}" + (" (dry run)" if dry_run else ""))
+
+
+def _fetch_for(release_store):
+    """How the index downloads an asset: a GitHub store's own client (proxy settings honoured), else a URL."""
+    return getattr(release_store, "fetch", _url_fetch)
+
+
+def _previous_cache(target, base_url, release_store):
+    """(digests.json of the live site, warning) for a Pages artifact built in a fresh directory."""
+    from ci import pages
+
+    if isinstance(target, pages.ArtifactTarget) and target.read("digests.json") is None:
+        return pages.published_cache(base_url, _get_for(release_store))
+    return None, None
+
+
+def _get_for(release_store):
+    """GET of a public URL (None on 404): a GitHub store's own client, else urllib (file:// too)."""
+    if hasattr(release_store, "get_public"):
+        return release_store.get_public
+
+    def get(url):
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                return response.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, FileNotFoundError):
+                return None
+            raise
+
+    return get
 
 
 def _url_fetch(asset):
@@ -358,13 +404,14 @@ def _index_target(c, env, release_store, *, store=None, out=None, pages_artifact
     from ci import pages
     from ci.store.local import LocalStore
 
+    store_root = release_store.root if isinstance(release_store, LocalStore) else None
     if push_branch:
         remote = remote or c.run("git remote get-url origin", hide=True).stdout.strip()
         target = pages.GitBranchTarget(remote, branch=push_branch)
     elif pages_artifact:
-        target = pages.ArtifactTarget(Path(pages_artifact))
-    elif out is not None or isinstance(release_store, LocalStore):
-        target = pages.DirectoryTarget(Path(out) if out else release_store.root / "site")
+        target = pages.ArtifactTarget(Path(pages_artifact), store_root=store_root)
+    elif out is not None or store_root is not None:
+        target = pages.DirectoryTarget(Path(out) if out else store_root / "site", store_root=store_root)
     else:
         return None, None
     if base_url is None:
@@ -390,7 +437,7 @@ def migrate_tags(c, apply=False, skip_unparseable=False, delete_old_tags=False, 
     """Retag releases of the older schemes (<component>-<ref>[-pyX.Y]) to <component>-<ref>-py<X.Y>-torch<T>."""
     from ci.maintenance import migrate
 
-    target = _store(store)
+    target = _store(store, must_exist=True)
     plan = migrate.plan_for(target, skip_unparseable=skip_unparseable, delete_old_tags=delete_old_tags)
     print(plan.render())
     refusal = plan.refusal()
@@ -476,7 +523,7 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
 
     env = _env()
     versions = load(env.versions_path)
-    release_store = _store(store)
+    release_store = _store(store, must_exist=True)
     plan = prune_module.plan(versions, release_store.list_releases(), keep_worlds=prune_module.parse_worlds(keep_worlds),
                              older_than=prune_module.parse_age(older_than) if older_than else None,
                              store=release_store.description)
@@ -489,10 +536,13 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
     if target is None:
         raise Exit("error: prune --apply: name where to re-publish the index (--out, --pages-artifact or "
                    "--push-branch) for a GitHub store", code=2)
+    previous, cache_warning = _previous_cache(target, url, release_store)
     with _opened(target) as active:
         index = prune_module.IndexTarget(active, base_url=url, default_world=matrix_module.expand(versions)[0].world,
-                                         fetch=_url_fetch)
+                                         fetch=_fetch_for(release_store), previous_cache=previous)
         result = prune_module.apply(plan, release_store, index=index)
+    if cache_warning:
+        print(f"warning: {cache_warning}", file=sys.stderr)
     print(result.render())
 
 

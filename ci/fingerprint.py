@@ -2,65 +2,48 @@
 
 It covers the row's wheel-relevant settings, the resolved source revision
 (a moving branch such as apex ``master`` changes it when upstream moves), the
-builder script with every ``lib/*.sh`` it sources (transitively), cuDNN
-provisioning when required, the declared patches, and the nvcc arch filter
-when enabled. Runner labels, ``max_jobs`` and timeouts are deliberately left
-out: they change how long a build takes, not what it produces (the anchor
-rebuilt everything when they changed).
+builder script, every file of ``build_scripts/lib/`` and
+``build_scripts/provision/`` and the nvcc arch filter, and the declared
+patches. The helpers are hashed whole rather than followed through the
+builder's ``source`` lines: a resolver that misreads one line (``source
+"$LIB/flashinfer.sh"`` from ``flashinfer.sh`` once resolved to the builder
+itself) would keep serving an old wheel, while hashing a helper a builder does
+not use only costs a rebuild (fail closed). Runner labels, ``max_jobs`` and
+timeouts are deliberately left out: they change how long a build takes, not
+what it produces (the anchor rebuilt everything when they changed).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT
 
-FINGERPRINT_SCHEMA = 1
-# `source "$HERE/lib/env.sh"`, `. "${SCRIPT_DIR}/../lib/arch.sh"`, `source lib/x.sh`
-# Python helpers a script runs: `"$LIB/bundle_pythons.py"`, `lib/bundle_pythons.py`
-_LIB_PY = re.compile(r"(?:\$\{?\w+\}?/|lib/)(?P<name>[\w.-]+\.py)\b")
-_SOURCE_LINE = re.compile(r"""^\s*(?:source|\.)\s+["']?(?:\$\{?\w+\}?/)?(?P<path>[\w./-]+\.sh)["']?\s*(?:#.*)?$""")
+FINGERPRINT_SCHEMA = 2
+SHARED_INPUTS = ("build_scripts/lib", "build_scripts/provision", "build_scripts/nvcc-arch-filter")
+"""Paths under the repository whose every file is an input of every row."""
 
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def sourced_closure(script: Path) -> list[Path]:
-    """``script`` and every shell file it sources, transitively (paths relative to the sourcing file)."""
-    seen: list[Path] = []
-    pending = [script.resolve()]
-    while pending:
-        current = pending.pop()
-        if current in seen or not current.is_file():
-            continue
-        seen.append(current)
-        text = current.read_text(encoding="utf-8")
-        for match in _LIB_PY.finditer(text):
-            helper = (current.parent / match["name"]) if current.parent.name == "lib" else current.parent / "lib" / match["name"]
-            if helper.is_file() and helper.resolve() not in seen:
-                seen.append(helper.resolve())
-        for line in text.splitlines():
-            match = _SOURCE_LINE.match(line)
-            if match:
-                # `source "$LIB/env.sh"`: the variable is not evaluated, so look
-                # beside the sourcing file, then in the lib/ folder next to it.
-                candidates = [current.parent / match["path"], current.parent / "lib" / match["path"]]
-                pending.append(next((c for c in candidates if c.is_file()), candidates[0]).resolve())
-    return seen
+def shared_inputs(repo_root: Path = REPO_ROOT) -> list[Path]:
+    """Every file of :data:`SHARED_INPUTS` (bytecode caches aside)."""
+    files: list[Path] = []
+    for rel in SHARED_INPUTS:
+        path = repo_root / rel
+        candidates = [path] if path.is_file() else sorted(path.rglob("*"))
+        files += [f for f in candidates if f.is_file() and "__pycache__" not in f.parts]
+    return files
 
 
 def build_inputs(row: MatrixRow, repo_root: Path = REPO_ROOT) -> list[dict]:
-    files = sourced_closure(repo_root / "build_scripts" / f"{row.settings.builder}.sh")
-    if row.settings.requires_cudnn:
-        files += sourced_closure(repo_root / "build_scripts" / "provision" / "install_cudnn.sh")
+    files = [repo_root / "build_scripts" / f"{row.settings.builder}.sh", *shared_inputs(repo_root)]
     files += [repo_root / patch for patch in row.settings.patches]
-    if row.settings.arch_filter:
-        files.append(repo_root / "build_scripts" / "nvcc-arch-filter")
     unique = sorted({f.resolve() for f in files if f.is_file()})
     return [{"path": str(f.relative_to(repo_root.resolve())), "sha256": _sha256(f)} for f in unique]
 

@@ -47,7 +47,9 @@ Yanking (PEP 592)
     ``yanked`` maps a wheel filename to a reason (``""`` for none); listed files
     get ``data-yanked``. A name in the list that no index holds gives a warning.
 Duplicates
-    When two releases put a file of one name into one world (a torch patch bump,
+    Within one release, of several uploaded assets of one name the newest
+    (highest id, :func:`ci.store.model.newest_by_name`) is the one indexed, as
+    the stores and the download URL serve it. When two releases put a file of one name into one world (a torch patch bump,
     a restored release), the one kept is from the release with the highest torch
     version among its segments of that world, then the greatest tag (string
     order); the warning names the kept and the dropped tag.
@@ -80,7 +82,7 @@ from packaging.version import InvalidVersion, Version
 
 from ci.errors import UsageError, WheelhouseError
 from ci.naming import normalize_package_name, parse_title, world_path
-from ci.store.model import Asset, Release
+from ci.store.model import Asset, Release, newest_by_name
 
 Fetch = Callable[[Asset], Iterable[bytes]]
 """Yields the bytes of one asset, in chunks; may raise on a failed download."""
@@ -490,12 +492,14 @@ def build_site(
         if derived.problem is not None:
             builder.warn(f"release {release.tag!r} left out of every index: {derived.problem}; fix the release title")
             continue
-        by_name = {a.name: a for a in release.assets}
+        by_name = newest_by_name(a for a in release.assets if a.state == "uploaded")
         for wheel in wheels:
             if wheel.state != "uploaded":
                 builder.warn(
                     f"{wheel.name!r} (release {release.tag}) skipped: its upload is incomplete (state {wheel.state!r})"
                 )
+                continue
+            if by_name[wheel.name] is not wheel:  # an older asset of the same name: the newest upload wins
                 continue
             problem = _wheel_problem(wheel)
             if problem is not None:
@@ -503,8 +507,6 @@ def build_site(
                 continue
             package = normalize_package_name(str(_parse_wheel(wheel.name)[0]))
             sidecar = by_name.get(wheel.name + METADATA_SUFFIX)
-            if sidecar is not None and sidecar.state != "uploaded":
-                sidecar = None
             for world in derived.worlds:
                 candidate = _Candidate(world, package, release, wheel, sidecar, derived.torch[world])
                 key = (world, wheel.name)

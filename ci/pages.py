@@ -13,7 +13,15 @@ by :func:`publish_index`) and converges to it:
   place, so a reader sees the old tree or the new one, never a mix.
 - :class:`DirectoryTarget` updates a plain directory in place (the local
   store's index, served over file:// or loopback http); each file is replaced
-  atomically.
+  atomically, new and changed files first, removals last.
+
+A directory target must be new, empty or a site published before (it holds
+our ``digests.json``); it may not be or contain the repository or the store,
+nor lie inside the store's ``releases/``, and a ``.git`` in it is never
+touched: a mistyped ``--out`` is refused instead of emptied.
+:func:`publish_index` also refuses, unless ``allow_shrink``, a site that
+drops more than :data:`MAX_DROPPED_SHARE` of the wheel links published
+before (a store read from the wrong place looks empty).
 
 Files whose bytes are equal are never rewritten, so their mtimes stay and a
 change in one world touches only that world's files (and the shared landing
@@ -24,10 +32,11 @@ plan (files added, changed, removed) and writes nothing.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -36,8 +45,12 @@ from urllib.parse import urlsplit, urlunsplit
 from ci.errors import RemoteError, WheelhouseError
 from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, site_files, summarize, write_files
 from ci.store.model import Release
+from ci.versions import REPO_ROOT
 
 _GIT_DIR = ".git"
+MAX_DROPPED_SHARE = 0.5
+"""Share of the previously published wheel links a publish may drop without ``allow_shrink``."""
+_LINK = re.compile(r'<a href="[^"]*"[^>]*>([^<]+)</a>')
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,9 @@ class PagesTarget(Protocol):
 
     def read(self, relpath: str) -> bytes | None:
         """The bytes of one published file, or None."""
+
+    def published_root(self) -> Path | None:
+        """The local tree of the published site (None when there is none yet)."""
 
     def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
         """Make the target hold exactly the files of ``site_dir``."""
@@ -150,28 +166,76 @@ def _prune_empty_dirs(root: Path) -> None:
 
 
 def sync_tree(site_dir: Path, dest: Path, *, dry_run: bool = False, skip_git: bool = False) -> SiteChanges:
-    """Make ``dest`` hold exactly the files of ``site_dir``, touching only files that differ."""
+    """Make ``dest`` hold exactly the files of ``site_dir``, touching only files that differ.
+
+    New and changed files are written before anything is removed, so a reader (or a crash) never
+    meets a listing whose package pages are gone."""
     changes = diff_trees(site_dir, dest, skip_git=skip_git)
     if dry_run or changes.empty:
         return changes
     dest.mkdir(parents=True, exist_ok=True)
-    for rel in changes.removed:
-        (dest / rel).unlink()
     for rel in changes.added + changes.changed:
         _atomic_copy(site_dir / rel, dest / rel)
+    for rel in changes.removed:
+        (dest / rel).unlink()
     _prune_empty_dirs(dest)
     return changes
+
+
+def site_links(root: Path | None) -> set[str]:
+    """``<world>/<wheel filename>`` of every link of the world pages of the site under ``root``."""
+    links: set[str] = set()
+    if root is None or not root.is_dir():
+        return links
+    for page in root.glob("*/*/simple/*/index.html"):
+        world = page.relative_to(root).parts[:2]
+        text = page.read_text(encoding="utf-8", errors="replace")
+        links.update(f"{world[0]}/{world[1]}/{name}" for name in _LINK.findall(text))
+    return links
+
+
+def _is_published_site(path: Path) -> bool:
+    """Every publish writes ``digests.json`` (a corrupt one is rebuilt, so only its presence counts)."""
+    return (path / CACHE_FILE).is_file()
+
+
+def check_site_dir(path: Path, *, store_root: Path | None = None) -> None:
+    """Refuse a directory a publish would damage (see the module docstring)."""
+    where = path.resolve()
+    if where.exists() and not where.is_dir():
+        raise WheelhouseError(f"{path} is a file, not a directory: name a directory for the site")
+    guarded = [(REPO_ROOT.resolve(), "the repository")]
+    if store_root is not None:
+        guarded.append((Path(store_root).resolve(), "the release store"))
+        releases = Path(store_root).resolve() / "releases"
+        if where == releases or where.is_relative_to(releases):
+            raise WheelhouseError(f"{path} is inside the release store's releases/: "
+                                  f"publish the site elsewhere (default: {Path(store_root) / 'site'})")
+    for root, what in guarded:
+        if root == where or root.is_relative_to(where):
+            raise WheelhouseError(f"{path} is or contains {what} ({root}): publishing there would delete its files; "
+                                  "name a directory of its own for the site")
+    if where.is_dir() and any(where.iterdir()) and not _is_published_site(where):
+        raise WheelhouseError(
+            f"{path} is not empty and holds no published site (no {CACHE_FILE}): publishing would delete "
+            "its files; name a new or empty directory, or the directory of an earlier publish")
 
 
 # --------------------------------------------------------------------------- directory targets
 
 
 class DirectoryTarget:
-    """A plain directory updated in place (e.g. the local store's index)."""
+    """A plain directory updated in place (e.g. the local store's index).
 
-    def __init__(self, path: Path) -> None:
+    ``store_root``: the local store the site is built from, which the directory may not overlap."""
+
+    def __init__(self, path: Path, *, store_root: Path | None = None) -> None:
         self.path = Path(path)
         self.description = f"directory {self.path}"
+        check_site_dir(self.path, store_root=store_root)
+
+    def published_root(self) -> Path | None:
+        return self.path
 
     def read(self, relpath: str) -> bytes | None:
         try:
@@ -180,18 +244,34 @@ class DirectoryTarget:
             return None
 
     def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
-        changes = sync_tree(site_dir, self.path, dry_run=dry_run)
+        check_site_dir(self.path)  # still ours (it may have changed since the target was named)
+        changes = sync_tree(site_dir, self.path, dry_run=dry_run, skip_git=True)
         return PublishResult(self.description, changes, dry_run)
 
 
 class ArtifactTarget(DirectoryTarget):
     """A Pages artifact directory, replaced as a whole by a rename."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, *, store_root: Path | None = None) -> None:
+        super().__init__(path, store_root=store_root)
         self.description = f"pages artifact {self.path}"
+        if (self.path / _GIT_DIR).exists():
+            raise WheelhouseError(f"{self.path} holds a {_GIT_DIR}: an artifact directory is replaced as a whole; "
+                                  "name a directory of its own")
+
+    def _recover(self) -> None:
+        """Undo what a publish killed between its two renames left: no tree, a backup, a staging tree."""
+        parent = self.path.parent
+        backups = sorted(parent.glob(f".{self.path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+        if backups and not self.path.exists():
+            os.rename(backups.pop(), self.path)
+        for leftover in backups + list(parent.glob(f".{self.path.name}.new-*")):
+            shutil.rmtree(leftover, ignore_errors=True)
 
     def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
+        check_site_dir(self.path)
+        if not dry_run:
+            self._recover()
         changes = diff_trees(site_dir, self.path)
         if dry_run or (changes.empty and self.path.is_dir()):
             return PublishResult(self.description, changes, dry_run)
@@ -320,6 +400,9 @@ class GitBranchTarget:
         self._worktree = work
         return work
 
+    def published_root(self) -> Path | None:
+        return self.worktree()
+
     def read(self, relpath: str) -> bytes | None:
         path = self.worktree() / relpath
         try:
@@ -365,12 +448,14 @@ def publish_index(
     site_name: str = "wheelhouse",
     previous_cache: bytes | None = None,
     dry_run: bool = False,
+    allow_shrink: bool = False,
 ) -> PublishOutcome:
     """Build the index of ``releases`` into a temporary directory and publish it to ``target``.
 
     The digest cache comes from ``previous_cache`` when given, else from the
     target's published ``digests.json``; an unreadable one is replaced, with a
-    warning.
+    warning. Unless ``allow_shrink``, a site that drops all, or more than
+    :data:`MAX_DROPPED_SHARE`, of the wheel links published before is refused.
     """
     warnings: list[str] = []
     raw = previous_cache if previous_cache is not None else target.read(CACHE_FILE)
@@ -389,8 +474,40 @@ def publish_index(
         site_name=site_name,
     )
     summary = summarize(site, files)
+    if not allow_shrink:
+        _check_shrink(target, files)
     with tempfile.TemporaryDirectory(prefix="wheelhouse-site-") as tmp:
         site_dir = Path(tmp) / "site"
         write_files(files, site_dir)
         result = target.publish(site_dir, dry_run=dry_run)
     return PublishOutcome(summary, result, tuple(warnings) + summary.warnings)
+
+
+def published_cache(base_url: str, get: Callable[[str], bytes | None]) -> tuple[bytes | None, str | None]:
+    """(the live site's ``digests.json``, a warning) read from ``base_url`` with ``get(url)``.
+
+    A Pages artifact is built on a fresh runner, so its own directory holds no cache: without the live
+    one every asset lacking a digest and every ``.metadata`` would be downloaded again on every publish.
+    ``get`` returns None for a 404 (a first publish); any failure gives a warning and no cache."""
+    url = f"{base_url.rstrip('/')}/{CACHE_FILE}"
+    try:
+        return get(url), None
+    except Exception as exc:  # noqa: BLE001 - the cache only saves downloads; its absence costs time
+        return None, f"could not read the published {CACHE_FILE} at {url} ({exc}); hashing without it"
+
+
+def _check_shrink(target: PagesTarget, files: Mapping[str, bytes]) -> None:
+    before = site_links(target.published_root())
+    if not before:
+        return
+    after = set()
+    for rel, data in files.items():
+        parts = rel.split("/")
+        if len(parts) == 5 and parts[2] == "simple" and parts[4] == "index.html":
+            after.update(f"{parts[0]}/{parts[1]}/{name}" for name in _LINK.findall(data.decode("utf-8", "replace")))
+    dropped = before - after
+    if len(dropped) == len(before) or len(dropped) > MAX_DROPPED_SHARE * len(before):
+        raise WheelhouseError(
+            f"the new index would drop {len(dropped)} of the {len(before)} wheel links {target.description} "
+            f"publishes now (more than {MAX_DROPPED_SHARE:.0%}), e.g. {sorted(dropped)[0]}: check that the store "
+            "(--store / WHEELHOUSE_STORE) is the right one; pass --allow-shrink if the drop is intended")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,10 @@ import pytest
 
 # the GitHub-compatible test server as the `github_server` fixture
 pytest_plugins = ["tests.github_server.pytest_plugin"]
+
+# Commands the tests run against the test server write without GitHub's one-second gap (pacing has
+# its own tests on a fake clock); in-process stores are given a sleep that does not wait.
+os.environ.setdefault("WHEELHOUSE_WRITE_GAP", "0")
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_EXT = REPO / "tests" / "fixtures" / "fixture_ext"

@@ -13,7 +13,7 @@ from benchmarks.anchor import cuda_archs, generate_matrix
 from benchmarks.common import Samples, cuda_wheel, ratio
 from benchmarks.runner import main
 
-TOY_FIGURES = "listing,skip-plan,strip,fatbin-scan,resolution,crafted-wheels"
+TOY_FIGURES = "listing,skip-plan,strip,fatbin-scan,resolution,crafted-wheels,pacing"
 
 
 def test_runner_toy_run_writes_every_section(tmp_path: Path) -> None:
@@ -21,7 +21,7 @@ def test_runner_toy_run_writes_every_section(tmp_path: Path) -> None:
     assert main(["--toy", "--only", TOY_FIGURES, "--out", str(out), "--cache", str(tmp_path / "cache")]) == 0
     text = out.read_text()
     for title in ("1. Index listing", "2. Skip plan", "3. Local-version strip", "4. Fatbin arch scan",
-                  "5. Resolution bytes", "7. Wheel checks on crafted wheels"):
+                  "5. Resolution bytes", "7. Wheel checks on crafted wheels", "8. Write pacing"):
         assert f"## {title}" in text
     assert "| CPU |" in text and "| cores |" in text and "| Python |" in text and "| date |" in text
     assert "**Repetitions:**" in text and "min / median" in text

@@ -71,7 +71,7 @@ def seed_server(gh: GitHubTestServer) -> None:
     gh.seed_release("draft-thing", name="apex master - cu13.0.2 py3.10 torch2.13.0", draft=True)
     owner_repo = gh.state.repo("o", "r")
     assert owner_repo is not None
-    owner_repo.tags |= {"apex-master-py3.11", "v1.0"}  # a leftover of an earlier move, and an unrelated tag
+    owner_repo.tags.update({t: owner_repo.head for t in ("apex-master-py3.11", "v1.0")})  # a leftover, an unrelated tag
 
 
 def seed_local(store: LocalStore, tmp_path: Path) -> None:

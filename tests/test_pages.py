@@ -199,7 +199,8 @@ def test_directory_target_rewrites_only_changed_files(tmp_path):
     assert touched == {"cu129/torch2.13/simple/flash-attn/index.html", "index.html"}
 
     # a world that disappears is removed, with its empty directories
-    publish_index(releases()[:1], DirectoryTarget(dest), base_url=dest.as_uri(), default_world=DEFAULT)
+    publish_index(releases()[:1], DirectoryTarget(dest), base_url=dest.as_uri(), default_world=DEFAULT,
+                  allow_shrink=True)
     assert not (dest / "cu129").exists()
 
 

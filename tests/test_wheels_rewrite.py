@@ -138,3 +138,30 @@ def test_strip_refuses_a_local_header_name_it_did_not_validate(tmp_path: Path) -
     with zipfile.ZipFile(wheel) as zin, open(wheel, "rb") as src, open(tmp_path / "raw.zip", "wb") as dst:
         with pytest.raises(CheckFailed, match="has another name in its local header"):
             rewrite._write_archive(zin, src, dst, lambda name: name, {}, wheel.name)
+
+
+def test_command_line_refuses_inputs_that_strip_to_one_name(tmp_path: Path) -> None:
+    """1.0+cu129, 1.0+cu130 and 1.0 all become 1.0: refused with one line, every input kept."""
+    import subprocess
+    import sys
+
+    inputs = [build_wheel(tmp_path, {"pkg/build.py": f"BUILD = {v!r}\n".encode()}, name="pkg", version=v)
+              for v in ("1.0+cu129", "1.0+cu130", "1.0")]
+    before = {p.name: p.read_bytes() for p in inputs}
+    result = subprocess.run([sys.executable, "-m", "invoke", "fix-wheel", str(tmp_path / "*.whl"),
+                             "--strip-local-version"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "all become pkg-1.0-cp311-cp311-linux_x86_64.whl" in line
+    assert all(str(p) in line for p in inputs)
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.whl")} == before
+
+    # byte-identical after stripping: one output, no complaint
+    same = tmp_path / "same"
+    for v in ("1.0+cu129", "1.0+cu130"):
+        build_wheel(same, {"pkg/build.py": b"BUILD = 1\n"}, name="pkg", version=v)
+    result = subprocess.run([sys.executable, "-m", "invoke", "fix-wheel", str(same / "*.whl"), "--strip-local-version"],
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in same.glob("*.whl")) == ["pkg-1.0-cp311-cp311-linux_x86_64.whl"]

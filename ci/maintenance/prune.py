@@ -191,6 +191,8 @@ class IndexTarget:
     base_url: str
     default_world: str | None
     fetch: Fetch | None = None
+    previous_cache: bytes | None = None
+    """The digest cache to start from when the target holds none (the live site's, for an artifact)."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,8 @@ def apply(prune: PrunePlan, store: ReleaseStore, *, index: IndexTarget | None = 
         deleted.append(decision.tag)
     outcome = None
     if index is not None:
+        # The drop is what was asked for: the shrink guard would only stop it half-done.
         outcome = publish_index(store.list_releases(), index.target, base_url=index.base_url,
-                                default_world=index.default_world, fetch=index.fetch)
+                                default_world=index.default_world, fetch=index.fetch, allow_shrink=True,
+                                previous_cache=index.previous_cache)
     return PruneResult(tuple(deleted), outcome)

@@ -16,20 +16,16 @@ Two sources with one interface (:class:`ArtifactSource`):
 from __future__ import annotations
 
 import hashlib
-import http.client
 import os
 import re
-import socket
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urljoin, urlsplit
 
 from ci.errors import RemoteError, WheelhouseError
-from ci.store.http import Response, TransientError
+from ci.store.http import Response, stream_get
 
 if TYPE_CHECKING:
     from ci.store.github import GitHubStore
@@ -93,7 +89,7 @@ class GitHubArtifacts:
 
     # ---- listing ------------------------------------------------------------------------------------
     def list_artifacts(self, run_id: str) -> list[Artifact]:
-        from urllib.parse import parse_qs
+        from urllib.parse import parse_qs, urlsplit
 
         st = self._store
         what = f"list artifacts of run {run_id} in {st.owner}/{st.name}"
@@ -143,25 +139,18 @@ class GitHubArtifacts:
     def download(self, artifact: Artifact, dest: Path) -> str:
         st = self._store
         url = f"{st.api_url}/repos/{st.owner}/{st.name}/actions/artifacts/{artifact.id}/zip"
-        api_origin = _origin(st.api_url)
-        api_headers = {"Authorization": f"token {st._token}", "Accept": "application/vnd.github+json",
-                       "X-GitHub-Api-Version": "2022-11-28", "User-Agent": "wheelhouse"}
+        # The store's client follows the redirect to signed storage and drops the token there.
+        headers = {"Authorization": f"token {st._token}", "Accept": "application/vnd.github+json",
+                   "X-GitHub-Api-Version": "2022-11-28", "User-Agent": "wheelhouse"}
         what = f"download artifact {artifact.name} (id {artifact.id}, run {artifact.run_id})"
         result: dict[str, str] = {}
 
         def attempt() -> Response:
-            target = url
-            for _ in range(5):  # redirects
-                headers = api_headers if _origin(target) == api_origin else {"User-Agent": "wheelhouse"}
-                resp, digest = _stream_get(target, headers, dest, label=artifact.name, total=artifact.size,
-                                           progress=self._progress, timeout=self._timeout)
-                if resp.status in (301, 302, 303, 307, 308) and resp.headers.get("location"):
-                    target = urljoin(target, resp.headers["location"])
-                    continue
-                if resp.status == 200:
-                    result["sha256"] = digest
-                return resp
-            raise RemoteError(st._scrub(f"{what}: too many redirects; check api_url {st.api_url}"))
+            resp, digest = stream_get(st.http, url, headers, dest, label=artifact.name, total=artifact.size,
+                                      progress=self._progress, timeout=self._timeout)
+            if resp.status == 200:
+                result["sha256"] = digest
+            return resp
 
         resp = st._retrier.run(what, attempt)
         if resp.status == 410:
@@ -169,53 +158,6 @@ class GitHubArtifacts:
         if resp.status != 200:
             raise st._fail(what, resp)
         return result["sha256"]
-
-
-def _origin(url: str) -> tuple[str, str, int | None]:
-    p = urlsplit(url)
-    return p.scheme, (p.hostname or "").lower(), p.port
-
-
-def _stream_get(url: str, headers: dict[str, str], dest: Path, *, label: str, total: int,
-                progress: ProgressFn | None, timeout: float) -> tuple[Response, str]:
-    """One GET; a 200 body is streamed into ``dest`` (via a temporary file beside it).
-
-    Returns the answer (body only for non-200 answers) and the sha256 hex of what was written.
-    """
-    parts = urlsplit(url)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    conn: http.client.HTTPConnection
-    if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout,
-                                           context=ssl.create_default_context())
-    else:
-        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
-    part = dest.with_name(dest.name + ".part")
-    try:
-        conn.request("GET", target, headers=headers)
-        resp = conn.getresponse()
-        hdrs = {k.lower(): v for k, v in resp.getheaders()}
-        if resp.status != 200:
-            return Response(resp.status, hdrs, resp.read()), ""
-        digest = hashlib.sha256()
-        done = 0
-        with part.open("wb") as out:
-            while chunk := resp.read(CHUNK):
-                out.write(chunk)
-                digest.update(chunk)
-                done += len(chunk)
-                if progress:
-                    progress(label, done, total or done)
-        expected = hdrs.get("content-length")
-        if expected is not None and int(expected) != done:
-            raise TransientError(f"short read ({done} of {expected} bytes)")
-        os.replace(part, dest)
-        return Response(200, hdrs, b""), digest.hexdigest()
-    except (OSError, http.client.HTTPException, socket.timeout) as exc:
-        raise TransientError(type(exc).__name__) from None
-    finally:
-        conn.close()
-        part.unlink(missing_ok=True)
 
 
 class LocalArtifacts:

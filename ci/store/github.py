@@ -1,8 +1,10 @@
 """GitHub Releases as a :class:`~ci.store.model.ReleaseStore`.
 
 JSON endpoints go through ghapi's generated operations (``GhApi(gh_host=api_url)``); uploads are
-streamed from disk over http.client to the release's ``upload_url`` (ghapi's ``upload_file`` reads
-the whole file into memory). Every call is retried by :class:`ci.store.http.Retrier`.
+streamed from disk to the release's ``upload_url`` (ghapi's ``upload_file`` reads the whole file into
+memory). Every request -- API calls, uploads, asset and artifact downloads -- goes through one HTTP
+client (``self.http``), which honours HTTP_PROXY / HTTPS_PROXY / NO_PROXY. Every call is retried by
+:class:`ci.store.http.Retrier`; content-creating calls are paced by :class:`ci.store.http.WritePacer`.
 
 Nothing here reads the environment: the entry point passes the token and API URL. The token never
 appears in a message, log line, progress label or repr.
@@ -22,16 +24,23 @@ import random
 import re
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 from urllib.parse import parse_qs, quote, urlsplit
 
 from ci.errors import RemoteError
-from ci.store.http import ProgressFn, Response, Retrier, RetryPolicy, TransientError, stream_upload
-from ci.store.model import Asset, Release
+from ci.store.http import ProgressFn, Response, Retrier, RetryPolicy, TransientError, WritePacer, stream_upload
+from ci.store.model import Asset, Release, newest_by_name
 
 API_VERSION = "2022-11-28"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_+-]([A-Za-z0-9._+-]*[A-Za-z0-9_+-])?")
 """Names GitHub keeps as they are (see tests/github_server/names.py for the evidence)."""
+MAX_ASSET_BYTES = 2 * 1024**3
+"""GitHub: "Each file included in a release must be under 2 GiB" (a file of exactly 2 GiB was refused)."""
+MAX_ASSETS_PER_RELEASE = 1000
+"""GitHub: "Up to 1000 release assets may be associated with a single release" (enforced since July 2025)."""
+LISTING_CAP = 10_000
+"""Results GitHub serves from one listing (``per_page`` x pages)."""
 CLOBBER_SUFFIX = ".clobber-"
 """Temporary assets of a safe clobber are named ``<name>.clobber-<hex>``; index builders skip them."""
 
@@ -74,6 +83,8 @@ class GitHubStore:
         token: a token with ``contents: write`` (never logged).
         api_url: the REST API root (``https://api.github.com``, a GHES ``https://host/api/v3``, or a test server).
         retry: attempts and backoff; ``sleep``/``clock``/``seed`` make waiting testable.
+        write_gap: seconds between content-creating requests (see :class:`ci.store.http.WritePacer`,
+            which also keeps to GitHub's 80 per minute and 500 per hour).
         progress: ``progress(label, done, total)`` during uploads.
         logger: receives one line per retry and per change.
         dry_run: record changes in :attr:`plan` instead of making them.
@@ -83,7 +94,8 @@ class GitHubStore:
                  retry: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.time, seed: int | None = None,
                  progress: ProgressFn | None = None, logger: logging.Logger | None = None,
-                 dry_run: bool = False, timeout: float = 60.0, upload_timeout: float = 900.0) -> None:
+                 dry_run: bool = False, timeout: float = 60.0, upload_timeout: float = 900.0,
+                 write_gap: float = 1.0) -> None:
         from ghapi.core import GhApi  # deferred: importing ghapi builds its endpoint table
 
         owner, sep, name = repo.partition("/")
@@ -103,6 +115,8 @@ class GitHubStore:
         self._rng = random.Random(seed)
         self._retrier = Retrier(policy=retry or RetryPolicy(), sleep=sleep, clock=clock, rng=self._rng,
                                 logger=logger, scrub=self._scrub)
+        self.pacer = WritePacer(min_interval=write_gap, clock=clock, sleep=sleep,
+                                log=(lambda line: logger.warning(self._scrub(line))) if logger else None)
         # authenticate=False: GhApi would otherwise read GITHUB_TOKEN / GITHUB_JWT_TOKEN itself.
         api = GhApi(owner=owner, repo=name, gh_host=self.api_url, authenticate=False, sync=True, timeout=timeout)
         api.headers["Authorization"] = f"token {token}"  # the transport shares this dict
@@ -112,7 +126,8 @@ class GitHubStore:
         # Authorization header on cross-host redirects (asset downloads go to object storage).
         import httpx2
 
-        api.transport.client = httpx2.Client(timeout=timeout, follow_redirects=True)
+        self.http = httpx2.Client(timeout=timeout, follow_redirects=True)  # trust_env: the proxy variables
+        api.transport.client = self.http
         self._api = api
         self._rename_onto_taken: bool | None = None
         """Whether the server lets a PATCH rename an asset onto a taken name (learned on first clobber)."""
@@ -143,14 +158,17 @@ class GitHubStore:
         if self._log:
             self._log.info(self._scrub(msg))
 
-    def _call(self, what: str, op: str, **kwargs: Any) -> Response:
-        """One ghapi operation (``group.name``) with retries; returns the final answer, any status."""
+    def _call(self, what: str, op: str, *, write: bool = False, **kwargs: Any) -> Response:
+        """One ghapi operation (``group.name``) with retries; returns the final answer, any status.
+        ``write``: a content-creating request, paced (each attempt)."""
         from fasttransport.errors import APIError
 
         group, _, fname = op.partition(".")
         fn = getattr(getattr(self._api, group), fname)
 
         def attempt() -> Response:
+            if write:
+                self.pacer.wait(what)
             try:
                 r = fn(raw_=True, **kwargs)
             except APIError as e:
@@ -166,6 +184,10 @@ class GitHubStore:
 
     def _fail(self, what: str, resp: Response, fix: str = "") -> RemoteError:
         msg = resp.message()
+        details = resp.error_messages()
+        if resp.status == 422 and details:  # e.g. code "custom": "file_count limited to 1000 assets"
+            return RemoteError(self._scrub(f"{what}: HTTP 422 {'; '.join(details)}: GitHub refused it "
+                                           "(a limit or a validation rule); fix the cause, re-running will not help"))
         hint = fix or {
             401: "the token is invalid or expired: set GITHUB_TOKEN to a valid token",
             403: "the token lacks permission: it needs contents: write on the repository",
@@ -194,17 +216,40 @@ class GitHubStore:
 
     # ---- reads ------------------------------------------------------------------------------------
     def _raw_releases(self) -> list[dict[str, Any]]:
-        """Every release, drafts included: ``per_page=100``, following Link ``next`` only."""
+        """Every release: ``per_page=100``, following Link ``next``, drafts included.
+
+        GitHub serves only the first 10,000 results of a listing (page 101 answers ``422 Only the first
+        10000 results are available``; 1,000 has been seen without a token). Past that cap the
+        listing is completed from the git tags: every tag no listed release holds is looked up by
+        tag (one request each, only beyond the cap). Drafts have no tag, so drafts past the cap are
+        not found."""
         out: list[dict[str, Any]] = []
         params: dict[str, Any] | None = {"per_page": 100, "page": 1}
+        capped = False
         while params is not None:
             resp = self._call(f"list releases of {self.owner}/{self.name} (page {params.get('page')})",
                               "repos.list_releases", **_page_kwargs(params))
+            if resp.status == 422 and "only the first" in resp.message().lower():
+                capped = True
+                break
             if resp.status != 200:
                 raise self._fail(f"list releases of {self.owner}/{self.name}", resp)
             out.extend(resp.json() or [])
             params = _next_query(resp.headers.get("link", ""))
+        if capped or len(out) >= LISTING_CAP:
+            out += self._releases_past_the_cap({r.get("tag_name") for r in out if not r.get("draft")})
         return out
+
+    def _releases_past_the_cap(self, listed: set[str]) -> list[dict[str, Any]]:
+        self._info(f"list releases of {self.owner}/{self.name}: past GitHub's listing cap; reading the rest by tag")
+        found = []
+        for tag in self.list_tag_names():
+            if tag in listed:
+                continue
+            raw = self._get_raw(tag)
+            if raw is not None and raw.get("tag_name") == tag:  # None: a tag without a release
+                found.append(raw)
+        return found
 
     def list_releases(self) -> list[Release]:
         return [self._release(r) for r in self._raw_releases() if not r.get("draft")]
@@ -255,15 +300,43 @@ class GitHubStore:
             raw = self._get_raw(tag)
             if raw is None:
                 raise RemoteError(f"release {tag} not found in {self.owner}/{self.name}: publish it first or fix the tag")
-            match = [a for a in raw.get("assets") or () if a["name"] == name and a.get("state") == "uploaded"]
-            if not match or raw.get("id") is None:
+            match = newest_by_name(self._asset(a) for a in raw.get("assets") or () if a.get("state") == "uploaded")
+            if name not in match or raw.get("id") is None:
                 raise RemoteError(f"asset {name} not found in release {tag}: upload it first or fix the name")
-            aid = match[-1]["id"]
+            aid = match[name].id
         resp = self._call(f"download {name} from {tag}", "repos.get_release_asset", asset_id=aid,
                           headers_={"Accept": "application/octet-stream"})
         if resp.status != 200:
             raise self._fail(f"download {name} from {tag}", resp)
         return resp.body
+
+    def fetch(self, asset: Asset) -> Iterator[bytes]:
+        """The bytes of an asset from its public download URL, in chunks (the index hashes assets that
+        have no digest this way), through the store's client and without the token."""
+        import httpx2
+
+        try:
+            with self.http.stream("GET", asset.url, timeout=self._upload_timeout) as resp:
+                if resp.status_code != 200:
+                    raise RemoteError(f"download {asset.url}: HTTP {resp.status_code}")
+                yield from resp.iter_raw(1 << 20)
+        except httpx2.TransportError as exc:
+            raise RemoteError(f"download {asset.url}: {type(exc).__name__}; check the network") from None
+
+    def get_public(self, url: str) -> bytes | None:
+        """The bytes at a public URL (e.g. the published site's ``digests.json``) through the store's
+        client, without the token; None when it answers 404."""
+        import httpx2
+
+        try:
+            resp = self.http.get(url, timeout=60.0)
+        except httpx2.TransportError as exc:
+            raise RemoteError(f"GET {url}: {type(exc).__name__}") from None
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise RemoteError(f"GET {url}: HTTP {resp.status_code}")
+        return resp.content
 
     # ---- low-level changes (dry-run aware) ------------------------------------------------------
     def _change(self, what: str, line: str, op: str, **kwargs: Any) -> Response | None:
@@ -272,7 +345,7 @@ class GitHubStore:
             self._record(line)
             return None
         self._info(line)
-        return self._call(what, op, **kwargs)
+        return self._call(what, op, write=True, **kwargs)
 
     def update_asset(self, asset_id: int, *, name: str | None = None, label: str | None = None) -> Response | None:
         body = {k: v for k, v in (("name", name), ("label", label)) if v is not None}
@@ -302,9 +375,12 @@ class GitHubStore:
         headers = {"Authorization": f"token {self._token}", "Accept": "application/vnd.github+json",
                    "X-GitHub-Api-Version": API_VERSION, "Content-Type": ctype, "User-Agent": "wheelhouse"}
         self._info(f"POST {urlsplit(url).path}?{query}")
-        return self._retrier.run(
-            f"upload {name}",
-            lambda: stream_upload(url, path, headers, label=name, progress=self._progress, timeout=self._upload_timeout))
+        def attempt() -> Response:
+            self.pacer.wait(f"upload {name}")
+            return stream_upload(self.http, url, path, headers, label=name, progress=self._progress,
+                                 timeout=self._upload_timeout)
+
+        return self._retrier.run(f"upload {name}", attempt)
 
     # ---- releases -----------------------------------------------------------------------------------
     def ensure_release(self, tag: str, title: str, body: str, *, target_commitish: str | None = None) -> Release:
@@ -385,8 +461,27 @@ class GitHubStore:
         if resp is not None and resp.status not in (204, 404, 422):  # 422: "Reference does not exist"
             raise self._fail(f"delete tag {tag}", resp)
 
+    def tag_commit(self, tag: str) -> str | None:
+        """The commit the git tag ``tag`` points at (annotated tags dereferenced), or None."""
+        resp = self._call(f"get tag {tag}", "git.get_ref", ref=f"tags/{tag}")
+        if resp.status == 404:
+            return None
+        if resp.status != 200:
+            raise self._fail(f"get tag {tag}", resp)
+        obj = (resp.json() or {}).get("object") or {}
+        for _ in range(8):  # a tag of a tag of ... a commit
+            if obj.get("type") != "tag":
+                break
+            inner = self._call(f"get tag object {obj.get('sha')}", "git.get_tag", tag_sha=obj.get("sha"))
+            if inner.status != 200:
+                raise self._fail(f"get tag object {obj.get('sha')} of {tag}", inner)
+            obj = (inner.json() or {}).get("object") or {}
+        return obj.get("sha") if obj.get("type") == "commit" else None
+
     def retag_release(self, old_tag: str, new_tag: str) -> Release:
-        """PATCH ``tag_name`` (the old git tag stays; download URLs move to the new tag)."""
+        """PATCH ``tag_name``, with ``target_commitish`` set to the old tag's commit: GitHub creates a
+        missing tag at ``target_commitish``, which otherwise is the default branch's head at the time
+        of the PATCH. The old git tag stays; download URLs move to the new tag."""
         old, new = self._get_raw(old_tag), self._get_raw(new_tag)
         if old is None and new is not None:
             return self._release(new)  # done before (idempotent re-run)
@@ -394,7 +489,11 @@ class GitHubStore:
             raise RemoteError(f"release {old_tag} not found in {self.owner}/{self.name}: nothing to retag; fix the tag")
         if new is not None:
             raise RemoteError(f"cannot retag {old_tag} to {new_tag}: release {new_tag} already exists; delete one of them")
-        fields = {"tag_name": new_tag}
+        commit = self.tag_commit(old_tag)
+        if commit is None:
+            raise RemoteError(f"cannot retag {old_tag} to {new_tag}: the git tag {old_tag} is missing, so its commit is "
+                              f"unknown; create the tag {old_tag} at the release's commit, then re-run")
+        fields = {"tag_name": new_tag, "target_commitish": commit}
         resp = self._change(f"retag {old_tag} to {new_tag}", f"PATCH {self._repo_path}/releases/{old['id']} "
                             f"{json.dumps(fields)}", "repos.update_release", release_id=old["id"], **fields)
         if resp is None:
@@ -455,6 +554,10 @@ class GitHubStore:
         """
         path = Path(path)
         name = name or path.name
+        size = path.stat().st_size
+        if size >= MAX_ASSET_BYTES:
+            raise RemoteError(f"{name} is {size} bytes; GitHub takes release assets under 2 GiB ({MAX_ASSET_BYTES} "
+                              "bytes): build fewer CUDA archs into one wheel, or split the package")
         if not _SAFE_NAME.fullmatch(name):
             raise RemoteError(f"asset name {name!r} has characters GitHub would rename (allowed: letters, digits, "
                               "'.', '_', '-', '+'; no leading or trailing '.'): rename the file")
@@ -464,9 +567,13 @@ class GitHubStore:
             raise RemoteError(f"release {tag} not found in {self.owner}/{self.name}: create it (ensure_release) first")
         assets = list(raw.get("assets") or ())
         for _ in range(3 * self._retrier.policy.attempts):
-            same = [a for a in assets if a["name"] == name]
-            existing = same[-1] if same else None
+            same = sorted((a for a in assets if a["name"] == name), key=lambda a: a["id"])  # oldest first
+            existing = same[-1] if same else None  # the newest upload is the one served
             if existing is None:
+                recovered = self._finish_interrupted_clobber(assets, name, digest)
+                if recovered is not None:
+                    return recovered
+                self._check_free_slot(tag, assets, f"{name} cannot be added")
                 resp = self.upload_file(raw, path, name, label=label)
                 if resp is None:
                     return Asset(name, path.stat().st_size, "", digest, "uploaded")
@@ -492,11 +599,33 @@ class GitHubStore:
                 have = existing.get("digest") or "no digest (uploaded before June 2025)"
                 raise RemoteError(f"asset {name} in release {tag} differs ({have}, local file {digest}): "
                                   "pass --clobber to replace it, or bump the version")
+            self._check_free_slot(tag, assets, f"replacing {name} safely needs one free slot for the new bytes "
+                                               "while the old ones keep serving")
             done = self._safe_clobber(raw, existing, path, name, digest, label)
             self._cleanup_temps(assets, name)
             return done
         raise RemoteError(f"upload {name} to {tag} did not converge (the asset keeps changing): "
                           "another job may be uploading it; re-run when it is done")
+
+    def _check_free_slot(self, tag: str, assets: list[dict[str, Any]], what: str) -> None:
+        if len(assets) >= MAX_ASSETS_PER_RELEASE:
+            raise RemoteError(f"release {tag} holds {len(assets)} assets, GitHub's limit per release is "
+                              f"{MAX_ASSETS_PER_RELEASE}: {what}; delete assets no index needs, or split the release")
+
+    def _finish_interrupted_clobber(self, assets: list[dict[str, Any]], name: str, digest: str) -> Asset | None:
+        """A clobber killed after deleting the old asset leaves only its temporary asset: when that holds
+        these very bytes, rename it into place instead of uploading again."""
+        for a in assets:
+            if (a["name"].startswith(name + CLOBBER_SUFFIX) and a.get("state") == "uploaded"
+                    and a.get("digest") == digest):
+                resp = self.update_asset(a["id"], name=name)
+                if resp is None or resp.status != 200:
+                    return None  # e.g. a peer took the name meanwhile: upload as usual
+                self._info(f"renamed {a['name']} to {name}: finished a replacement an earlier run left halfway")
+                done = self._check_uploaded(resp.json(), name, digest)
+                self._cleanup_temps([t for t in assets if t["id"] != a["id"]], name)
+                return done
+        return None
 
     def _cleanup_temps(self, assets: list[dict[str, Any]], name: str) -> None:
         """Delete temporary assets of an interrupted earlier clobber of ``name``."""
@@ -549,7 +678,14 @@ class GitHubStore:
         download URL answers 404. GitHub has no atomic swap, so that window cannot be closed there; it
         replaces the 30-120 min gap of delete-then-upload. Readers (the index builder) must skip
         ``*.clobber-*`` names and, for duplicates, take the newest (highest id) uploaded asset.
-        A crash leaves at worst a temporary asset next to the intact old one; a re-run replaces both.
+        Any 422 to the first rename (GitHub documents no code for it) takes the fallback.
+
+        A crash before (3) of the fallback leaves a temporary asset next to the intact old one; a crash
+        between the delete and the rename leaves only the temporary asset (``name`` is missing until the
+        next run, which renames that asset into place without uploading again). A failed first rename
+        deletes the temporary asset (the old one is intact); a failed rename after the delete uploads
+        straight to the free name, and only if that fails too is the temporary asset kept, as the one
+        copy of the new bytes, for the next run to rename.
         """
         tmp = f"{name}{CLOBBER_SUFFIX}{self._rng.getrandbits(32):08x}" if not self.dry_run else f"{name}{CLOBBER_SUFFIX}<hex>"
         new = self._upload_temp(raw, path, tmp, digest, label)
@@ -559,22 +695,40 @@ class GitHubStore:
             return Asset(name, path.stat().st_size, old.get("browser_download_url") or "", digest, "uploaded")
         resp = None
         if self._rename_onto_taken is not False:
-            resp = self.update_asset(new["id"], name=name)
-            assert resp is not None
-            if resp.status == 422 and "already_exists" in resp.error_codes():
+            try:
+                resp = self.update_asset(new["id"], name=name)
+                assert resp is not None
+                if resp.status not in (200, 422):
+                    raise self._fail(f"rename {tmp} to {name}", resp)
+            except RemoteError:
+                self._drop_temp(new["id"])  # the old asset is intact: leave no temporary one behind
+                raise
+            if resp.status == 422:  # refused, whatever the code: names are unique here
                 self._rename_onto_taken, resp = False, None
-            elif resp.status == 200:
-                self._rename_onto_taken = True
             else:
-                raise self._fail(f"rename {tmp} to {name}", resp)
+                self._rename_onto_taken = True
         if resp is not None:
             renamed = resp.json()
             self.delete_asset_id(old["id"])
-        else:  # names are unique: delete, then rename at once (the window is this one round trip)
-            self.delete_asset_id(old["id"])
-            resp = self.update_asset(new["id"], name=name)
-            assert resp is not None
-            if resp.status != 200:
-                raise self._fail(f"rename {tmp} to {name} (old asset deleted; re-run to finish)", resp)
-            renamed = resp.json()
-        return self._check_uploaded(renamed, name, digest)
+            return self._check_uploaded(renamed, name, digest)
+        # names are unique: delete, then rename at once (the window is this one round trip)
+        self.delete_asset_id(old["id"])
+        resp = self.update_asset(new["id"], name=name)
+        assert resp is not None
+        if resp.status == 200:
+            return self._check_uploaded(resp.json(), name, digest)
+        # The name is free now: upload straight to it, then drop the temporary asset.
+        self._info(f"rename {tmp} to {name} refused (HTTP {resp.status}); uploading {name} directly")
+        direct = self.upload_file(raw, path, name, label=label)
+        if direct is None or direct.status != 201:
+            raise self._fail(f"upload {name} to replace the deleted old asset (re-run to finish: the next run "
+                             f"renames {tmp} into place)", direct or resp)
+        self.delete_asset_id(new["id"])
+        return self._check_uploaded(direct.json(), name, digest)
+
+    def _drop_temp(self, asset_id: int) -> None:
+        """Delete a temporary asset on the way out of a failure (the failure is what gets reported)."""
+        try:
+            self.delete_asset_id(asset_id)
+        except RemoteError as exc:
+            self._info(f"could not delete temporary asset {asset_id} ({exc}); the next run deletes it")

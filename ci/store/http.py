@@ -1,4 +1,4 @@
-"""Retries for remote calls, and a streaming upload over http.client.
+"""Retries and write pacing for remote calls, and streaming uploads and downloads through one client.
 
 :class:`Retrier` runs one attempt function until it returns an answer that is not transient,
 sleeping between attempts: exponential backoff with jitter for 5xx answers and dropped or reset
@@ -9,18 +9,15 @@ one-line message. ``sleep``, ``clock`` and the jitter RNG are injectable so that
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import random
-import socket
-import ssl
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
 from ci.errors import RemoteError
 
@@ -60,12 +57,67 @@ class Response:
             return []
         return [str(e.get("code")) for e in data.get("errors") or [] if isinstance(e, dict)]
 
+    def error_messages(self) -> list[str]:
+        """The ``message`` of each entry of a 422 body's ``errors`` list that has one."""
+        try:
+            data = self.json()
+        except ValueError:
+            return []
+        if not isinstance(data, dict):
+            return []
+        return [str(e["message"]) for e in data.get("errors") or [] if isinstance(e, dict) and e.get("message")]
+
     def message(self) -> str:
         try:
             data = self.json()
         except ValueError:
             return ""
         return str(data.get("message", "")) if isinstance(data, dict) else ""
+
+
+@dataclass
+class WritePacer:
+    """Spaces content-creating requests the way GitHub asks: at least ``min_interval`` seconds apart, at
+    most ``per_minute`` in any 60 s and ``per_hour`` in any hour (its secondary limits: 80 and 500), so
+    that a long release or maintenance run waits a little instead of meeting a secondary rate limit.
+
+    ``clock``/``sleep`` are injectable (tests run on a fake clock). Waits imposed by the minute or hour
+    budget are reported through ``log`` (what waits, how long, why); the one-second gaps are only
+    counted in ``stats``."""
+
+    min_interval: float = 1.0
+    per_minute: int = 80
+    per_hour: int = 500
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    log: Callable[[str], None] | None = None
+    stats: Counter[str] = field(default_factory=Counter)
+    """``writes``, ``gap_waits``, ``budget_waits`` and ``waited_ms`` in all."""
+    _times: list[float] = field(default_factory=list)
+
+    def wait(self, what: str) -> None:
+        """Block until one more write may go out now; call right before each write attempt."""
+        now = self.clock()
+        self._times = [t for t in self._times if now - t < 3600.0]
+        delay, why = 0.0, ""
+        if self._times and self._times[-1] + self.min_interval - now > 0:
+            delay = self._times[-1] + self.min_interval - now
+        minute = [t for t in self._times if now - t < 60.0]
+        if len(minute) >= self.per_minute and minute[-self.per_minute] + 60.0 - now > delay:
+            delay = minute[-self.per_minute] + 60.0 - now
+            why = f"{len(minute)} writes in the last minute (GitHub allows {self.per_minute})"
+        if len(self._times) >= self.per_hour and self._times[-self.per_hour] + 3600.0 - now > delay:
+            delay = self._times[-self.per_hour] + 3600.0 - now
+            why = f"{len(self._times)} writes in the last hour (GitHub allows {self.per_hour})"
+        if delay > 0:
+            self.stats["budget_waits" if why else "gap_waits"] += 1
+            self.stats["waited_ms"] += int(delay * 1000)
+            if why and self.log:
+                self.log(f"pacing writes: waiting {delay:.1f}s before {what}: {why}")
+            self.sleep(delay)
+            now = max(self.clock(), now + delay)
+        self._times.append(now)
+        self.stats["writes"] += 1
 
 
 class TransientError(Exception):
@@ -130,51 +182,76 @@ class Retrier:
                 break
             self.stats["retries"] += 1
             self.stats[reason] += 1
-            if self.logger:
-                self.logger.info(self.scrub(f"{what}: {last}; retry {attempt}/{self.policy.attempts - 1} in {wait:.1f}s"))
+            if self.logger:  # a warning: every retry and every wait shows in a command's output
+                self.logger.warning(self.scrub(f"{what}: {last}; retry {attempt}/{self.policy.attempts - 1} in {wait:.1f}s"))
             self.sleep(wait)
         raise RemoteError(self.scrub(
             f"{what} failed after {self.policy.attempts} attempts ({last}): "
             "check the network and GitHub status, then re-run (every step is idempotent)"))
 
 
-class _ProgressReader:
-    """A file object whose reads report progress."""
-
-    def __init__(self, f: Any, label: str, total: int, progress: ProgressFn | None) -> None:
-        self._f, self._label, self._total, self._progress, self._done = f, label, total, progress, 0
-
-    def read(self, n: int = -1) -> bytes:
-        chunk = self._f.read(n)
-        self._done += len(chunk)
-        if self._progress and chunk:
-            self._progress(self._label, self._done, self._total)
-        return chunk
+def _file_chunks(path: Path, label: str, total: int, progress: ProgressFn | None,
+                 blocksize: int) -> Iterator[bytes]:
+    done = 0
+    with path.open("rb") as f:
+        while chunk := f.read(blocksize):
+            done += len(chunk)
+            if progress:
+                progress(label, done, total)
+            yield chunk
 
 
-def stream_upload(url: str, path: Path, headers: dict[str, str], *, label: str, progress: ProgressFn | None = None,
-                  timeout: float = 300.0, blocksize: int = 1 << 20) -> Response:
-    """POST the bytes of ``path`` to ``url`` without reading the file into memory.
+def stream_upload(client: Any, url: str, path: Path, headers: dict[str, str], *, label: str,
+                  progress: ProgressFn | None = None, timeout: float = 300.0, blocksize: int = 1 << 20) -> Response:
+    """POST the bytes of ``path`` to ``url`` through ``client`` (the store's one HTTP client, which
+    honours HTTP(S)_PROXY / NO_PROXY), streamed from disk in ``blocksize`` pieces.
 
     Raises :class:`TransientError` when the connection fails before an answer arrives.
     """
-    parts = urlsplit(url)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    import httpx2
+
     size = path.stat().st_size
-    conn: http.client.HTTPConnection
-    if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout,
-                                           context=ssl.create_default_context(), blocksize=blocksize)
-    else:
-        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout, blocksize=blocksize)
     try:
-        with path.open("rb") as f:
-            body = _ProgressReader(f, label, size, progress)
-            conn.request("POST", target, body=body, headers={**headers, "Content-Length": str(size)})  # type: ignore[arg-type]
-            resp = conn.getresponse()
-            data = resp.read()
-            return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data)
-    except (OSError, http.client.HTTPException, socket.timeout) as exc:
+        resp = client.post(url, content=_file_chunks(path, label, size, progress, blocksize),
+                           headers={**headers, "Content-Length": str(size)}, timeout=timeout)
+        return Response(resp.status_code, {k.lower(): v for k, v in resp.headers.items()}, resp.content)
+    except (httpx2.TransportError, OSError) as exc:
+        raise TransientError(type(exc).__name__) from None
+
+
+def stream_get(client: Any, url: str, headers: dict[str, str], dest: Path, *, label: str, total: int,
+               progress: ProgressFn | None, timeout: float) -> tuple[Response, str]:
+    """One GET through ``client`` (redirects followed; the client drops ``Authorization`` when a redirect
+    leaves the origin); a 200 body is streamed into ``dest`` via a temporary file beside it.
+
+    Returns the answer (body only for non-200 answers) and the sha256 hex of what was written.
+    """
+    import hashlib
+    import os
+
+    import httpx2
+
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with client.stream("GET", url, headers=headers, timeout=timeout) as resp:
+            hdrs = {k.lower(): v for k, v in resp.headers.items()}
+            if resp.status_code != 200:
+                return Response(resp.status_code, hdrs, resp.read()), ""
+            digest = hashlib.sha256()
+            done = 0
+            with part.open("wb") as out:
+                for chunk in resp.iter_raw(1 << 20):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(label, done, total or done)
+        expected = hdrs.get("content-length")
+        if expected is not None and int(expected) != done:
+            raise TransientError(f"short read ({done} of {expected} bytes)")
+        os.replace(part, dest)
+        return Response(200, hdrs, b""), digest.hexdigest()
+    except (httpx2.TransportError, OSError) as exc:
         raise TransientError(type(exc).__name__) from None
     finally:
-        conn.close()
+        part.unlink(missing_ok=True)

@@ -8,6 +8,7 @@ index and maintenance code never knows which one it talks to.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -52,6 +53,22 @@ class Release:
             if asset.name == name:
                 return asset
         return None
+
+
+def newest_by_name(assets: Iterable[Asset]) -> dict[str, Asset]:
+    """One asset per name: the newest upload, i.e. the highest numeric id (GitHub's ids grow with
+    time), else the one listed last.
+
+    Two assets of one name exist after a clobber interrupted between its rename and its delete on a
+    server that allows the rename; the newest holds the bytes meant to be served. The index, the
+    stores and the test server all pick by this rule, so a link's hash always belongs to the bytes
+    its URL serves."""
+    chosen: dict[str, tuple[tuple[int, int], Asset]] = {}
+    for position, asset in enumerate(assets):
+        key = (asset.id if isinstance(asset.id, int) else -1, position)
+        if asset.name not in chosen or key > chosen[asset.name][0]:
+            chosen[asset.name] = (key, asset)
+    return {name: asset for name, (_, asset) in chosen.items()}
 
 
 @runtime_checkable

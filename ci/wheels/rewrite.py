@@ -415,8 +415,43 @@ def _write_central_directory(dst: BinaryIO, entries: list[_Entry], comment: byte
     dst.write(comment)
 
 
+def check_strip_collisions(wheels: list[Path], out_dir: Path | None) -> None:
+    """Refuse, before anything is written, when stripping would make one file out of several.
+
+    Inputs whose stripped names coincide (``1.0+cu129``, ``1.0+cu130``, ``1.0``) must strip to the same
+    bytes, and so must an existing file of that name that is not an input; otherwise one would
+    silently replace the others.
+    """
+    import tempfile
+
+    targets: dict[Path, list[Path]] = {}
+    for wheel in wheels:
+        folder = out_dir if out_dir is not None else wheel.parent
+        target = (Path(folder) / stripped_filename(wheel.name)).resolve()
+        targets.setdefault(target, []).append(wheel)
+    inputs = {w.resolve() for w in wheels}
+    for target, group in targets.items():
+        others = [target] if target.exists() and target not in inputs else []
+        if len(group) + len(others) < 2:
+            continue
+        with tempfile.TemporaryDirectory(prefix="wheelhouse-strip-") as tmp:
+            digests = {}
+            for i, wheel in enumerate(group):
+                stripped = strip_local_version(wheel, Path(tmp) / str(i))
+                digests[wheel] = hashlib.sha256(stripped.read_bytes()).hexdigest()
+            for existing in others:
+                digests[existing] = hashlib.sha256(existing.read_bytes()).hexdigest()
+        if len(set(digests.values())) > 1:
+            names = ", ".join(str(p) for p in digests)
+            raise CheckFailed(
+                f"{names} all become {target.name} once the local version is stripped, with different contents: "
+                "strip them into separate --out directories, or remove the ones you do not want"
+            )
+
+
 def strip_in_place(wheels: list[Path]) -> list[Path]:
     """Strip each wheel's local version beside it and remove the original; returns the new paths."""
+    check_strip_collisions(wheels, None)
     results = []
     for wheel in wheels:
         stripped = strip_local_version(wheel, wheel.parent)
@@ -445,3 +480,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+

@@ -17,12 +17,13 @@ def main() -> None:
     ap.add_argument("--token", default="test-token")
     ap.add_argument("--repo", default="o/r")
     ap.add_argument("--seed-bulk", default="", help="NxM: N releases with M synthetic assets each")
+    ap.add_argument("--rate-limit", type=int, default=5000, help="primary rate limit per hour (GitHub: 5000 for a PAT)")
     ap.add_argument("--fault-rate", type=float, default=0.0)
     ap.add_argument("--fault-seed", type=int, default=0)
     args = ap.parse_args()
     faults = FaultConfig(rate=args.fault_rate, seed=args.fault_seed) if args.fault_rate > 0 else None
     gh = GitHubTestServer(token=args.token, host=args.host, api_port=args.port, uploads_port=args.uploads_port,
-                          faults=faults, keep_log=False)
+                          faults=faults, keep_log=False, rate_limit=args.rate_limit)
     gh.start()
     if args.seed_bulk:
         n, m = (int(x) for x in args.seed_bulk.lower().split("x"))

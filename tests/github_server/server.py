@@ -45,7 +45,7 @@ class FaultConfig:
     ``slow_s``). For mutating requests a fraction ``after_apply`` of 5xx/drop faults strike after the
     change was made (the gateway failed, the backend did not): clients must converge, not duplicate.
     On uploads a ``drop`` reads part of the body first and leaves a ``starter`` asset, and a 502 after
-    the body leaves one too (GitHub documents both).
+    the body leaves one too (GitHub documents both); so does a 500 drawn ``after_apply`` (observed).
     """
 
     rate: float = 0.2
@@ -85,6 +85,7 @@ _ROUTES: list[tuple[str, str, str, str]] = [
     ("api", "DELETE", r"/repos/([^/]+)/([^/]+)/releases/(\d+)", "/repos/{owner}/{repo}/releases/{release_id}"),
     ("api", "DELETE", r"/repos/([^/]+)/([^/]+)/git/refs/tags/(.+)", "/repos/{owner}/{repo}/git/refs/tags/{tag}"),
     ("api", "GET", r"/repos/([^/]+)/([^/]+)/git/matching-refs/(.*)", "/repos/{owner}/{repo}/git/matching-refs/{ref}"),
+    ("api", "GET", r"/repos/([^/]+)/([^/]+)/git/ref/tags/(.+)", "/repos/{owner}/{repo}/git/ref/tags/{tag}"),
     ("api", "GET", r"/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/artifacts",
      "/repos/{owner}/{repo}/actions/runs/{run_id}/artifacts"),
     ("api", "GET", r"/repos/([^/]+)/([^/]+)/actions/artifacts/(\d+)", "/repos/{owner}/{repo}/actions/artifacts/{artifact_id}"),
@@ -103,6 +104,13 @@ _MUTATING = {"POST", "PATCH", "DELETE", "PUT"}
 def _validation(resource: str, field_: str, code: str = "already_exists") -> _Resp:
     return _Resp(422, {"message": "Validation Failed",
                        "errors": [{"resource": resource, "code": code, "field": field_}],
+                       "documentation_url": DOCS, "status": "422"})
+
+
+def _limit(field_: str, message: str) -> _Resp:
+    """GitHub's answer to an upload past a release limit (code ``custom``, with a message)."""
+    return _Resp(422, {"message": "Validation Failed",
+                       "errors": [{"resource": "ReleaseAsset", "code": "custom", "field": field_, "message": message}],
                        "documentation_url": DOCS, "status": "422"})
 
 
@@ -140,6 +148,12 @@ class GitHubTestServer:
         self._rate_remaining = rate_limit
         self._rate_reset = int(clock()) + 3600
         self._signatures: dict[int, str] = {}
+        self.content_limits: tuple[int, int] | None = None
+        """(per minute, per hour) for content-creating requests (POST/PATCH/PUT/DELETE), GitHub's
+        secondary limits are (80, 500); None (the default) enforces none. Past one: 403 with
+        ``retry-after``, counted in ``fault_counts["content-limit"]``."""
+        self.write_times: list[float] = []
+        """Server-clock time of every content-creating request that was let through."""
         self._servers: list[ThreadingHTTPServer] = []
         self._threads: list[threading.Thread] = []
         self._ports = (api_port, uploads_port)
@@ -224,10 +238,14 @@ class GitHubTestServer:
 
     def tags(self, repo: str = "o/r") -> set[str]:
         """The repository's git tags (a moved or deleted release leaves its tag)."""
+        return set(self.tag_commits(repo))
+
+    def tag_commits(self, repo: str = "o/r") -> dict[str, str]:
+        """Git tag -> commit sha."""
         owner, name = repo.split("/")
         with self.state.lock:
             r = self.state.repo(owner, name, create=False)
-            return set(r.tags) if r else set()
+            return dict(r.tags) if r else {}
 
     def snapshot(self, repo: str = "o/r") -> dict[str, dict[str, tuple[str | None, str]]]:
         owner, name = repo.split("/")
@@ -250,6 +268,25 @@ class GitHubTestServer:
                 return False
             self._rate_remaining -= 1
             return True
+
+    def _content_limit(self) -> int | None:
+        """Seconds until one more content-creating request is allowed, or None (and it is counted)."""
+        with self._meta:
+            now = self.clock()
+            if self.content_limits is not None:
+                per_minute, per_hour = self.content_limits
+                minute = [t for t in self.write_times if now - t < 60]
+                hour = [t for t in self.write_times if now - t < 3600]
+                waits = []
+                if len(minute) >= per_minute:
+                    waits.append(minute[-per_minute] + 60 - now)
+                if len(hour) >= per_hour:
+                    waits.append(hour[-per_hour] + 3600 - now)
+                if waits:
+                    self.fault_counts["content-limit"] += 1
+                    return max(1, int(max(waits) + 0.999))
+            self.write_times.append(now)
+            return None
 
     def _draw_fault(self, key: str) -> tuple[str | None, bool, int]:
         """(kind, after_apply, retry_after) for this request."""
@@ -393,6 +430,15 @@ class _Handler(BaseHTTPRequestHandler):
                     return
             with gh._meta:
                 extra = gh._rate_headers()
+            if method in _MUTATING:
+                wait = gh._content_limit()
+                if wait is not None:
+                    if method in ("POST", "PATCH", "PUT"):
+                        self._body()
+                    self._finish(method, url.path, query, key, _Resp(403, {
+                        "message": SECONDARY_MESSAGE, "documentation_url": DOCS, "status": "403"},
+                        {"retry-after": str(wait)}), extra)
+                    return
         kind, after, retry_after = gh._draw_fault(key)
         if kind == "slow":
             time.sleep(gh._faults.slow_s if gh._faults else 0.02)
@@ -461,13 +507,18 @@ class _Handler(BaseHTTPRequestHandler):
         assert repo is not None
         return repo
 
-    def _paginate(self, items: list, query: dict, path: str) -> _Resp:
+    def _paginate(self, items: list, query: dict, path: str, *, cap: int | None = None) -> _Resp:
+        """One page of ``items`` with GitHub's Link header. ``cap``: results past it are refused with
+        GitHub's 422 (the release listing's is 10,000)."""
         try:
             per_page = max(1, min(100, int(query.get("per_page", ["30"])[0] or 30)))
             page = max(1, int(query.get("page", ["1"])[0] or 1))
         except ValueError:
             per_page, page = 30, 1
-        total = len(items)
+        if cap is not None and (page - 1) * per_page >= cap:
+            return _Resp(422, {"message": f"Only the first {cap} results are available.",
+                               "documentation_url": DOCS + "/releases/releases#list-releases", "status": "422"})
+        total = len(items)  # the Link header still offers the page past the cap (that page answers 422)
         last = max(1, -(-total // per_page))
         chunk = items[(page - 1) * per_page: page * per_page]
         base = self.gh.api_url + path
@@ -502,8 +553,9 @@ class _Handler(BaseHTTPRequestHandler):
         with st.lock:
             repo = self._repo(owner, name)
             rels = list(repo.releases.values())[::-1]
-            resp = self._paginate(rels, query, f"/repos/{owner}/{name}/releases")
-            resp.body = [st.release_json(repo, r) for r in resp.body]  # type: ignore[union-attr]
+            resp = self._paginate(rels, query, f"/repos/{owner}/{name}/releases", cap=st.listing_cap)
+            if resp.status == 200:
+                resp.body = [st.release_json(repo, r) for r in resp.body]  # type: ignore[union-attr]
         return resp
 
     def _h_POST_repos_owner_repo_releases(self, owner: str, name: str, *, query: dict) -> _Resp:
@@ -524,7 +576,7 @@ class _Handler(BaseHTTPRequestHandler):
                              created_at=now, updated_at=now, published_at=None if draft else now)
             repo.releases[rel.id] = rel
             if not draft:
-                repo.tags.add(tag)
+                repo.tags.setdefault(tag, st.commit_for(repo, rel.target_commitish))
             return _Resp(201, st.release_json(repo, rel),
                          {"location": f"{st.api_url}/repos/{owner}/{name}/releases/{rel.id}"})
 
@@ -575,8 +627,8 @@ class _Handler(BaseHTTPRequestHandler):
             if rel.draft and not draft:
                 rel.published_at = st.now()
             rel.draft = draft
-            if not draft:
-                repo.tags.add(new_tag)
+            if not draft:  # a missing tag is created at target_commitish ("unused if the tag exists")
+                repo.tags.setdefault(new_tag, st.commit_for(repo, rel.target_commitish))
             rel.updated_at = st.now()
             return _Resp(200, st.release_json(repo, rel))
 
@@ -627,6 +679,10 @@ class _Handler(BaseHTTPRequestHandler):
             if "name" in data and isinstance(data["name"], str):
                 new = normalize_asset_name(data["name"])
                 clash = any(o.name == new and o.id != a.id for o in rel.assets.values())
+                if clash and st.rename_onto_existing == "reject-custom":
+                    return _validation("ReleaseAsset", "name", "custom")
+                if clash and st.rename_onto_existing == "reject-bare":
+                    return _Resp(422, {"message": "Validation Failed", "documentation_url": DOCS, "status": "422"})
                 if clash and st.rename_onto_existing != "allow":
                     return _validation("ReleaseAsset", "name")
                 a.name = new
@@ -652,7 +708,7 @@ class _Handler(BaseHTTPRequestHandler):
             if tag not in repo.tags:
                 return _Resp(422, {"message": "Reference does not exist",
                                    "documentation_url": DOCS + "/git/refs#delete-a-reference", "status": "422"})
-            repo.tags.discard(tag)
+            del repo.tags[tag]
             return _Resp(204)
 
     def _h_GET_repos_owner_repo_git_matching_refs_ref(self, owner: str, name: str, ref: str, *, query: dict) -> _Resp:
@@ -663,6 +719,12 @@ class _Handler(BaseHTTPRequestHandler):
             repo = self._repo(owner, name)
             prefix = f"refs/{ref}"
             return _Resp(200, [st.ref_json(repo, t) for t in sorted(repo.tags) if f"refs/tags/{t}".startswith(prefix)])
+
+    def _h_GET_repos_owner_repo_git_ref_tags_tag(self, owner: str, name: str, tag: str, *, query: dict) -> _Resp:
+        st = self.gh.state
+        with st.lock:
+            repo = self._repo(owner, name)
+            return _Resp(200, st.ref_json(repo, tag)) if tag in repo.tags else _not_found()
 
     # ---- actions artifacts ----------------------------------------------------------------------
     def _h_GET_repos_owner_repo_actions_runs_run_id_artifacts(self, owner: str, name: str, run_id: str, *,
@@ -732,11 +794,12 @@ class _Handler(BaseHTTPRequestHandler):
             rel = st.published_by_tag(repo, tag)
             if rel is None:
                 return _not_found()
-            # Several assets of one name can exist only with rename_onto_existing="allow"; serve the newest.
+            # Several assets of one name can exist only with rename_onto_existing="allow"; serve the newest
+            # (highest id), the rule of ci.store.model.newest_by_name.
             matches = [a for a in rel.assets.values() if a.name == aname and a.state == "uploaded"]
             if not matches:
                 return _not_found()
-            return _Resp(302, b"", {"location": self._object_url(matches[-1])})
+            return _Resp(302, b"", {"location": self._object_url(max(matches, key=lambda a: a.id))})
 
     def _object_url(self, a: AssetRec) -> str:
         gh = self.gh
@@ -786,7 +849,7 @@ class _Handler(BaseHTTPRequestHandler):
                     break
                 left -= len(chunk)
 
-        if fault and (fault.startswith("secondary") or fault in ("500", "503")):
+        if fault and (fault.startswith("secondary") or fault == "503" or (fault == "500" and not after)):
             drain()  # refused before anything was stored
             if fault.startswith("secondary"):
                 status = int(fault.split("-")[1])
@@ -806,8 +869,12 @@ class _Handler(BaseHTTPRequestHandler):
                 asset = None
             elif any(a.name == aname for a in rel.assets.values()):
                 asset = "conflict"
+            elif length > st.max_asset_size:
+                asset = _limit("size", f"size must be less than or equal to {st.max_asset_size}")
+            elif len(rel.assets) >= st.max_assets:
+                asset = _limit("file_count", f"file_count limited to {st.max_assets} assets")
             else:
-                asset = AssetRec(st.new_asset_id(), rel.id, aname, label, ctype, 0, None, "starter",
+                asset = AssetRec(st.new_asset_id(), rel.id, aname, label, ctype, 0, None, st.incomplete_state,
                                  created_at=st.now(), updated_at=st.now())
                 rel.assets[asset.id] = asset
         if asset is None:
@@ -816,6 +883,9 @@ class _Handler(BaseHTTPRequestHandler):
         if asset == "conflict":
             drain()
             return _validation("ReleaseAsset", "name")
+        if isinstance(asset, _Resp):
+            drain()
+            return asset
         assert isinstance(asset, AssetRec)
         sha = hashlib.sha256()
         parts: list[bytes] = []
@@ -832,6 +902,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Drop()  # dropped mid-upload: the starter asset stays behind
         if fault == "502":
             return _Resp(502, b"", {"content-type": "text/html"})  # the starter asset stays behind
+        if fault == "500":  # after the body (seen on GitHub: "Error creating asset temp dir"): a starter stays
+            return _Resp(500, {"message": "Server Error", "status": "500"})
         with st.lock:
             if asset.id not in rel.assets:  # type: ignore[union-attr]
                 return _Resp(500, {"message": "Server Error", "status": "500"})

@@ -7,6 +7,7 @@ atomic, as a single GitHub API call is. Objects are rendered to GitHub's JSON sh
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -84,13 +85,24 @@ class ArtifactRec:
         return len(self.data)
 
 
+def commit_sha(label: str) -> str:
+    """A made-up commit id (40 hex) for the model's commits."""
+    return hashlib.sha1(f"commit:{label}".encode()).hexdigest()
+
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
 @dataclass
 class RepoState:
     owner: str
     name: str
     releases: dict[int, ReleaseRec] = field(default_factory=dict)
     """Insertion order = creation order; listings show newest first."""
-    tags: set[str] = field(default_factory=set)
+    tags: dict[str, str] = field(default_factory=dict)
+    """Git tag -> the commit it points at (lightweight tags)."""
+    head: str = field(default_factory=lambda: commit_sha("main-0"))
+    """The default branch's head commit; :meth:`ServerState.advance_head` moves it."""
     artifacts: dict[int, ArtifactRec] = field(default_factory=dict)
     """Workflow-run artifacts, insertion order = upload order."""
 
@@ -113,7 +125,32 @@ class ServerState:
         documented answer) or, when False, the zip bytes directly (200)."""
         self.rename_onto_existing = "reject"
         """What PATCH of an asset's name to a name another asset of the release holds does:
-        ``reject`` (422 already_exists, the assumed GitHub behaviour: names are unique) or ``allow``."""
+        ``reject`` (422 already_exists, the assumed GitHub behaviour: names are unique), ``reject-custom``
+        (422 with code ``custom``), ``reject-bare`` (422 without ``errors``) or ``allow``. GitHub
+        documents none of them."""
+        self.max_asset_size = 2 * 1024**3
+        """Largest upload accepted (GitHub: ``size must be less than or equal to 2147483648``)."""
+        self.max_assets = 1000
+        """Assets per release (GitHub: ``file_count limited to 1000 assets``)."""
+        self.listing_cap = 10_000
+        """Results the release listing serves (page 101 at 100 per page answers 422, as on GitHub)."""
+        self.incomplete_state = "starter"
+        """The ``state`` of an asset whose upload has not completed: ``starter`` (GitHub's prose) or
+        ``open`` (the value its OpenAPI description lists)."""
+
+    # ---- git model ---------------------------------------------------------------------------
+    def commit_for(self, repo: RepoState, target: str | None) -> str:
+        """Where GitHub creates a missing tag: a commit sha as given, any branch name -> the default
+        branch head (this model has one branch)."""
+        return target if target and _SHA.match(target) else repo.head
+
+    def advance_head(self, owner: str, repo: str) -> str:
+        """A new commit on the default branch; returns its sha."""
+        with self.lock:
+            r = self.repo(owner, repo)
+            assert r is not None
+            r.head = commit_sha(f"{r.head}+1")
+            return r.head
 
     # ---- ids and lookup -------------------------------------------------------------------
     def new_release_id(self) -> int:
@@ -161,7 +198,7 @@ class ServerState:
                              published_at=None if draft else FIXED_TIME)
             r.releases[rid] = rel
             if not draft:
-                r.tags.add(tag)
+                r.tags.setdefault(tag, r.head)
             for aname, data in assets or ():
                 self.add_asset(rel, aname, data)
             for aname, size, digest in synthetic_assets or ():
@@ -196,7 +233,7 @@ class ServerState:
                     rel.assets[aid] = AssetRec(aid, rid, f"pkg{j}-{i}.0-cp312-cp312-linux_x86_64.whl", "",
                                                "application/octet-stream", asset_size, digest, "uploaded")
                 r.releases[rid] = rel
-                r.tags.add(tag)
+                r.tags.setdefault(tag, r.head)
 
     def seed_artifact(self, owner: str, repo: str, run_id: int, name: str, data: bytes, *, expired: bool = False,
                       digest: str | None | bool = True, created_at: str | None = None,
@@ -228,7 +265,7 @@ class ServerState:
 
     def ref_json(self, repo: RepoState, tag: str) -> dict:
         base = f"{self.api_url}/repos/{repo.owner}/{repo.name}/git"
-        sha = hashlib.sha1(f"tag:{tag}".encode()).hexdigest()
+        sha = repo.tags[tag]
         return {"ref": f"refs/tags/{tag}", "node_id": f"REF_{sha[:12]}", "url": f"{base}/refs/tags/{tag}",
                 "object": {"type": "commit", "sha": sha, "url": f"{base}/commits/{sha}"}}
 

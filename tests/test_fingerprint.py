@@ -1,0 +1,83 @@
+"""The build-input fingerprint fails closed: every file a builder sources or runs is in it, and an
+edit to any helper under build_scripts/lib/ changes the fingerprint of the rows that use it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ci import fingerprint, matrix
+from ci.versions import REPO_ROOT, load
+
+BUILD_SCRIPTS = REPO_ROOT / "build_scripts"
+_SOURCE = re.compile(r"""^\s*(?:source|\.)\s+(?P<arg>.+?)\s*(?:\s#.*)?$""")
+_NAMED = re.compile(r"""\$\{?LIB\}?/(?P<name>[\w.-]+)""")
+
+
+def _resolve(arg: str, current: Path, lib: Path) -> Path:
+    """A ``source`` argument as bash would expand it in our scripts; anything else fails the test."""
+    text = arg.replace('$(dirname "${BASH_SOURCE[0]}")', str(current.parent)).replace('"', "").replace("'", "")
+    text = re.sub(r"\$\{?LIB\}?", str(lib), text)
+    assert "$" not in text, f"{current}: cannot resolve `source {arg}`; teach this test the new form"
+    path = Path(text) if Path(text).is_absolute() else current.parent / text
+    return path.resolve()
+
+
+def files_a_builder_uses(builder: Path) -> set[Path]:
+    """The builder, every file it sources (transitively) and every ``$LIB/<file>`` it names."""
+    lib = builder.parent / "lib"
+    seen: set[Path] = set()
+    pending = [builder.resolve()]
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        assert current.is_file(), f"{current} is sourced but does not exist"
+        seen.add(current)
+        for line in current.read_text().splitlines():
+            if line.lstrip().startswith("#"):
+                continue
+            match = _SOURCE.match(line)
+            if match:
+                pending.append(_resolve(match["arg"], current, lib))
+            for named in _NAMED.finditer(line):
+                if (lib / named["name"]).is_file():
+                    pending.append((lib / named["name"]).resolve())
+    return seen
+
+
+def _rows_by_builder():
+    versions = load(REPO_ROOT / "versions.yaml")
+    rows = {}
+    for row in matrix.expand(versions):
+        rows.setdefault(row.settings.builder, row)
+    return rows
+
+
+@pytest.mark.parametrize("builder", sorted(_rows_by_builder()))
+def test_every_file_a_builder_sources_is_in_its_fingerprint(builder: str) -> None:
+    row = _rows_by_builder()[builder]
+    inputs = {REPO_ROOT / entry["path"] for entry in fingerprint.build_inputs(row)}
+    used = files_a_builder_uses(BUILD_SCRIPTS / f"{builder}.sh")
+    assert used <= inputs, f"{builder}: not in the fingerprint: {sorted(str(p) for p in used - inputs)}"
+    # fail closed: every helper, used or not, is an input of every row
+    helpers = {p.resolve() for d in ("lib", "provision") for p in (BUILD_SCRIPTS / d).rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}
+    assert helpers | {(BUILD_SCRIPTS / "nvcc-arch-filter").resolve()} <= inputs
+
+
+def test_an_edit_to_a_sourced_helper_changes_the_fingerprint(tmp_path: Path) -> None:
+    """flashinfer.sh sources lib/flashinfer.sh: editing it must rebuild flashinfer (it did not)."""
+    root = tmp_path / "repo"
+    shutil.copytree(BUILD_SCRIPTS, root / "build_scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    for builder, helper in (("flashinfer", "lib/flashinfer.sh"), ("flash_attention", "lib/flash_attention.sh")):
+        row = _rows_by_builder()[builder]
+        before = fingerprint.fingerprint(fingerprint.build_config(row, "a" * 40, repo_root=root))
+        with (root / "build_scripts" / helper).open("a") as handle:
+            handle.write("# an edit\n")
+        after = fingerprint.fingerprint(fingerprint.build_config(row, "a" * 40, repo_root=root))
+        assert before != after, helper
