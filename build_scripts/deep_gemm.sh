@@ -18,7 +18,7 @@ source "$LIB/wheel_pack.sh"
 # shellcheck source=lib/cuda_paths.sh
 source "$LIB/cuda_paths.sh"
 
-require_env MAX_JOBS DIST_DIR WHEELHOUSE_ROOT
+require_env MAX_JOBS DIST_DIR WHEELHOUSE_ROOT CUDA_VERSION
 ensure_dist_dir
 export_extra_env
 

@@ -200,8 +200,17 @@ def test_deep_gemm_builder_bundles_through_the_same_step(tmp_path, interpreters)
     (src / "setup.py").write_text('from setuptools import Extension, setup\n'
                                   'setup(name="deep_gemm", version="2.1.0", packages=["deep_gemm"],\n'
                                   '      ext_modules=[Extension("deep_gemm._C", ["csrc/python_api.c"])])\n')
+    # a stand-in toolkit with what the builder checks for (the stand-in _C uses none of it)
+    cuda = tmp_path / "cuda"
+    for header in ("cuda_runtime.h", "nvrtc.h", "cublasLt.h", "cublas_v2.h", "cusparse.h", "cusolverDn.h"):
+        (cuda / "include").mkdir(parents=True, exist_ok=True)
+        (cuda / "include" / header).write_text("")
+    for library in ("libcudart.so", "libnvrtc.so"):
+        (cuda / "lib64").mkdir(exist_ok=True)
+        (cuda / "lib64" / library).write_bytes(b"")
     dist = tmp_path / "dist"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MAX_JOBS": "2",
+           "CUDA_HOME": str(cuda), "CUDA_VERSION": "13.0",
            "DIST_DIR": str(dist), "WHEELHOUSE_ROOT": str(REPO), "WHEELHOUSE_PYTHON": sys.executable,
            "WHEELHOUSE_BUNDLE_PYTHONS": "3.11 3.12",
            "WHEELHOUSE_BUNDLE_INTERPRETERS": f"{interpreters['3.11']} {interpreters['3.12']}"}
