@@ -47,25 +47,23 @@ class Response:
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
 
-    def error_codes(self) -> list[str]:
-        """The ``code`` of each entry of a 422 body's ``errors`` list."""
+    def _errors(self) -> list[dict]:
+        """The entries of a 422 body's ``errors`` list (none when the body is not such JSON)."""
         try:
             data = self.json()
         except ValueError:
             return []
         if not isinstance(data, dict):
             return []
-        return [str(e.get("code")) for e in data.get("errors") or [] if isinstance(e, dict)]
+        return [e for e in data.get("errors") or [] if isinstance(e, dict)]
+
+    def error_codes(self) -> list[str]:
+        """The ``code`` of each entry of a 422 body's ``errors`` list."""
+        return [str(e.get("code")) for e in self._errors()]
 
     def error_messages(self) -> list[str]:
         """The ``message`` of each entry of a 422 body's ``errors`` list that has one."""
-        try:
-            data = self.json()
-        except ValueError:
-            return []
-        if not isinstance(data, dict):
-            return []
-        return [str(e["message"]) for e in data.get("errors") or [] if isinstance(e, dict) and e.get("message")]
+        return [str(e["message"]) for e in self._errors() if e.get("message")]
 
     def message(self) -> str:
         try:
