@@ -203,6 +203,31 @@ def device_table() -> tuple[Table, list[str]]:
     return table, notes
 
 
+def upstream_table() -> tuple[Table, list[str]] | None:
+    """6(c): the real upstream components built on the GPU machine (device_results.json), as recorded there."""
+    if not DEVICE_RESULTS.is_file():
+        return None
+    data = json.loads(DEVICE_RESULTS.read_text()).get("upstream_builds")
+    if not data:
+        return None
+    rows = []
+    for row in data["rows"]:
+        times, sizes = row["build_s"], row["bytes"]
+        rows.append([row["component"], row["commit"], row["settings"],
+                     " / ".join(f"{times[k]} s" for k in ("system g++", "machine CXX wrapper")),
+                     row["wheel"], " / ".join(f"{sizes[k] / 1e6:.2f} MB" for k in ("system g++", "machine CXX wrapper")),
+                     row["cubins"]])
+    table = Table(["component (sm_90 only)", "commit built", "settings", "build wall time: system g++ / CXX wrapper",
+                   "wheel", "size: system g++ / CXX wrapper", "cubins"], rows)
+    notes = [f"6(c) read from benchmarks/device_results.json ({data['machine']}, {data['date']}), one build of each: "
+             f"{data['notes']}"]
+    bundle = data.get("cpu_bundle")
+    if bundle:
+        notes.append(f"On the CPU machine: {bundle['what']}: {bundle['wheel']}, {bundle['bytes'] / 1e6:.1f} MB, "
+                     f"{bundle['build_s']} s.")
+    return table, notes
+
+
 def run(ctx: Context) -> Figure:
     table_a, notes_a, summary, reps_a = compiler_cache(ctx)
     tables = [table_a]
@@ -212,12 +237,17 @@ def run(ctx: Context) -> Figure:
         table_b, notes_b = device_table()
         tables.append(table_b)
         notes += notes_b
+        upstream = upstream_table()
+        if upstream is not None:
+            tables.append(upstream[0])
+            notes += upstream[1]
         where_b = ("6(b): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
                    else "6(b): not measured in this run (no benchmarks/device_results.json)")
     return Figure(
         NAME, TITLE,
         compared=("(a) cold vs warm sccache for the fixture extension built by `ci.build.run` on "
-                  "tests/fixtures/versions.yaml; (b) causal-conv1d 1.7.0 built for one arch (arch_filter) vs nine"),
+                  "tests/fixtures/versions.yaml; (b) causal-conv1d 1.7.0 built for one arch (arch_filter) vs nine; "
+                  "(c) the real upstream components built on the GPU machine from their git sources"),
         where=f"6(a): this machine (CPU torch 2.13 venv, sccache, {os.cpu_count()} cores); {where_b}",
         repetitions=f"6(a): {reps_a}; min / median",
         tables=tables,
