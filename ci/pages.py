@@ -479,7 +479,12 @@ def publish_index(
     with tempfile.TemporaryDirectory(prefix="wheelhouse-site-") as tmp:
         site_dir = Path(tmp) / "site"
         write_files(files, site_dir)
-        result = target.publish(site_dir, dry_run=dry_run)
+        try:
+            result = target.publish(site_dir, dry_run=dry_run)
+        except OSError as exc:  # the target's file system said no (read-only, /proc, full disk...)
+            where = getattr(target, "path", None) or exc.filename
+            raise WheelhouseError(f"cannot write the site to {where} ({exc.strerror}); name a writable "
+                                  "directory") from None
     return PublishOutcome(summary, result, tuple(warnings) + summary.warnings)
 
 

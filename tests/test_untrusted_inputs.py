@@ -222,3 +222,25 @@ def test_dry_run_with_a_missing_source_fails(tmp_path):
                           env={**os.environ, "WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS)}, timeout=120)
     assert done.returncode != 0
     assert f"--source {tmp_path / 'nonexistent'}: not a directory; pass the path of a source checkout" in done.stderr
+
+
+@pytest.mark.parametrize("record,problem", [
+    ([], "a JSON list, not an object"),
+    ({"tag": "x"}, "no title"),
+    ({"title": "t", "assets": {"a.whl": {"size": "1"}}}, "assets entry 'a.whl' lacks size or sha256"),
+])
+def test_a_local_store_record_of_the_wrong_shape_is_one_line(tmp_path, record, problem):
+    release = tmp_path / "store" / "releases" / "x"
+    release.mkdir(parents=True)
+    (release / "release.json").write_text(json.dumps(record))
+    line = one_line(invoke("publish-index", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "site")), 1)
+    assert line == (f"error: local store: {release / 'release.json'} is not a release record ({problem}); restore "
+                    "it from a copy or remove that release folder")
+
+
+@pytest.mark.parametrize("option", ["--out", "--pages-artifact"])
+def test_a_site_target_the_file_system_refuses_is_one_line(tmp_path, option):
+    (tmp_path / "store" / "releases").mkdir(parents=True)
+    line = one_line(invoke("publish-index", "--store", str(tmp_path / "store"), option, "/proc/wheelhouse-site"), 1)
+    assert line == "error: cannot write the site to /proc/wheelhouse-site (No such file or directory); name a " \
+                   "writable directory"

@@ -106,12 +106,18 @@ class LocalStore:
         return (self.releases_dir / tag / "assets" / name).as_uri()
 
     def _read_record(self, tag: str) -> dict | None:
+        path = self._dir(tag) / "release.json"
         try:
-            return json.loads((self._dir(tag) / "release.json").read_text(encoding="utf-8"))
+            record = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            raise RemoteError(f"local store: {self._dir(tag)}/release.json is unreadable ({exc}); remove that release") from None
+            raise RemoteError(f"local store: {path} is unreadable ({exc}); remove that release") from None
+        problem = _record_problem(record)
+        if problem:
+            raise RemoteError(f"local store: {path} is not a release record ({problem}); restore it from a copy "
+                              "or remove that release folder")
+        return record
 
     def _write_record(self, tag: str, record: dict) -> None:
         record["tag"] = tag  # informational: the folder name is the tag
@@ -302,6 +308,25 @@ class LocalStore:
             return (self._dir(tag) / "assets" / name).read_bytes()
         except FileNotFoundError:
             raise RemoteError(f"local store: release {tag} has no asset {name}") from None
+
+
+def _record_problem(record: object) -> str | None:
+    """What makes ``record`` not a release record of ours (the layout in the module docstring), or None."""
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not an object"
+    if not isinstance(record.get("title"), str):
+        return "no title"
+    for key in ("assets", "pending"):
+        entries = record.get(key, {})
+        if not isinstance(entries, dict):
+            return f"{key} is not an object"
+        for name, info in entries.items():
+            wanted = ("size", "sha256", "file") if key == "pending" else ("size", "sha256")
+            if not isinstance(info, dict) or any(field not in info for field in wanted):
+                return f"{key} entry {name!r} lacks {' or '.join(wanted)}"
+            if not isinstance(info["size"], int) or not isinstance(info["sha256"], str):
+                return f"{key} entry {name!r} has a malformed size or sha256"
+    return None
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
