@@ -36,9 +36,8 @@ PUBLISH_WORKFLOW = "_publish.yml"
 PUBLISH_INDEX_WORKFLOW = "publish-index.yml"
 
 # Third-party actions, pinned to the full commit of the release named beside it (render() writes that name
-# as a comment after each `uses:`), so a moved tag cannot change what runs. Jimver/cuda-toolkit stays on
-# its tag: no source at hand showed the commit of v0.2.35 (docs/ci.md, "Known limitations"); it runs only
-# in the read-only build job.
+# as a comment after each `uses:`), so a moved tag cannot change what runs. Each commit is the one its
+# release tag names in the action's own repository.
 PINNED_ACTIONS: dict[str, tuple[str, str, str]] = {
     "checkout": ("actions/checkout", "08c6903cd8c0fde910a37f88322edcfb5dd907a8", "v5.0.0"),
     "setup-python": ("actions/setup-python", "e797f83bcb11b83ae66e0230d6156d7c80228e7c", "v6.0.0"),
@@ -47,10 +46,10 @@ PINNED_ACTIONS: dict[str, tuple[str, str, str]] = {
     "upload-artifact": ("actions/upload-artifact", "b7c566a772e6b6bfb58ed0dc250532a479d7789f", "v6.0.0"),
     "download-artifact": ("actions/download-artifact", "37930b1c2abaa49bbe596cd826c3c89aef350131", "v7.0.0"),
     "upload-pages-artifact": ("actions/upload-pages-artifact", "7b1f4a764d45c48632c6b24a0339c27f5614fb0b", "v4.0.0"),
-    "deploy-pages": ("actions/deploy-pages", "368f82528645a54fb793d4d04e342629a3f51346", "v5.0.1"),
+    "deploy-pages": ("actions/deploy-pages", "cd2ce8fcbc39b97be8ca5fce6e763baed58fa128", "v5.0.0"),
+    "cuda-toolkit": ("Jimver/cuda-toolkit", "3d45d157f327c09c04b50ee6ccdea2d9d017ec76", "v0.2.35"),
 }
-UNPINNED_ACTIONS = {"cuda-toolkit": "Jimver/cuda-toolkit@v0.2.35"}
-ACTIONS = {key: f"{repo}@{sha}" for key, (repo, sha, _) in PINNED_ACTIONS.items()} | UNPINNED_ACTIONS
+ACTIONS = {key: f"{repo}@{sha}" for key, (repo, sha, _) in PINNED_ACTIONS.items()}
 ACTION_RELEASES = {sha: release for _, sha, release in PINNED_ACTIONS.values()}
 
 # Jobs that only run invoke (plan, matrix, index) use this runner and Python.

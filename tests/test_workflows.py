@@ -321,9 +321,7 @@ def test_third_party_actions_are_pinned_to_commits(docs, generated):
         for _, step in _steps(doc):
             if "uses" in step:
                 assert step["uses"] in workflows.ACTIONS.values(), f"{path}: {step['uses']}"
-                if step["uses"] not in workflows.UNPINNED_ACTIONS.values():
-                    assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"]), f"{path}: {step['uses']}"
-    assert set(workflows.UNPINNED_ACTIONS) == {"cuda-toolkit"}  # docs/ci.md says why
+                assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"]), f"{path}: {step['uses']}"
     for path, text in generated.items():
         for line in text.splitlines():
             if re.search(r"uses: \S+@[0-9a-f]{40}", line):
