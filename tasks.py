@@ -17,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from invoke import Exit, task
+import invoke
+from invoke import Exit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -26,6 +27,16 @@ from ci import workflows as workflows_module  # noqa: E402
 from ci.environment import Environment  # noqa: E402
 from ci.errors import UsageError, WheelhouseError  # noqa: E402
 from ci.versions import load  # noqa: E402
+
+
+# No automatic short flags: invoke derives them from each task's option names, so `-r`, `-a` or `-s`
+# meant different things per task, and `prune`'s `-h` (push_branch) hid `-h` for help.
+task = functools.partial(invoke.task, auto_shortflags=False)
+
+
+def _core_dry(c) -> bool:
+    """invoke's own --dry (`invoke --dry release ...`) means --dry-run for the tasks that have one."""
+    return bool(c.config.run.dry)
 
 
 def _env() -> Environment:
@@ -234,6 +245,8 @@ def release(c, component, python=None, torch=None, arch=None, dist="dist", dry_r
     """Upload one built row: ensure the release, upload wheels and .metadata, then the manifest last."""
     from ci import release as release_module
 
+    dry_run = dry_run or _core_dry(c)
+
     versions = load(_env().versions_path)
     row = _release_row(versions, component, python, torch, arch)
     plan = release_module.plan(versions, row, Path(dist).resolve())
@@ -296,6 +309,8 @@ def publish_index(c, store=None, out=None, default_world=None, push_branch=None,
                   base_url=None, dry_run=False, allow_shrink=False):
     """Publish one PEP 503 index per CUDA/torch world from the store's releases."""
     from ci import pages
+
+    dry_run = dry_run or _core_dry(c)
 
     env = _env()
     versions = load(env.versions_path)

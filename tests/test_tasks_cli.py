@@ -1,0 +1,44 @@
+"""The invoke tasks' command line: help for every task, and no per-task short flags."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from invoke import Task
+
+import tasks
+
+REPO = Path(__file__).resolve().parent.parent
+TASKS = {name: obj for name, obj in vars(tasks).items() if isinstance(obj, Task)}
+
+
+def test_no_task_has_an_automatic_short_flag():
+    """invoke derived -r, -a, -s... from option names, so one letter meant different things per task."""
+    shorts = {name: [n for arg in t.get_arguments() for n in arg.names if len(n) == 1] for name, t in TASKS.items()}
+    assert {name: found for name, found in shorts.items() if found} == {}
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_task_answers_help(name):
+    """`invoke <task> -h` (or `invoke --help <task>` where -h would be taken as the positional argument)."""
+    task_name = name.replace("_", "-")
+    args = ["--help", task_name] if TASKS[name].positional else [task_name, "-h"]
+    result = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"Usage: inv[oke] [--core-opts] {task_name} ")
+
+
+def test_invokes_own_dry_flag_is_the_tasks_dry_run(tmp_path):
+    """`invoke --dry publish-index` changes nothing, as `invoke publish-index --dry-run` does."""
+    store = tmp_path / "store"
+    (store / "releases").mkdir(parents=True)
+    site = tmp_path / "site"
+    result = subprocess.run([sys.executable, "-m", "invoke", "--dry", "publish-index", "--store", str(store),
+                             "--out", str(site)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "(dry run)" in result.stdout
+    assert not site.exists()
