@@ -29,6 +29,11 @@ ASSETS = 12
 WORLD = "cu130/torch2.13"
 
 
+def _times(value: float) -> str:
+    """A request ratio: whole numbers when large, two digits when small (0.48x, not 0x)."""
+    return f"{value:,.0f}x" if value >= 10 else f"{value:.2g}x"
+
+
 def _sizes(ctx: Context) -> list[tuple[int, int]]:
     """(releases, repetitions)."""
     if ctx.toy:
@@ -124,7 +129,7 @@ def run(ctx: Context) -> Figure:
         listing_rows.append([
             f"{n:,} x {ASSETS}",
             f"{results['ours_requests']:,}", f"{listing.requests:,}",
-            f"{listing.requests / int(results['ours_requests']):,.0f}x",
+            _times(listing.requests / int(results["ours_requests"])),
             times["ours"].fmt(), times["anchor"].fmt(), ratio(times["anchor"], times["ours"]),
             f"{(times['anchor'].median / len(listing.releases)) / (times['ours'].median / n):,.1f}x",
             f"{len(ours_releases):,} / {len(listing.releases):,}"
