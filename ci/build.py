@@ -192,7 +192,7 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
     else:
         venv = options.cache_dir / "venvs" / toolchain.venv_key(row, index)
         interpreter = f"venv {venv} (Python {row.python}; reused when its pins match)"
-        torch_install = shlex.join(["python", *toolchain.install_command(venv / "bin" / "python", row, index)[1:]])
+        torch_install = shlex.join(toolchain.plan_install_command(row, venv, index))
         python = str(venv / "bin" / "python")
     # The plan fetches nothing, so its build directory is keyed by the ref as written; the build
     # itself keys it by the revision the ref resolves to.
