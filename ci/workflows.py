@@ -60,9 +60,11 @@ BUILD_INPUT_PATHS = (
     "requirements-tools.txt",
     f"{WORKFLOWS_DIR}/{BUILD_WORKFLOW}",
 )
-# The files hashed into the build cache key (with the row's component, arch, CUDA, Python, torch).
+# The files hashed into the cache keys (with the row's component, arch, CUDA, torch, and for the
+# resumable build directories its Python).
 CACHE_INPUT_FILES = ("build_scripts/**", "patches/**", "versions.yaml")
 CACHE_PATHS = (".cache/builds/", ".cache/compiler-cache/")
+BUILD_DIRS_PATH, COMPILER_CACHE_PATH = CACHE_PATHS
 
 SELF_HOSTED = "runner.environment == 'self-hosted'"
 GITHUB_HOSTED = "runner.environment != 'self-hosted'"
@@ -290,9 +292,12 @@ def build_workflow() -> dict[str, Any]:
     cache_prefix = (
         f"wheelhouse-build-{row['component']}-{row['arch']}-cu{row['cuda']}-py{row['python']}-torch{row['torch']}-"
     )
+    # The compiler cache is keyed without Python: an object that does not include Python headers is
+    # the same for every Python, so each Python's job restores the others' (the key is unique per job).
+    cc_prefix = f"wheelhouse-cc-{row['component']}-{row['arch']}-cu{row['cuda']}-torch{row['torch']}-"
     inputs_hash = _expr("hashFiles(" + ", ".join(f"'{pattern}'" for pattern in CACHE_INPUT_FILES) + ")")
     attempt = _expr("github.run_id") + "-" + _expr("github.run_attempt")
-    cache_paths = "".join(f"{path}\n" for path in CACHE_PATHS)
+    cc_key = cc_prefix + inputs_hash + "-" + attempt + "-py" + row["python"]
     stamp = "$RUNNER_TEMP/wheelhouse-cache-restored"
 
     steps: list[dict[str, Any]] = [
@@ -382,10 +387,22 @@ def build_workflow() -> dict[str, Any]:
             "timeout-minutes": 30,
             "env": dict(PROXY_ENV),
             "with": {
-                "path": cache_paths,
+                "path": BUILD_DIRS_PATH,
                 "key": cache_prefix + inputs_hash + "-" + attempt,
-                # Same build inputs first (a resumable build), then any earlier one (its compiler cache).
-                "restore-keys": f"{cache_prefix}{inputs_hash}-\n{cache_prefix}\n",
+                # Same build inputs: a build directory to resume.
+                "restore-keys": f"{cache_prefix}{inputs_hash}-\n",
+            },
+        },
+        {
+            "name": "Restore the compiler cache",
+            "uses": ACTIONS["cache-restore"],
+            "timeout-minutes": 30,
+            "env": dict(PROXY_ENV),
+            "with": {
+                "path": COMPILER_CACHE_PATH,
+                "key": cc_key,
+                # Same build inputs from any Python first, then any earlier inputs (most objects stay).
+                "restore-keys": f"{cc_prefix}{inputs_hash}-\n{cc_prefix}\n",
             },
         },
         {
@@ -413,8 +430,11 @@ def build_workflow() -> dict[str, Any]:
                 "  # this job's directory is the one to resume; the untouched ones are other build inputs\n"
                 '  find .cache/builds -mindepth 1 -maxdepth 1 ! -newer "$stamp" -exec rm -rf {} +\n'
                 "fi\n"
-                'if [ -n "$(find .cache/builds .cache/compiler-cache -mindepth 1 -print -quit)" ]; then\n'
+                'if [ -n "$(find .cache/builds -mindepth 1 -print -quit)" ]; then\n'
                 '  echo "save=true" >> "$GITHUB_OUTPUT"\n'
+                "fi\n"
+                'if [ -n "$(find .cache/compiler-cache -mindepth 1 -print -quit)" ]; then\n'
+                '  echo "save_compiler_cache=true" >> "$GITHUB_OUTPUT"\n'
                 "fi\n"
             ),
         },
@@ -425,7 +445,15 @@ def build_workflow() -> dict[str, Any]:
             "uses": ACTIONS["cache-save"],
             "timeout-minutes": 60,
             "env": dict(PROXY_ENV),
-            "with": {"path": cache_paths, "key": cache_prefix + inputs_hash + "-" + attempt},
+            "with": {"path": BUILD_DIRS_PATH, "key": cache_prefix + inputs_hash + "-" + attempt},
+        },
+        {
+            "name": "Save the compiler cache",
+            "if": "always() && steps.prune.outputs.save_compiler_cache == 'true'",
+            "uses": ACTIONS["cache-save"],
+            "timeout-minutes": 60,
+            "env": dict(PROXY_ENV),
+            "with": {"path": COMPILER_CACHE_PATH, "key": cc_key},
         },
         {
             "name": "Upload wheel artifact",
