@@ -16,6 +16,7 @@ build record beside them; on any failure dist/ is left untouched.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -144,11 +145,31 @@ def _free_port() -> str:
 
 
 def _build_dir(options: BuildOptions, row: MatrixRow, config: dict) -> Path:
-    """Where a row builds: keyed by its build-input fingerprint, so two refs or scripts never share one."""
-    digest = fingerprint.fingerprint(config)
-    return options.cache_dir / "builds" / (
-        f"{row.component}-{row.arch}-py{'-'.join(row.pythons)}-torch{row.torch}-{digest[:16]}"
-    )
+    """Where a row builds: keyed by its build inputs except the Python, so two refs or scripts never
+    share one, and the Pythons of a component build at one path. nvcc writes the source's absolute
+    path into its device steps (``--orig_src_file_name``), so the compiler cache reuses a kernel for
+    another Python only at the same path. The directory's marker holds the full build config: a
+    build resumes only its own Python's interrupted build."""
+    shared = {key: value for key, value in config.items() if key not in ("python", "pythons")}
+    digest = fingerprint.fingerprint(shared)
+    return options.cache_dir / "builds" / f"{row.component}-{row.arch}-torch{row.torch}-{digest[:16]}"
+
+
+def _claim(build_dir: Path, row: MatrixRow) -> tuple[Path, object]:
+    """(``build_dir``, its lock) or, while another Python's build holds it, a directory of this Python's
+    own (which the compiler cache cannot share with the other Pythons). The lock ends with the process
+    or when the returned file is closed."""
+    locks = build_dir.parent.parent / "build-locks"  # beside builds/, which CI prunes and caches
+    locks.mkdir(parents=True, exist_ok=True)
+    for candidate in (build_dir, build_dir.with_name(f"{build_dir.name}-py{'-'.join(row.pythons)}")):
+        lock = (locks / f"{candidate.name}.lock").open("w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return candidate, lock
+    raise WheelhouseError(f"{row.label}: another build of this row is running in {candidate}; wait for it to finish")
 
 
 def _build_env(row: MatrixRow, python: str, plan_paths: dict, options: BuildOptions,
@@ -251,10 +272,10 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     checkout = sources.fetch(component, options.cache_dir, python=python, override=options.source, env=fetch_env)
     config = fingerprint.build_config(row, checkout.revision)
     digest = fingerprint.fingerprint(config)
-    build_dir = _build_dir(options, row, config)
+    build_dir, lock = _claim(_build_dir(options, row, config), row)
     src = build_dir / "src"
     marker = build_dir / ".incomplete"
-    if marker.exists() and src.is_dir():
+    if marker.exists() and src.is_dir() and _marked_config(marker) == json.loads(json.dumps(config)):
         log(f"resuming the interrupted build in {build_dir}")
     else:
         shutil.rmtree(build_dir, ignore_errors=True)
@@ -336,7 +357,15 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     record_path = out_dir / f"{row.release_tag}-{row.arch}.build.json"
     record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     shutil.rmtree(build_dir, ignore_errors=True)
+    lock.close()
     return BuildResult(tuple(placed), record_path)
+
+
+def _marked_config(marker: Path) -> dict | None:
+    try:
+        return json.loads(marker.read_text())
+    except ValueError:
+        return None
 
 
 def _repair(wheels: list[Path], tag: str, dist: Path, log) -> list[Path]:

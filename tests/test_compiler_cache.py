@@ -75,3 +75,30 @@ def test_object_with_python_headers_is_never_reused_across_pythons(tmp_path):
     # the second Python: the kernel comes from the cache although every path differs; the binding,
     # which includes Python.h, is compiled again
     assert results["3.11"] == {"kernel.o": "cache hit", "binding.o": "cache miss"}, results
+
+
+def test_pythons_of_a_row_build_at_one_path_one_at_a_time(tmp_path):
+    """nvcc writes the source's absolute path into its device steps, so the compiler cache can share a
+    kernel between Pythons only when they build at one path: the build directory leaves the Python out
+    (a ref or script change still gives another directory), and a second Python's build that finds it
+    busy builds in a directory of its own instead of waiting or trampling it."""
+    import dataclasses
+
+    from ci import fingerprint, matrix
+    from ci.versions import load
+
+    (row311,) = matrix.expand(load(Path(__file__).parent / "fixtures" / "versions.yaml"))
+    row312 = dataclasses.replace(row311, python="3.12")
+    options = build.BuildOptions(cache_dir=tmp_path, dist_root=tmp_path / "dist", environ={})
+    dirs = {row.python: build._build_dir(options, row, fingerprint.build_config(row, "abc123")) for row in (row311, row312)}
+    assert dirs["3.11"] == dirs["3.12"] and "py3" not in dirs["3.11"].name
+    assert build._build_dir(options, row311, fingerprint.build_config(row311, "def456")) != dirs["3.11"]
+
+    shared, first = build._claim(dirs["3.11"], row311)
+    own, second = build._claim(dirs["3.12"], row312)
+    assert shared == dirs["3.11"] and own == dirs["3.12"].with_name(dirs["3.12"].name + "-py3.12")
+    second.close()
+    first.close()
+    again, lock = build._claim(dirs["3.12"], row312)
+    assert again == dirs["3.12"]
+    lock.close()
