@@ -20,10 +20,10 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from benchmarks import builds, fatbin_scan, listing, resolution, skip_plan, strip, venvs
+from benchmarks import builds, cross_python, fatbin_scan, listing, resolution, skip_plan, strip, venvs
 from benchmarks.common import CACHE, RESULTS, Context, Figure, machine
 
-FIGURES: list[ModuleType] = [listing, skip_plan, strip, fatbin_scan, resolution, builds, venvs]
+FIGURES: list[ModuleType] = [listing, skip_plan, strip, fatbin_scan, resolution, builds, venvs, cross_python]
 _SECTION = re.compile(r"<!-- figure:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figure:(?P=name) -->", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (?P<line>.*?) -->")
 
