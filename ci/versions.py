@@ -46,6 +46,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "build_timeout": "5h",
     "job_timeout_minutes": 360,
     "repair": None,
+    "sequential_pythons": False,
 }
 SETTING_KEYS = ("builder", "runs_on", *SETTING_DEFAULTS)
 
@@ -96,6 +97,9 @@ class Settings:
     build_timeout: str
     job_timeout_minutes: int
     repair: str | None
+    sequential_pythons: bool
+    """Build the rows one job at a time (one machine building the Pythons in sequence), so each
+    restores the compiler cache the one before it saved."""
 
     @property
     def runs_on_labels(self) -> tuple[str, ...]:

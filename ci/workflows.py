@@ -239,18 +239,22 @@ def _matrix_job(steps: list[dict[str, Any]], step_ids: tuple[str, ...]) -> dict[
     }
 
 
-def _build_call(publish: str, permissions: Mapping[str, str]) -> dict[str, Any]:
+def _build_call(publish: str, permissions: Mapping[str, str], *, sequential: bool = False) -> dict[str, Any]:
     with_: dict[str, Any] = {
         name: ROW_INPUT_EXPRESSIONS.get(name, _expr(f"matrix.{name}")) for name, _, _ in ROW_INPUTS
     }
     with_["publish"] = publish
+    strategy: dict[str, Any] = {"fail-fast": False, "matrix": {"include": _expr("fromJSON(needs.plan.outputs.matrix)")}}
+    if sequential:
+        # sequential_pythons: one row at a time, each restoring the compiler cache the one before it saved
+        strategy["max-parallel"] = 1
     return {
         "name": _expr("matrix.component") + " " + _expr("matrix.arch") + " py" + _expr("matrix.python")
         + " torch" + _expr("matrix.torch"),
         "needs": "plan",
         "if": "needs.plan.outputs.has_builds == 'true'",
         "permissions": dict(permissions),
-        "strategy": {"fail-fast": False, "matrix": {"include": _expr("fromJSON(needs.plan.outputs.matrix)")}},
+        "strategy": strategy,
         "uses": f"./{WORKFLOWS_DIR}/{BUILD_WORKFLOW}",
         "with": with_,
         "secrets": {"EGRESS_PROXY": _expr("secrets.EGRESS_PROXY")},
@@ -549,7 +553,8 @@ def component_workflow(component: str, rows: list[matrix.MatrixRow]) -> dict[str
                 ],
                 ("plan", "select"),
             ),
-            "build": _build_call(_expr("github.event_name == 'push'"), {"contents": "write"}),
+            "build": _build_call(_expr("github.event_name == 'push'"), {"contents": "write"},
+                                 sequential=any(row.settings.sequential_pythons for row in rows)),
             "publish-index": _publish_index_call(),
         },
     }

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from ci import matrix, naming, workflows
+from ci.errors import ConfigError
 from ci.versions import DEFAULT_VERSIONS, REPO_ROOT, load
 
 WF = workflows.WORKFLOWS_DIR
@@ -472,3 +473,19 @@ def test_invoke_workflows_check_names_the_stale_file(tmp_path):
     assert stale.returncode == 1
     assert ".github/workflows/build-causal-conv1d.yml" in stale.stderr
     assert len(stale.stderr.strip().splitlines()) == 1
+
+
+def test_sequential_pythons_builds_the_rows_of_a_component_one_at_a_time(tmp_path):
+    """sequential_pythons (one machine building a component's Pythons in sequence): its workflow runs
+    one row at a time, so each restores the compiler cache the one before it saved; others stay parallel."""
+    data = _raw_versions()
+    data["components"]["flash-mla"]["arch_overrides"] = {"x86_64": {"sequential_pythons": True}}
+    generated = {path: yaml.safe_load(text) for path, text in workflows.generate(_write_versions(tmp_path, data)).items()}
+    strategy = generated[f"{WF}/build-flash-mla.yml"]["jobs"]["build"]["strategy"]
+    assert strategy["max-parallel"] == 1 and strategy["fail-fast"] is False
+    for path, doc in generated.items():
+        if path != f"{WF}/build-flash-mla.yml":
+            assert "max-parallel" not in doc["jobs"].get("build", {}).get("strategy", {}), path
+    data["components"]["flash-mla"]["sequential_pythons"] = "yes"
+    with pytest.raises(ConfigError, match=r"^versions\.yaml: components\.flash-mla\.sequential_pythons: "):
+        _write_versions(tmp_path, data)
