@@ -10,9 +10,9 @@ says, per object, whether it was a hit: a translation unit that includes Python 
 Components: the fixture extension (its CUDA kernel ``fixture_cuda.cu`` includes no Python header;
 ``fixture.cpp`` includes ``torch/extension.h``) and fast-hadamard-transform at the pinned revision
 (``WHEELHOUSE_BENCH_FHT_GIT``: a clone or bare repository of its upstream; left out when unset).
-Both are built for one arch (9.0; fast-hadamard-transform through the arch filter) to keep the
-compiles short on two cores. versions.yaml builds fast-hadamard-transform for the nine archs its
-setup.py lists: its kernel, the part every Python shares, is then a larger share of the work.
+The fixture is built for one arch (9.0); fast-hadamard-transform as versions.yaml builds it, for the
+nine archs its setup.py lists for CUDA 13. sccache's logs are kept in
+``.cache/bench/cross-python/logs/``.
 
 The venvs (CUDA torch with its nvidia-* libraries, about 3 GB, linked from uv's cache) are made once
 under ``.cache/bench/cross-python`` and placed where the build expects its pinned venv.
@@ -56,8 +56,7 @@ components:
     ref: {fht_ref}
     builder: fast_hadamard_transform
     wheel_packages: [fast-hadamard-transform]
-    torch_cuda_arch_list: "9.0"
-    arch_filter: true
+    torch_cuda_arch_list: null  # as versions.yaml: every arch its setup.py lists for CUDA 13
     runs_on: ubuntu-24.04
     max_jobs: 2
 """
@@ -160,7 +159,9 @@ def _build_both(ctx: Context, component: str, source: Path, work: Path) -> dict:
     environ["CUDA_HOME"] = environ.get("CUDA_HOME", "/usr/local/cuda")
     results = {}
     for python in PYTHONS:
-        log = work / f"sccache-{component}-{python}.log"
+        log = ctx.cache / "cross-python" / "logs" / f"sccache-{component}-{python}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.unlink(missing_ok=True)
         env = {**environ, "SCCACHE_LOG": "debug", "SCCACHE_ERROR_LOG": str(log)}
         env["CPATH"] = _toolkit_extra_include(ctx, cache)
         options = build.BuildOptions(cache_dir=cache, dist_root=work / f"dist-{component}-{python}", source=source,
@@ -243,8 +244,8 @@ def run(ctx: Context) -> Figure:
         NAME, TITLE,
         compared=(f"`ci.build.run` of one component for Python {PYTHONS[0]} and then {PYTHONS[1]} with one sccache "
                   f"directory: the second build's wall time over the first's, and per object whether sccache hit"),
-        where=(f"this machine, {os.cpu_count()} cores; torch {TORCH}+cu130 from the package index, nvcc 13.0, "
-               f"arch 9.0 only; sccache as the builds run it"),
+        where=(f"this machine, {os.cpu_count()} cores; torch {TORCH}+cu130 from the package index, nvcc 13.0; "
+               f"the fixture for arch 9.0, fast-hadamard-transform for the nine archs of its setup.py"),
         repetitions="1 build per Python (the second needs the first's cache); the cache starts empty",
         tables=[
             Table(["component", f"py{PYTHONS[0]} (first)", f"py{PYTHONS[1]} (second)", "second / first",
