@@ -20,10 +20,11 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from benchmarks import builds, fatbin_scan, hostile, listing, pacing, resolution, skip_plan, strip
+from benchmarks import builds, cross_python, fatbin_scan, hostile, listing, pacing, resolution, skip_plan, strip, venvs
 from benchmarks.common import CACHE, RESULTS, Context, Figure, machine
 
-FIGURES: list[ModuleType] = [listing, skip_plan, strip, fatbin_scan, resolution, builds, hostile, pacing]
+FIGURES: list[ModuleType] = [listing, skip_plan, strip, fatbin_scan, resolution, builds, hostile, pacing, venvs,
+                             cross_python]
 _SECTION = re.compile(r"<!-- figure:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figure:(?P=name) -->", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (?P<line>.*?) -->")
 

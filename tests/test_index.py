@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import itertools
 import random
 import time
 from html.parser import HTMLParser
@@ -275,6 +277,67 @@ def test_invalid_wheel_filename_refused():
 
 def test_hostile_url_scheme_refused():
     _assert_refused("pkg-1.0-py3-none-any.whl", url="javascript:alert(1)//pkg-1.0-py3-none-any.whl")
+
+
+_PROJECT_PARTS = ["pkg", "Tiny_Pkg.x", "a+b", "pkg__x", "..", "", "pk\u00e9", "-"]
+_TAILS = [
+    "1.0-py3-none-any.whl",
+    "2.0.post1-1-cp312-cp312-manylinux_2_28_x86_64.whl",
+    "1.0-1abc-py3.py2-none-any.whl",
+    "1.0-abc-py3-none-any.whl",
+    "1.0.whl",
+    "notaversion!-py3-none-any.whl",
+    "1.0-py3-none-any-x-y.whl",
+    "1.0-py3-none-.whl",
+    "1.0-py3-none-any\u202e.whl",
+    "1.0-py3-none-any.whl\n",
+    "1.0-py3-none-any.zip",
+    "",
+]
+_URLS = [
+    f"{DL}/t/x.whl",
+    "HTTP://example.invalid/x.whl",
+    "file:///srv/x.whl",
+    "javascript:alert(1)//x.whl",
+    f"{DL}/t/x\n.whl",
+    " https://example.invalid/x.whl",
+]
+
+
+def test_wheel_checks_by_parts_agree_with_the_checks_one_by_one():
+    """The fast path checks a name's part before the first dash and the rest separately (each once per
+    build); for every combination, in every cache state, it answers what the checks in sequence answer."""
+    from ci.index import _Builder, _wheel_project_checked
+
+    names = [f"{p}-{t}" for p, t in itertools.product(_PROJECT_PARTS, _TAILS)] + ["pkg", "pkg.whl", "-"]
+    assets = [Asset(n, 1, url, id=i) for i, (n, url) in enumerate(itertools.product(names, _URLS))]
+    assert {_wheel_project_checked(a)[0] for a in assets} >= {None, "pkg", "tiny-pkg-x"}
+    for order in (assets, assets[::-1], random.Random(3).sample(assets, len(assets))):
+        builder = _Builder(None, DigestCache())
+        for asset in order:
+            assert builder.wheel_project(asset) == _wheel_project_checked(asset), (asset.name, asset.url)
+
+
+def test_site_build_pauses_the_cycle_collector_and_restores_its_state():
+    seen: list[bool] = []
+
+    def fetch(asset):
+        seen.append(gc.isenabled())
+        yield asset.name.encode()
+
+    rel = Release("t", TITLE, assets=(wheel_asset("pkg-1.0-py3-none-any.whl", digest=False),))
+    assert gc.isenabled()
+    site_files([rel], base_url=BASE, default_world=None, fetch=fetch)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(WheelhouseError):
+        site_files([rel], base_url=BASE, default_world="nonsense", fetch=fetch)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        site_files([rel], base_url=BASE, default_world=None, fetch=fetch)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_url_with_markup_and_quotes_is_escaped():

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from ci import matrix, naming, workflows
+from ci.errors import ConfigError
 from ci.versions import DEFAULT_VERSIONS, REPO_ROOT, load
 
 WF = workflows.WORKFLOWS_DIR
@@ -284,6 +285,8 @@ def test_secrets_reach_only_the_steps_that_use_them(docs):
     assert proxy_steps == {
         ("_build.yml", "Restore the build cache"),
         ("_build.yml", "Save the build cache"),
+        ("_build.yml", "Restore the compiler cache"),
+        ("_build.yml", "Save the compiler cache"),
         ("_build.yml", "Upload wheel artifact"),
     }
 
@@ -333,7 +336,7 @@ def test_build_cache_is_resumable_and_attempt_scoped(docs):
     steps = {step["name"]: step for _, step in _steps(docs[BUILD])}
     restore, save = steps["Restore the build cache"], steps["Save the build cache"]
     assert restore["uses"].startswith("actions/cache/restore@") and save["uses"].startswith("actions/cache/save@")
-    assert save["with"]["path"] == restore["with"]["path"] == ".cache/builds/\n.cache/compiler-cache/\n"
+    assert save["with"]["path"] == restore["with"]["path"] == ".cache/builds/"
     key = save["with"]["key"]
     assert key == restore["with"]["key"]
     assert "${{ github.run_id }}" in key and "${{ github.run_attempt }}" in key
@@ -346,6 +349,27 @@ def test_build_cache_is_resumable_and_attempt_scoped(docs):
     names = list(steps)
     assert names.index("Restore the build cache") < names.index("Build wheel") < names.index("Save the build cache")
     assert steps["Keep only the build directories worth resuming"]["if"].startswith("always()")
+
+
+def test_compiler_cache_is_shared_by_the_pythons_of_a_row(docs):
+    """Keyed by component, arch, CUDA, torch and build inputs, not Python: each Python's job restores
+    the objects another Python's job saved; the saved key stays unique per job."""
+    steps = {step["name"]: step for _, step in _steps(docs[BUILD])}
+    restore, save = steps["Restore the compiler cache"], steps["Save the compiler cache"]
+    assert restore["with"]["path"] == save["with"]["path"] == ".cache/compiler-cache/"
+    key = save["with"]["key"]
+    assert key == restore["with"]["key"]
+    assert "${{ github.run_id }}-${{ github.run_attempt }}-py${{ inputs.python }}" in key
+    restore_keys = restore["with"]["restore-keys"].splitlines()
+    assert len(restore_keys) == 2 and all(key.startswith(prefix) for prefix in restore_keys)
+    for prefix in restore_keys:
+        assert "python" not in prefix
+        for field in ("component", "arch", "cuda", "torch"):
+            assert f"${{{{ inputs.{field} }}}}" in prefix
+    assert "hashFiles(" in restore_keys[0] and "hashFiles(" not in restore_keys[1]
+    assert save["if"] == "always() && steps.prune.outputs.save_compiler_cache == 'true'"
+    names = list(steps)
+    assert names.index("Restore the compiler cache") < names.index("Build wheel") < names.index("Save the compiler cache")
 
 
 def test_build_job_runs_the_local_commands(docs, versions):
@@ -488,3 +512,19 @@ def test_invoke_workflows_check_names_the_stale_file(tmp_path):
     assert stale.returncode == 1
     assert ".github/workflows/build-causal-conv1d.yml" in stale.stderr
     assert len(stale.stderr.strip().splitlines()) == 1
+
+
+def test_sequential_pythons_builds_the_rows_of_a_component_one_at_a_time(tmp_path):
+    """sequential_pythons (one machine building a component's Pythons in sequence): its workflow runs
+    one row at a time, so each restores the compiler cache the one before it saved; others stay parallel."""
+    data = _raw_versions()
+    data["components"]["flash-mla"]["arch_overrides"] = {"x86_64": {"sequential_pythons": True}}
+    generated = {path: yaml.safe_load(text) for path, text in workflows.generate(_write_versions(tmp_path, data)).items()}
+    strategy = generated[f"{WF}/build-flash-mla.yml"]["jobs"]["build"]["strategy"]
+    assert strategy["max-parallel"] == 1 and strategy["fail-fast"] is False
+    for path, doc in generated.items():
+        if path != f"{WF}/build-flash-mla.yml":
+            assert "max-parallel" not in doc["jobs"].get("build", {}).get("strategy", {}), path
+    data["components"]["flash-mla"]["sequential_pythons"] = "yes"
+    with pytest.raises(ConfigError, match=r"^versions\.yaml: components\.flash-mla\.sequential_pythons: "):
+        _write_versions(tmp_path, data)

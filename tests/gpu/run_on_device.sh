@@ -37,6 +37,9 @@
 # causal-conv1d sdist, the mirror, and under torch2.13/ the wheels built
 # against torch 2.13 elsewhere).
 # WHEELHOUSE_DEVICE_ALL_ARCHS=1 also times the unfiltered causal-conv1d build.
+# WHEELHOUSE_DEVICE_TWO_VENV_PATHS=1 also builds causal-conv1d twice in one WHEELHOUSE_CACHE, from two
+# venvs of the same Python at two paths (each with its own copy of torch, so torch's headers are under
+# two paths, as on two machines): whether venv paths alone defeat the compiler cache (benchmarks figure 8).
 # Logs and timings go to $OUT (or the work directory).
 set -euo pipefail
 
@@ -194,6 +197,29 @@ if [[ -n "${ALL_ARCHS_PID:-}" ]]; then
     # an unfinished build keeps its directory: its ninja log says which objects finished, and when
     for log in "$WORK"/all-archs-cache/builds/*/src/build/temp.*/.ninja_log; do
         [[ -f "$log" ]] && awk 'NR > 1 {printf "  %s: %.0f s\n", $4, ($2 - $1) / 1000}' "$log" | tee -a "$RESULTS/all-archs.txt"
+    done
+fi
+
+if [[ "${WHEELHOUSE_DEVICE_TWO_VENV_PATHS:-0}" == 1 ]]; then
+    step "causal-conv1d from two venv paths, one compiler cache"
+    torch_dir="$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+    : >"$RESULTS/two-venv-paths.txt"
+    for name in venv-a venv-b; do
+        "$PY" -m venv --system-site-packages "$WORK/$name"
+        site="$("$WORK/$name/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+        cp -r "$torch_dir" "$site/"  # the venv's own torch, so torch's headers are under the venv's path
+        cache="$WORK/cache-two-venvs"  # one for both: the same build directory and compiler cache
+        mkdir -p "$cache/sources/sdist"
+        cp .device/causal_conv1d-1.7.0.tar.gz "$cache/sources/sdist/"
+        start=$SECONDS
+        WHEELHOUSE_CACHE="$cache" SCCACHE_LOG=debug SCCACHE_ERROR_LOG="$WORK/sccache-$name.log" \
+            "$WORK/$name/bin/python" -m nox -s build-causal-conv1d-3.12 -- --reuse-env --dist "$WORK/dist-$name" \
+            >"$WORK/build-$name.log" 2>&1
+        elapsed=$((SECONDS - start))
+        hits=$(grep -c "compile result: cache hit" "$WORK/sccache-$name.log" || true)
+        misses=$(grep -c "compile result: cache miss" "$WORK/sccache-$name.log" || true)
+        echo "$name: ${elapsed} s, sccache hits ${hits}, misses ${misses}" | tee -a "$RESULTS/two-venv-paths.txt"
+        grep -o "\[[^]]*\]: compile result: .*" "$WORK/sccache-$name.log" | sed "s/^/  $name /" >>"$RESULTS/two-venv-paths.txt"
     done
 fi
 

@@ -1,0 +1,104 @@
+"""The compiler cache across Pythons: a real sccache, real g++, the environment builds get.
+
+Two builds of one component for Python 3.12 and then 3.11, each in its own build directory with its
+own venv (torch's headers live in the venv's site-packages, whose path names the Python): an object
+that includes only torch-like headers is compiled once; an object that includes Python.h is
+compiled again for each Python, whatever the paths.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import build, toolchain
+
+PYTHONS = ("3.12", "3.11")
+_RESULT = re.compile(r"\[(?P<out>[^\]]+)\]: compile result: (?P<result>.+)$")
+
+
+def _sccache() -> str | None:
+    return shutil.which("sccache", path=str(Path(sys.executable).parent)) or shutil.which("sccache")
+
+
+def _python_include(version: str) -> str | None:
+    try:
+        python = toolchain.find_python(version)
+    except Exception:  # noqa: BLE001 - no such Python here: the test is skipped
+        return None
+    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                         capture_output=True, text=True).stdout.strip()
+    return out if out and Path(out, "Python.h").is_file() else None
+
+
+def _compile_results(log: Path) -> dict[str, str]:
+    return {m["out"]: m["result"].strip() for m in map(_RESULT.search, log.read_text().splitlines()) if m}
+
+
+@pytest.mark.skipif(_sccache() is None or shutil.which("g++") is None, reason="needs sccache and g++")
+def test_object_with_python_headers_is_never_reused_across_pythons(tmp_path):
+    includes = {version: _python_include(version) for version in PYTHONS}
+    if not all(includes.values()):
+        pytest.skip(f"needs Pythons {', '.join(PYTHONS)} with headers")
+    tool = _sccache()
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    results = {}
+    for version in PYTHONS:
+        build_dir = tmp_path / "cache" / "builds" / f"comp-x86_64-py{version}-torch2.13.0-0123"
+        site = tmp_path / "cache" / "venvs" / f"py{version}-torch2.13.0-abc" / "lib" / f"python{version}" / "site-packages"
+        headers = site / "torch" / "include"
+        headers.mkdir(parents=True)
+        (headers / "kernel_dep.h").write_text("inline int scale(int x) { return 3 * x; }\n")
+        src = build_dir / "src"
+        src.mkdir(parents=True)
+        (src / "kernel.cpp").write_text('#include <kernel_dep.h>\nint kernel(int x) { return scale(x); }\n')
+        (src / "binding.cpp").write_text(
+            "#include <Python.h>\n#include <kernel_dep.h>\nint binding(int x) { return scale(x) + PY_MINOR_VERSION; }\n"
+        )
+        _, cache_env = build._compiler_cache(options, build_dir, build._free_port(), [site])
+        log = tmp_path / f"sccache-{version}.log"
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env,
+               "SCCACHE_LOG": "debug", "SCCACHE_ERROR_LOG": str(log)}
+        try:
+            for name in ("kernel", "binding"):
+                subprocess.run([tool, "g++", f"-I{headers}", f"-I{includes[version]}", "-c", f"{name}.cpp",
+                                "-o", f"{name}.o"], cwd=src, env=env, check=True, capture_output=True)
+        finally:
+            subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
+        results[version] = _compile_results(log)
+    assert results["3.12"] == {"kernel.o": "cache miss", "binding.o": "cache miss"}, results
+    # the second Python: the kernel comes from the cache although every path differs; the binding,
+    # which includes Python.h, is compiled again
+    assert results["3.11"] == {"kernel.o": "cache hit", "binding.o": "cache miss"}, results
+
+
+def test_pythons_of_a_row_build_at_one_path_one_at_a_time(tmp_path):
+    """nvcc writes the source's absolute path into its device steps, so the compiler cache can share a
+    kernel between Pythons only when they build at one path: the build directory leaves the Python out
+    (a ref or script change still gives another directory), and a second Python's build that finds it
+    busy builds in a directory of its own instead of waiting or trampling it."""
+    import dataclasses
+
+    from ci import fingerprint, matrix
+    from ci.versions import load
+
+    (row311,) = matrix.expand(load(Path(__file__).parent / "fixtures" / "versions.yaml"))
+    row312 = dataclasses.replace(row311, python="3.12")
+    options = build.BuildOptions(cache_dir=tmp_path, dist_root=tmp_path / "dist", environ={})
+    dirs = {row.python: build._build_dir(options, row, fingerprint.build_config(row, "abc123")) for row in (row311, row312)}
+    assert dirs["3.11"] == dirs["3.12"] and "py3" not in dirs["3.11"].name
+    assert build._build_dir(options, row311, fingerprint.build_config(row311, "def456")) != dirs["3.11"]
+
+    shared, first = build._claim(dirs["3.11"], row311)
+    own, second = build._claim(dirs["3.12"], row312)
+    assert shared == dirs["3.11"] and own == dirs["3.12"].with_name(dirs["3.12"].name + "-py3.12")
+    second.close()
+    first.close()
+    again, lock = build._claim(dirs["3.12"], row312)
+    assert again == dirs["3.12"]
+    lock.close()

@@ -1,0 +1,81 @@
+"""Row venvs: uv creates them, links torch from its cache, and passes pip's index options on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ci import matrix, toolchain
+from ci.errors import WheelhouseError
+from ci.versions import load
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
+
+
+def _fixture_row():
+    (row,) = matrix.expand(load(FIXTURE_VERSIONS))
+    return row
+
+
+def _torch_library(python: Path) -> Path:
+    out = subprocess.run([str(python), "-c", "import torch, os; print(os.path.dirname(torch.__file__))"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    (lib,) = Path(out, "lib").glob("libtorch_cpu.so")
+    return lib
+
+
+@pytest.mark.skipif(toolchain.find_uv() is None, reason="needs uv (requirements-tools.txt)")
+def test_second_row_venv_links_torch_from_uvs_cache(tmp_path, monkeypatch):
+    """Two venvs of the same pins at two paths share torch's files (hardlinks into uv's cache), both
+    pass the row's verification, and both have pip, which the builders run."""
+    # two WHEELHOUSE_CACHEs, one uv cache: the one the fixture builds use, so a second run is warm
+    monkeypatch.setenv("UV_CACHE_DIR", str(REPO / ".cache" / "uv"))
+    row = _fixture_row()
+    index = toolchain.torch_index(row)
+    first = toolchain.prepare_venv(row, tmp_path / "a", index=index, log=lambda _m: None)
+    second = toolchain.prepare_venv(row, tmp_path / "b", index=index, log=lambda _m: None,
+                                    installer="uv")
+    for python in (first, second):
+        assert toolchain.verify(python, row).torch_version.split("+")[0] == row.torch
+        subprocess.run([str(python), "-m", "pip", "--version"], check=True, capture_output=True)
+    one, two = _torch_library(first), _torch_library(second)
+    assert one != two and os.stat(one).st_ino == os.stat(two).st_ino, "torch was unpacked again"
+    # the pinned venv is reused as it is
+    assert toolchain.prepare_venv(row, tmp_path / "a", index=index, log=print) == first
+
+
+def test_uv_cache_defaults_to_beside_the_venvs(tmp_path, monkeypatch):
+    """On the venvs' file system uv links instead of copying; an explicit UV_CACHE_DIR wins."""
+    assert toolchain.uv_cache_env(tmp_path, {})["UV_CACHE_DIR"] == str(tmp_path / "uv")
+    assert toolchain.uv_cache_env(tmp_path, {"UV_CACHE_DIR": "/srv/uv"})["UV_CACHE_DIR"] == "/srv/uv"
+
+
+def test_uv_gets_pips_index_options(monkeypatch):
+    """uv does not read pip's configuration: its index URL, extra indexes, find-links and constraints
+    are passed on, env before files; a row's own index replaces pip's index URL."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "file:///srv/mirror/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///srv/a/simple file:///srv/b/simple")
+    monkeypatch.setenv("PIP_FIND_LINKS", "/srv/wheels")
+    monkeypatch.setenv("PIP_CONSTRAINT", "/srv/constraints.txt")
+    cmd = toolchain.uv_install_command("uv", "/v/bin/python", ["torch==2.13.0"], None)
+    assert cmd[:5] == ["uv", "pip", "install", "--python", "/v/bin/python"]
+    text = " ".join(cmd)
+    assert "--index-url file:///srv/mirror/simple" in text
+    assert "--extra-index-url file:///srv/a/simple --extra-index-url file:///srv/b/simple" in text
+    assert "--find-links /srv/wheels" in text and "--constraint /srv/constraints.txt" in text
+    assert cmd[-2:] == ["--index-strategy", "unsafe-best-match"]  # pip's rule: the best version of all indexes
+    row_index = toolchain.uv_install_command("uv", "/v/bin/python", ["torch==2.13.0"], "https://idx.invalid/cu130")
+    assert row_index.count("--index-url") == 1 and "https://idx.invalid/cu130" in row_index
+    assert "--find-links" in row_index  # pip keeps its find-links and extra indexes under --index-url too
+
+
+def test_uv_asked_for_but_missing_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(toolchain, "find_uv", lambda: None)
+    with pytest.raises(WheelhouseError, match="uv is not installed"):
+        toolchain.prepare_venv(_fixture_row(), tmp_path, index=None, installer="uv")
+    assert not (tmp_path / "venvs").exists()
