@@ -52,21 +52,6 @@ def _sccache_cmd(tool: str, environ: dict, *args: str) -> subprocess.CompletedPr
     return subprocess.run([tool, *args], env=environ, capture_output=True, text=True, check=False, timeout=60)
 
 
-def _stats(tool: str, environ: dict) -> dict[str, int]:
-    proc = _sccache_cmd(tool, environ, "--show-stats", "--stats-format", "json")
-    try:
-        data = json.loads(proc.stdout)
-    except ValueError:
-        return {}
-    stats = data.get("stats", {})
-
-    def counts(key: str) -> int:
-        return sum(int(v) for v in (stats.get(key) or {}).get("counts", {}).values())
-
-    return {"requests": int(stats.get("compile_requests", 0)), "hits": counts("cache_hits"),
-            "misses": counts("cache_misses")}
-
-
 @contextlib.contextmanager
 def _output_to(path: Path):
     """Send this process's stdout/stderr (and the build's, which inherits them) to ``path``."""
@@ -130,8 +115,8 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
         with _output_to(work / "build.log"):
             result = build.run(versions, row, options, log=quiet.append)
         elapsed = time.perf_counter() - started
-        stats = _stats(tool, env)
         record = json.loads(result.record.read_text())
+        stats = record.get("compiler_cache_stats") or {}  # the build's own server, read before it stopped
         return elapsed, stats, record.get("durations", {})
 
     reps = 1 if ctx.toy else 2
@@ -241,7 +226,7 @@ def run(ctx: Context) -> Figure:
         if upstream is not None:
             tables.append(upstream[0])
             notes += upstream[1]
-        where_b = ("6(b): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
+        where_b = ("6(b) and 6(c): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
                    else "6(b): not measured in this run (no benchmarks/device_results.json)")
     return Figure(
         NAME, TITLE,

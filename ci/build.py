@@ -101,6 +101,21 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
 
 
+def sccache_stats(tool: str, env: dict) -> dict[str, int] | None:
+    """Compile requests, hits and misses of the sccache server ``env`` names, or None if it cannot say."""
+    proc = subprocess.run([tool, "--show-stats", "--stats-format", "json"], env=env, capture_output=True, text=True)
+    try:
+        stats = json.loads(proc.stdout).get("stats", {})
+    except (ValueError, AttributeError):
+        return None
+
+    def total(key: str) -> int:
+        return sum(int(v) for v in (stats.get(key) or {}).get("counts", {}).values())
+
+    return {"requests": int(stats.get("compile_requests", 0)), "hits": total("cache_hits"),
+            "misses": total("cache_misses")}
+
+
 def builder_path(filter_bin: Path | None, python: Path, cache_tool: str | None, inherited: str) -> str:
     """PATH for the builder: the nvcc arch filter (if any) first, then the row venv, the compiler cache (if any),
     then the caller's PATH."""
@@ -335,9 +350,14 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     try:
         code = _run_with_timeout(command, cwd=src, env=full_env, timeout_s=timeout_s)
     finally:
-        if "SCCACHE_SERVER_PORT" in cache_env:  # this build's own server
+        cache_stats = None
+        if "SCCACHE_SERVER_PORT" in cache_env:  # this build's own server: its counts are this build's
+            cache_stats = sccache_stats(cache_tool, full_env)
             subprocess.run([cache_tool, "--stop-server"], env=full_env, capture_output=True)
     durations["build_s"] = round(time.monotonic() - t0, 1)
+    if cache_stats:
+        log(f"compiler cache: {cache_stats['requests']} compile requests, {cache_stats['hits']} hits, "
+            f"{cache_stats['misses']} misses")
     if code == "timeout":
         raise WheelhouseError(
             f"{row.label}: build did not finish within build_timeout {row.settings.build_timeout}; "
@@ -370,6 +390,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
         "source": checkout.describe(),
         "toolchain": interpreter.describe(),
         "compiler_cache": cache_tool,
+        "compiler_cache_stats": cache_stats,
         "durations": durations,
         "checks": checks,
         "wheels": [{"name": w.name, "sha256": _sha256(w), "size": w.stat().st_size} for w in wheels],

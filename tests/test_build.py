@@ -130,6 +130,10 @@ def test_fixture_builds_through_the_nox_session(tmp_path):
     assert record["toolchain"]["torch"].startswith("2.13.0")
     assert record["wheels"][0]["name"] == wheel.name
     assert set(record["durations"]) >= {"toolchain_s", "source_s", "build_s", "checks_s", "total_s"}
+    # the build's own sccache server, read before it stopped: the binding's compile at least
+    stats = record["compiler_cache_stats"]
+    assert stats["requests"] >= 1 and stats["hits"] + stats["misses"] >= 1, stats
+    assert f"compiler cache: {stats['requests']} compile requests, {stats['hits']} hits" in result.stderr
 
 
 # --- failures: one line, non-zero, nothing in dist/ ------------------------------------------------
