@@ -81,8 +81,10 @@ def test_no_clobber_refuses_other_bytes(built, tmp_path):
     release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
     other = tmp_path / result.wheels[0].name
     other.write_bytes(b"other bytes")
-    with pytest.raises(RemoteError, match="exists with other bytes"):
+    with pytest.raises(RemoteError, match="exists with other bytes") as info:
         store.upload_asset(row.release_tag, other, clobber=False)
+    # the store serves commands with different flags: it names each one's way, never a flag release lacks
+    assert str(info.value).endswith("replace it on purpose (invoke release: drop --no-clobber; restore-wheels: --clobber)")
 
 
 def test_release_refuses_a_tampered_wheel(built, tmp_path):

@@ -598,7 +598,8 @@ class GitHubStore:
             if not clobber:
                 have = existing.get("digest") or "no digest (uploaded before June 2025)"
                 raise RemoteError(f"asset {name} in release {tag} differs ({have}, local file {digest}): "
-                                  "pass --clobber to replace it, or bump the version")
+                                  "replace it on purpose (invoke release: drop --no-clobber; restore-wheels: --clobber), "
+                                  "or bump the version")
             self._check_free_slot(tag, assets, f"replacing {name} safely needs one free slot for the new bytes "
                                                "while the old ones keep serving")
             done = self._safe_clobber(raw, existing, path, name, digest, label)

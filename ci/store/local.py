@@ -264,7 +264,7 @@ class LocalStore:
         if existing and not clobber:
             raise RemoteError(
                 f"release {tag}: asset {name} exists with other bytes (sha256 {existing['sha256'][:12]}…); "
-                "pass --clobber to replace it"
+                "replace it on purpose (invoke release: drop --no-clobber; restore-wheels: --clobber)"
             )
         return None
 
