@@ -294,8 +294,7 @@ def test_a_cxx_that_links_libstdcxx_statically_is_refused_before_the_build(tmp_p
         "built with it crash beside torch's shared libstdc++: point CXX (and CC) at a compiler that links it "
         "dynamically, e.g. the system g++")
     assert toolchain.check_cxx({**os.environ, "CXX": "g++"}) == "g++"
-    with pytest.raises(WheelhouseError, match=r"^CXX=/nonexistent/g\+\+: cannot run it"):
-        toolchain.check_cxx({**os.environ, "CXX": "/nonexistent/g++"})
+    assert toolchain.check_cxx({**os.environ, "CXX": "/nonexistent/g++"}) is None  # pure-Python builds need none
 
 
 def test_builder_and_setup_py_never_see_credentials(tmp_path):
