@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
+from ci.wheels.abi import links_libstdcxx_dynamically
 from ci.wheels.elf import ElfFile
 
 TORCH_INDEX_BASE = "https://download.pytorch.org/whl"
@@ -240,7 +241,7 @@ def check_cxx(env: dict[str, str]) -> str | None:
                                   "C++ compiler")
         with open(library, "rb") as fp:
             needed = ElfFile(fp, str(library)).needed_libraries()
-    if not any(name.startswith("libstdc++.so") for name in needed):
+    if not links_libstdcxx_dynamically(needed):
         raise WheelhouseError(
             f"CXX={cxx} links libstdc++ statically (its shared libraries do not need libstdc++.so.6); extensions "
             "built with it crash beside torch's shared libstdc++: point CXX (and CC) at a compiler that links it "

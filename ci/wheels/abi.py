@@ -106,24 +106,23 @@ def elf_needs(member: str, path: Path) -> ElfNeeds | None:
     return ElfNeeds(member, torch_syms, cxx11)
 
 
-def static_libstdcxx_problem(member: str, path: Path) -> str | None:
+def links_libstdcxx_dynamically(needed: Iterable[str]) -> bool:
+    """Whether a shared object with these DT_NEEDED entries takes libstdc++ from ``libstdc++.so``."""
+    return any(name.startswith("libstdc++.so") for name in needed)
+
+
+def static_libstdcxx_problem(member: str, needed: tuple[str, ...]) -> str | None:
     """Why an extension that links torch but embeds its own libstdc++ cannot ship, or None.
 
-    Such a module (``-static-libstdc++``, or a compiler wrapper that adds it)
-    needs libc10/libtorch but not ``libstdc++.so.6``. Its std::locale facets
-    are then a second copy beside torch's shared one, while the template code
-    it shares with torch (std::regex's, for one) binds to torch's exports: the
-    ids disagree and the first std::regex throws std::bad_cast or crashes.
+    ``needed``: the member's DT_NEEDED entries. Such a module (``-static-libstdc++``,
+    or a compiler wrapper that adds it) needs libc10/libtorch but not
+    ``libstdc++.so.6``. Its std::locale facets are then a second copy beside
+    torch's shared one, while the template code it shares with torch (std::regex's,
+    for one) binds to torch's exports: the ids disagree and the first std::regex
+    throws std::bad_cast or crashes.
     """
-    with open(path, "rb") as fp:
-        if not is_elf(fp):
-            return None
-        elf = ElfFile(fp, member)
-        if elf.machine == EM_CUDA:
-            return None
-        needed = elf.needed_libraries()
     torch_libs = [name for name in needed if name.startswith(("libc10", "libtorch"))]
-    if not torch_libs or any(name.startswith("libstdc++.so") for name in needed):
+    if not torch_libs or links_libstdcxx_dynamically(needed):
         return None
     return (f"{member} links {torch_libs[0]} but not libstdc++.so.6: libstdc++ was linked in statically "
             "(-static-libstdc++, or a compiler wrapper that adds it), and beside torch's shared one std::regex "

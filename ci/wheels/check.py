@@ -210,7 +210,7 @@ def _inspect(
             device: list[MemberArchs] = []
             for member, copy in archive.shared_objects("wheel-check-"):
                 try:
-                    problem = _elf_problem(member.name, copy, machine) or static_libstdcxx_problem(member.name, copy)
+                    problem = _elf_problem(member.name, copy, machine)
                     if problem:
                         pending.problems.append(f"{path.name}: {problem}")
                         continue
@@ -242,15 +242,18 @@ def _platform_machine(tags) -> int | None:
 
 
 def _elf_problem(member: str, copy: Path, machine: int | None) -> str | None:
-    """A shared object or cubin member that the loader could not load on the wheel's platform."""
+    """A shared object or cubin member that the loader could not load on the wheel's platform, or that embeds
+    its own libstdc++ beside torch's."""
     with open(copy, "rb") as fp:
         if not is_elf(fp):
             return f"member {member!r} is named like a shared object but is not an ELF file (Python cannot import it); rebuild the wheel"
-        found = ElfFile(fp, member).machine  # refuses 32-bit and big-endian files itself
+        elf = ElfFile(fp, member)  # refuses 32-bit and big-endian files itself
+        found = elf.machine
+        needed = elf.needed_libraries() if found != EM_CUDA else ()
     if machine is not None and found not in (machine, EM_CUDA):
         wanted = next(name for name, number in _MACHINES.items() if number == machine)
         return f"member {member!r} is an ELF for machine {found}, not for the wheel's platform ({wanted}); rebuild the wheel"
-    return None
+    return static_libstdcxx_problem(member, needed)
 
 
 def check_wheels(
