@@ -48,10 +48,15 @@ def build_inputs(row: MatrixRow, repo_root: Path = REPO_ROOT) -> list[dict]:
     return [{"path": str(f.relative_to(repo_root.resolve())), "sha256": _sha256(f)} for f in unique]
 
 
-def build_config(row: MatrixRow, source_revision: str | None, repo_root: Path = REPO_ROOT) -> dict:
-    """The canonical record that the fingerprint hashes (also stored in the manifest)."""
+def build_config(row: MatrixRow, source_revision: str | None, repo_root: Path = REPO_ROOT, *,
+                 submodules: tuple[str, ...] | None = None) -> dict:
+    """The canonical record that the fingerprint hashes (also stored in the manifest).
+
+    ``submodules``: the only submodules checked out, when the component names them (another
+    selection is other sources at the same revision).
+    """
     s = row.settings
-    return {
+    config = {
         "schema": FINGERPRINT_SCHEMA,
         "component": row.component,
         "ref": row.ref,
@@ -73,6 +78,9 @@ def build_config(row: MatrixRow, source_revision: str | None, repo_root: Path = 
         "repair": s.repair,
         "build_inputs": build_inputs(row, repo_root),
     }
+    if submodules is not None:
+        config["source_submodules"] = list(submodules)
+    return config
 
 
 def fingerprint(config: dict) -> str:

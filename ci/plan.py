@@ -141,7 +141,8 @@ def _decide_row(versions: Versions, row: MatrixRow, release: Release | None, sto
     except WheelhouseError as error:
         return build(f"manifest unreadable: {error}")
     size = len(data)
-    wanted = fingerprint.fingerprint(fingerprint.build_config(row, revision))
+    selection = versions.component(row.component).source.selected_submodules
+    wanted = fingerprint.fingerprint(fingerprint.build_config(row, revision, submodules=selection))
     if stored.restored:
         return build("release was restored from artifacts; rebuild to attach a build manifest", size)
     if stored.fingerprint != wanted:

@@ -39,9 +39,14 @@ class Checkout:
     ref: str
     revision: str
     """git commit, sdist sha256, or a digest of the directory's files."""
+    submodules: tuple[str, ...] | None = None
+    """git: the only submodules checked out, when the component names them."""
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "location": self.location, "ref": self.ref, "revision": self.revision}
+        described = {"kind": self.kind, "location": self.location, "ref": self.ref, "revision": self.revision}
+        if self.submodules is not None:
+            described["submodules"] = list(self.submodules)
+        return described
 
 
 def _git(args: list[str], cwd: Path | None = None, *, check: bool = True) -> subprocess.CompletedProcess:
@@ -69,7 +74,9 @@ def _looks_like_sha(ref: str) -> bool:
     return len(ref) == 40 and all(c in "0123456789abcdef" for c in ref)
 
 
-def fetch_git(url: str, ref: str, cache_dir: Path, *, submodules: bool, component: str = "") -> Checkout:
+def fetch_git(url: str, ref: str, cache_dir: Path, *, submodules: bool | tuple[str, ...],
+              component: str = "") -> Checkout:
+    """A clean shallow checkout of ``ref``; ``submodules``: all (True), none, or only these paths."""
     key = hashlib.sha256(url.encode()).hexdigest()[:12]
     path = cache_dir / "sources" / "git" / f"{key}-{naming.sanitize_ref(ref)}"
     if not (path / ".git").is_dir():
@@ -91,12 +98,30 @@ def fetch_git(url: str, ref: str, cache_dir: Path, *, submodules: bool, componen
         raise WheelhouseError(f"git fetch {url} {ref} failed {FETCH_ATTEMPTS} times: {last_error}; check the URL and network")
     _git(["checkout", "-q", "--detach", "--force", "FETCH_HEAD"], path)
     _git(["clean", "-q", "-ffdx"], path)
+    # A cached checkout may hold submodules that another selection fetched: start from none.
+    _git(["submodule", "deinit", "-q", "--force", "--all"], path)
+    named = isinstance(submodules, tuple)
+    selected = _selected_submodules(path, submodules, url, ref, component) if named else ()
     if submodules:
         _git(["submodule", "sync", "-q", "--recursive"], path)
-        _git(["submodule", "update", "-q", "--init", "--recursive", "--force", "--depth", "1"], path)
+        _git(["submodule", "update", "-q", "--init", "--recursive", "--force", "--depth", "1", "--", *selected], path)
         _git(["submodule", "foreach", "-q", "--recursive", "git clean -q -ffdx && git reset -q --hard"], path)
     revision = _git(["rev-parse", "HEAD"], path).stdout.strip()
-    return Checkout(path, "git", url, ref, revision)
+    return Checkout(path, "git", url, ref, revision, selected if named else None)
+
+
+def _selected_submodules(path: Path, wanted: tuple[str, ...], url: str, ref: str, component: str) -> tuple[str, ...]:
+    """``wanted``, each checked to be a submodule of the checkout (a typo must not build without it)."""
+    gitlinks = [line.split("\t", 1)[1] for line in _git(["ls-files", "-s"], path).stdout.splitlines()
+                if line.startswith("160000 ")]
+    unknown = [p for p in wanted if p.strip("/") not in gitlinks]
+    if unknown:
+        where = f"components.{component}.source.submodules" if component else "source.submodules"
+        raise WheelhouseError(
+            f"{where}: {', '.join(unknown)} is not a submodule of {url} at {ref}; "
+            f"its submodules are: {', '.join(gitlinks) or 'none'}"
+        )
+    return tuple(p.strip("/") for p in wanted)
 
 
 def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expected_sha256: str | None = None,
@@ -200,7 +225,10 @@ def describe_plan(component: Component, override: Path | None = None) -> str:
         return f"local directory {override}"
     source = component.source
     if source.kind == "git":
-        subs = " with submodules" if source.submodules else ""
+        if source.selected_submodules:
+            subs = f" with submodules {', '.join(source.selected_submodules)}"
+        else:
+            subs = " with submodules" if source.submodules else ""
         return f"git {source.location} @ {component.ref} (shallow{subs}, cleaned)"
     if source.kind == "sdist":
         pin = f", sha256 {source.sha256}" if source.sha256 else ""

@@ -77,8 +77,14 @@ class Source:
 
     kind: str  # "git", "sdist" or "path"
     location: str  # clone URL, distribution name, or directory relative to the repository root
-    submodules: bool = False
+    submodules: bool | tuple[str, ...] = False
+    """git: every submodule (True), none (False), or only these paths (each recursively)."""
     sha256: str | None = None
+
+    @property
+    def selected_submodules(self) -> tuple[str, ...] | None:
+        """The only submodules a build gets, when the component names them (None: all or none)."""
+        return self.submodules if isinstance(self.submodules, tuple) else None
 
 
 @dataclass(frozen=True)
@@ -359,7 +365,8 @@ def _build(path: Path, data: dict) -> Versions:
     for name, raw in data["components"].items():
         src = raw["source"]
         if "git" in src:
-            source = Source("git", src["git"], bool(src.get("submodules", False)))
+            wanted = src.get("submodules", False)
+            source = Source("git", src["git"], tuple(wanted) if isinstance(wanted, list) else bool(wanted))
         elif "sdist" in src:
             source = Source("sdist", src["sdist"], sha256=src.get("sha256"))
         else:

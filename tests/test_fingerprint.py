@@ -81,3 +81,14 @@ def test_an_edit_to_a_sourced_helper_changes_the_fingerprint(tmp_path: Path) -> 
             handle.write("# an edit\n")
         after = fingerprint.fingerprint(fingerprint.build_config(row, "a" * 40, repo_root=root))
         assert before != after, helper
+
+
+def test_a_submodule_selection_is_part_of_the_fingerprint() -> None:
+    """The same revision with other submodules checked out is other sources: it must rebuild."""
+    row = next(iter(_rows_by_builder().values()))
+    everything = fingerprint.fingerprint(fingerprint.build_config(row, "a" * 40))
+    only_cutlass = fingerprint.fingerprint(fingerprint.build_config(row, "a" * 40, submodules=("csrc/cutlass",)))
+    with_ck = fingerprint.fingerprint(
+        fingerprint.build_config(row, "a" * 40, submodules=("csrc/cutlass", "csrc/composable_kernel")))
+    assert len({everything, only_cutlass, with_ck}) == 3
+    assert "source_submodules" not in fingerprint.build_config(row, "a" * 40)  # unchanged for every other row

@@ -110,3 +110,56 @@ def test_pip_download_never_reads_the_name_as_an_option(tmp_path):
     with pytest.raises(WheelhouseError, match="could not be downloaded"):
         sources.fetch_sdist(f"--log={tmp_path}/log", "1.0", tmp_path / "cache", python=sys.executable)
     assert not list(tmp_path.glob("log*"))
+
+
+def _repo_with_two_submodules(tmp_path: Path) -> Path:
+    """``app`` with submodules ``third_party/needed`` and ``third_party/unneeded`` (local bare-free repos)."""
+    for name in ("needed", "unneeded"):
+        sub = tmp_path / name
+        sub.mkdir()
+        _git("init", "-q", "-b", "main", cwd=sub)
+        (sub / "header.h").write_text(f"// {name}\n")
+        _git("add", ".", cwd=sub)
+        _git("commit", "-qm", name, cwd=sub)
+    app = tmp_path / "app"
+    app.mkdir()
+    _git("init", "-q", "-b", "main", cwd=app)
+    (app / "setup.py").write_text("app\n")
+    for name in ("needed", "unneeded"):
+        _git("-c", "protocol.file.allow=always", "submodule", "add", "-q", (tmp_path / name).as_uri(),
+             f"third_party/{name}", cwd=app)
+    _git("commit", "-qam", "app with two submodules", cwd=app)
+    return app
+
+
+def test_only_the_named_submodules_are_fetched(tmp_path, monkeypatch):
+    """`submodules: [path]` checks out that submodule only; a cached checkout that had all loses the others."""
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "protocol.file.allow")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "always")
+    app = _repo_with_two_submodules(tmp_path)
+    cache = tmp_path / "cache"
+
+    everything = sources.fetch_git(app.as_uri(), "main", cache, submodules=True)
+    assert (everything.path / "third_party/unneeded/header.h").is_file()
+    assert everything.submodules is None and "submodules" not in everything.describe()
+
+    only = sources.fetch_git(app.as_uri(), "main", cache, submodules=("third_party/needed",), component="app")
+    assert only.path == everything.path  # the same cached clone, made exact for this selection
+    assert (only.path / "third_party/needed/header.h").read_text() == "// needed\n"
+    assert not any((only.path / "third_party/unneeded").iterdir())
+    assert only.describe()["submodules"] == ["third_party/needed"]
+    assert only.revision == everything.revision
+
+
+def test_a_named_submodule_that_does_not_exist_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "protocol.file.allow")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "always")
+    app = _repo_with_two_submodules(tmp_path)
+    with pytest.raises(WheelhouseError) as raised:
+        sources.fetch_git(app.as_uri(), "main", tmp_path / "cache", submodules=("third_party/neded",), component="app")
+    assert str(raised.value) == (
+        f"components.app.source.submodules: third_party/neded is not a submodule of {app.as_uri()} at main; "
+        "its submodules are: third_party/needed, third_party/unneeded"
+    )
