@@ -82,3 +82,21 @@ def test_parse_pythons() -> None:
     assert parse_pythons(["313"]) == ("3.13",)
     with pytest.raises(ConfigError, match="'three' is not a Python version"):
         parse_pythons("three")
+
+
+def test_a_pure_python_wheel_serves_every_python_its_requires_python_admits(tmp_path: Path) -> None:
+    """Megatron-Bridge: py3-none-any, no ELF at all, Requires-Python >=3.12,<3.13, built for the 3.12 rows."""
+    pure = build_wheel(tmp_path / "a", {"megatron/bridge/__init__.py": b""}, name="megatron_bridge", version="0.5.2",
+                       tags="py3-none-any", requires_python=">=3.12,<3.13")
+    with open_wheel(pure) as archive:
+        result = check_coverage(archive, "3.12", ">=3.12,<3.13")
+        assert result.ok and result.claimed_pythons == ("3.12",)
+        assert check_coverage(archive, "3.11,3.12", ">=3.12,<3.13").problems == (
+            f"{pure.name}: its Requires-Python '>=3.12,<3.13' excludes Python 3.11, which this row builds for; "
+            "fix python_versions in versions.yaml or the project's requires-python",
+        )
+    py310 = build_wheel(tmp_path / "b", {"pkg/__init__.py": b""}, name="pkg", tags="py310-none-any")
+    assert _coverage(py310, "3.12").ok  # pip on 3.12 takes py310
+    assert _coverage(py310, "3.9").problems[0].endswith("do not claim Python 3.9, which is required; build for it")
+    abi3 = build_wheel(tmp_path / "c", {"pkg/_C.abi3.so": SO}, name="pkg", tags="cp39-abi3-linux_x86_64")
+    assert _coverage(abi3, "3.12").ok  # cp39-abi3 serves 3.9 and later

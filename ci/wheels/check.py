@@ -32,7 +32,8 @@ from ci.wheels.audit import AuditResult, audit_show
 from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons
 from ci.wheels.fatbin import ArchScan, MemberArchs, arch_problems, find_cuobjdump, scan_elf_file
 from ci.wheels.elf import EM_AARCH64, EM_CUDA, EM_X86_64, ElfFile, is_elf
-from ci.wheels.metadata import read_metadata
+from ci.wheels.contents import content_problems
+from ci.wheels.metadata import read_metadata, requires_python_of
 from ci.wheels.record import check_record
 
 REPORT_VERSION = 1
@@ -198,13 +199,15 @@ def _inspect(
     try:
         with open_wheel(path) as archive:
             pending.readable = True
+            requires_python = None
             try:
-                read_metadata(archive)
+                requires_python = requires_python_of(read_metadata(archive))
             except CheckFailed as exc:
                 pending.problems.append(str(exc))
-            pending.coverage = check_coverage(archive, pythons)
+            pending.coverage = check_coverage(archive, pythons, requires_python)
             pending.problems.extend(pending.coverage.problems)
             pending.problems.extend(check_record(archive))
+            pending.problems.extend(content_problems(archive))
             machine = _platform_machine(archive.wheel_name.tags)
             needs: list[ElfNeeds] = []
             device: list[MemberArchs] = []

@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
 from ci.errors import ConfigError
 from ci.wheels.archive import WheelArchive, WheelName
 
@@ -25,6 +27,7 @@ _SOABI_MODULE = re.compile(
 )
 _ABI3_MODULE = re.compile(r"^(?P<stem>.+)\.abi3\.so$")
 _CP_TAG = re.compile(r"^cp(?P<major>\d)(?P<minor>\d+)$")
+_PY_TAG = re.compile(r"^py(?P<major>\d)(?P<minor>\d*)$")
 _PLATFORM_MACHINES = ("x86_64", "aarch64", "ppc64le", "s390x", "i686", "armv7l", "riscv64")
 
 
@@ -91,6 +94,41 @@ def claimed_pythons(name: WheelName) -> tuple[tuple[str, ...], bool]:
     return tuple(sorted(versions, key=_version_key)), abi3
 
 
+def tags_admit(name: WheelName, version: str) -> bool:
+    """Whether pip on CPython ``version`` (``3.12``) would take the wheel by its tags alone.
+
+    ``cp312`` names that Python; ``cp39-abi3`` serves 3.9 and later; ``py3`` serves every 3.x and
+    ``py310`` 3.10 and later (pip's own order of compatible tags).
+    """
+    major, minor = (int(part) for part in version.split("."))
+    for tag in name.tags:
+        cp = _CP_TAG.match(tag.interpreter)
+        if cp and int(cp["major"]) == major and (
+            int(cp["minor"]) == minor or (tag.abi == "abi3" and int(cp["minor"]) <= minor)
+        ):
+            return True
+        py = _PY_TAG.match(tag.interpreter)
+        if py and int(py["major"]) == major and (not py["minor"] or int(py["minor"]) <= minor):
+            return True
+    return False
+
+
+def requires_python_problems(label: str, requires_python: str | None, required: Iterable[str]) -> list[str]:
+    """Each required Python that the wheel's Requires-Python excludes (pip would refuse it there)."""
+    if not requires_python:
+        return []
+    try:
+        specifier = SpecifierSet(requires_python)
+    except InvalidSpecifier:
+        return [f"{label}: METADATA Requires-Python {requires_python!r} is not a valid specifier; rebuild the wheel"]
+    return [
+        f"{label}: its Requires-Python {requires_python!r} excludes Python {version}, which this row builds for; "
+        "fix python_versions in versions.yaml or the project's requires-python"
+        for version in required
+        if not specifier.contains(f"{version}.0", prereleases=True)
+    ]
+
+
 def extension_modules(members: Iterable[str]) -> tuple[ExtensionModule, ...]:
     found = []
     for name in members:
@@ -118,8 +156,10 @@ def _platform_machines(name: WheelName) -> set[str]:
     return machines
 
 
-def check_coverage(archive: WheelArchive, pythons: str | Iterable[str] | None = None) -> CoverageResult:
-    """Check an open wheel; ``pythons`` adds CPythons that must be covered (``"3.10,3.11"``)."""
+def check_coverage(archive: WheelArchive, pythons: str | Iterable[str] | None = None,
+                   requires_python: str | None = None) -> CoverageResult:
+    """Check an open wheel; ``pythons`` adds CPythons that must be covered (``"3.10,3.11"``), which its
+    METADATA's ``requires_python`` must admit too."""
     name = archive.wheel_name
     label = name.filename
     claimed, abi3 = claimed_pythons(name)
@@ -128,9 +168,12 @@ def check_coverage(archive: WheelArchive, pythons: str | Iterable[str] | None = 
     problems: list[str] = []
 
     for version in required:
-        if version not in claimed:
+        if not tags_admit(name, version):
             tags = ".".join(sorted({t.interpreter for t in name.tags}))
             problems.append(f"{label}: tags ({tags}) do not claim Python {version}, which is required; build for it")
+        elif version not in claimed:  # py3, or abi3: the wheel serves it without naming it
+            claimed = tuple(sorted({*claimed, version}, key=_version_key))
+    problems.extend(requires_python_problems(label, requires_python, required))
 
     machines = _platform_machines(name)
     by_stem: dict[str, list[ExtensionModule]] = {}

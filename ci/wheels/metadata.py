@@ -52,6 +52,12 @@ def read_metadata(archive: WheelArchive) -> bytes:
     return data
 
 
+def requires_python_of(metadata: bytes) -> str | None:
+    """The Requires-Python of METADATA bytes that :func:`read_metadata` returned, stripped; None if absent."""
+    requires = HeaderParser().parsestr(metadata.decode("utf-8")).get("Requires-Python")
+    return requires.strip() or None if requires else None
+
+
 def extract_metadata(wheel: Path | str, out_dir: Path | str | None = None) -> MetadataFile:
     """Write ``<out_dir>/<wheel filename>.metadata`` (default: beside the wheel) and return its record."""
     wheel = Path(wheel)
@@ -64,7 +70,6 @@ def extract_metadata(wheel: Path | str, out_dir: Path | str | None = None) -> Me
     partial = target.with_name(target.name + ".partial")
     partial.write_bytes(data)
     partial.replace(target)
-    requires = headers.get("Requires-Python")
     return MetadataFile(
         wheel=wheel,
         path=target,
@@ -72,5 +77,5 @@ def extract_metadata(wheel: Path | str, out_dir: Path | str | None = None) -> Me
         metadata_sha256=hashlib.sha256(data).hexdigest(),
         name=str(headers.get("Name")),
         version=str(headers.get("Version")).strip(),
-        requires_python=requires.strip() if requires else None,
+        requires_python=requires_python_of(data),
     )

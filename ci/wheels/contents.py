@@ -1,0 +1,119 @@
+"""What a complete wheel of a package holds, where its own files cannot show it.
+
+Most wheels are complete by construction: their extension modules are checked
+for Python coverage, torch ABI and CUDA archs. A few carry their kernels as data,
+and a build that quietly lost them still makes a valid wheel that fails only
+when a model first runs:
+
+``flashinfer-python``
+    compiles its kernels at run time from the headers it carries (its own, and
+    those of the CUTLASS, CCCL and spdlog submodules); upstream's build backend
+    copies a missing submodule as nothing.
+``flashinfer-cubin``
+    NVIDIA's prebuilt kernels. Each kernel directory holds a ``checksums.txt``
+    manifest (``<sha256> <file>`` per line); every ``.cubin`` and header it lists
+    must be in the wheel with that digest. Upstream's build downloads only
+    those: the ``.so`` entries of the CuTe-DSL manifests are loaded at run
+    time, and its own wheels do not carry them.
+``flashinfer-jit-cache``
+    flashinfer's ahead-of-time compile of its kernels, one shared object per
+    module; which modules exist is decided by flashinfer's ``aot.py`` for the
+    arch list, so the check asks for at least one and leaves the archs to the
+    CUDA arch check.
+
+:func:`content_problems` returns one line per problem, naming the member.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Callable
+
+from ci.wheels.archive import WheelArchive
+
+FLASHINFER_HEADERS = (
+    "flashinfer/data/include/flashinfer/attention/decode.cuh",
+    "flashinfer/data/csrc/single_decode.cu",
+    "flashinfer/data/cutlass/include/cutlass/cutlass.h",
+    "flashinfer/data/cutlass/tools/util/include/cutlass/util/device_memory.h",
+    "flashinfer/data/spdlog/include/spdlog/spdlog.h",
+    "flashinfer/data/cccl/cub/cub/cub.cuh",
+    "flashinfer/data/cccl/libcudacxx/include/cuda/std/version",
+    "flashinfer/data/cccl/thrust/thrust/version.h",
+)
+CUBIN_ROOT = "flashinfer_cubin/cubins/"
+JIT_CACHE_ROOT = "flashinfer_jit_cache/jit_cache/"
+# Listed in a manifest but loaded at run time, not shipped (see the module docstring).
+_LOADED_AT_RUN_TIME = (".so",)
+
+
+def _flashinfer_python(archive: WheelArchive) -> list[str]:
+    names = set(archive.names())
+    return [
+        f"{archive.path.name}: lacks {header}, which its JIT compiles kernels with; build from sources with "
+        "every header submodule checked out (cutlass, cccl, spdlog)"
+        for header in FLASHINFER_HEADERS
+        if header not in names
+    ]
+
+
+def _manifest_entries(archive: WheelArchive, manifest: str) -> list[tuple[str, str]]:
+    """``(sha256, member)`` for each line of a ``checksums.txt``; members are relative to its directory."""
+    base = posixpath.dirname(manifest)
+    entries = []
+    for line in archive.read_small(manifest).decode("utf-8", "replace").splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            entries.append((parts[0].lower(), posixpath.join(base, parts[1])))
+    return entries
+
+
+def _sha256(archive: WheelArchive, name: str) -> str:
+    digest = hashlib.sha256()
+    for block in archive.iter_chunks(name):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+def _flashinfer_cubin(archive: WheelArchive) -> list[str]:
+    names = set(archive.names())
+    manifests = sorted(n for n in names if n.startswith(CUBIN_ROOT) and n.endswith("/checksums.txt"))
+    if not manifests:
+        return [f"{archive.path.name}: has no {CUBIN_ROOT}**/checksums.txt, so no kernel can be verified; "
+                "rehost upstream's wheel or rebuild it with its cubins"]
+    problems = []
+    for manifest in manifests:
+        for expected, member in _manifest_entries(archive, manifest):
+            if member.endswith(_LOADED_AT_RUN_TIME):
+                continue
+            if member not in names:
+                problems.append(f"{archive.path.name}: lacks {member}, which {manifest} lists; "
+                                "the cubin download was incomplete: rebuild or rehost the wheel")
+            elif _sha256(archive, member) != expected:
+                problems.append(f"{archive.path.name}: {member} does not match its sha256 in {manifest}; "
+                                "rebuild or rehost the wheel")
+    return problems
+
+
+def _flashinfer_jit_cache(archive: WheelArchive) -> list[str]:
+    if any(n.startswith(JIT_CACHE_ROOT) and n.endswith(".so") for n in archive.names()):
+        return []
+    return [f"{archive.path.name}: has no compiled module under {JIT_CACHE_ROOT}; "
+            "its ahead-of-time compile produced nothing: rebuild or rehost the wheel"]
+
+
+RULES: dict[str, Callable[[WheelArchive], list[str]]] = {
+    "flashinfer-python": _flashinfer_python,
+    "flashinfer-cubin": _flashinfer_cubin,
+    "flashinfer-jit-cache": _flashinfer_jit_cache,
+}
+
+
+def content_problems(archive: WheelArchive) -> list[str]:
+    """What the wheel lacks of what its package must hold (nothing for packages without a rule)."""
+    rule = RULES.get(archive.wheel_name.name)
+    return rule(archive) if rule else []
+
+
+__all__ = ["RULES", "content_problems"]
