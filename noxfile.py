@@ -72,7 +72,7 @@ def _register_build(component: str, python: str) -> None:
                 row = next(r for r in matrix.session_rows(VERSIONS) if r.component == component and r.python == python)
             options = build.BuildOptions(
                 cache_dir=ENV.cache_dir, dist_root=args.dist.resolve(), reuse_env=args.reuse_env, source=args.source,
-                torch_index=ENV.torch_index, run_checks=not args.no_checks,
+                torch_index=ENV.torch_index, run_checks=not args.no_checks, max_jobs=ENV.max_jobs,
             )
             if args.dry_run:
                 print(build.plan(VERSIONS, row, options).render())

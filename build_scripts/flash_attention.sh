@@ -23,9 +23,10 @@ export FLASH_ATTENTION_FORCE_CXX11_ABI="$CXX11_ABI"
 # flash-attention's setup.py wants undotted archs ("80;90;100;120").
 FLASH_ATTN_CUDA_ARCHS="$(arch_list_strip_dots "$TORCH_CUDA_ARCH_LIST")"
 export FLASH_ATTN_CUDA_ARCHS
-MAX_JOBS="$(flash_attention_max_jobs "$CUDA_VERSION" "$MAX_JOBS")"
-export MAX_JOBS
 export NVCC_THREADS="${NVCC_THREADS:-2}"
+ARCH_COUNT="$(tr ';' '\n' <<<"$FLASH_ATTN_CUDA_ARCHS" | grep -c .)"
+MAX_JOBS="$(flash_attention_max_jobs "$CUDA_VERSION" "$MAX_JOBS" "$NVCC_THREADS" "$ARCH_COUNT")"
+export MAX_JOBS
 activate_arch_filter
 
 print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION TORCH_VERSION TORCH_CUDA_ARCH_LIST FLASH_ATTN_CUDA_ARCHS \

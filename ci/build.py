@@ -48,6 +48,8 @@ class BuildOptions:
     source: Path | None = None
     torch_index: str | None = None
     run_checks: bool = True
+    max_jobs: int | None = None
+    """This machine's build jobs (WHEELHOUSE_MAX_JOBS), in place of the component's max_jobs."""
     environ: dict = field(default_factory=lambda: dict(os.environ), repr=False)
 
 
@@ -221,7 +223,8 @@ def _build_env(row: MatrixRow, python: str, plan_paths: dict, options: BuildOpti
         "TORCH_VISION_VERSION": row.torch_vision,
         "TORCH_AUDIO_VERSION": row.torch_audio,
         "TORCH_CUDA_ARCH_LIST": s.torch_cuda_arch_list or "",
-        "MAX_JOBS": str(s.max_jobs),
+        "WHEEL_PACKAGES": " ".join(s.wheel_packages),
+        "MAX_JOBS": str(options.max_jobs or s.max_jobs),
         "NVCC_THREADS": str(s.nvcc_threads or 2),
         "CXX11_ABI": row.cxx11_abi,
         "EXTRA_ENV": json.dumps(dict(s.extra_env), sort_keys=True),
@@ -264,13 +267,15 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
         python = str(venv / "bin" / "python")
     # The plan fetches nothing, so its build directory is keyed by the ref as written; the build
     # itself keys it by the revision the ref resolves to.
-    build_dir = _build_dir(options, row, fingerprint.build_config(row, row.ref))
+    config = fingerprint.build_config(row, row.ref, submodules=component.source.selected_submodules)
+    build_dir = _build_dir(options, row, config)
     paths = {"dist": build_dir / "dist", "filter_bin": build_dir / "nvcc-filter-bin"}
     own_site = _site_packages(python) if options.reuse_env else venv / "lib" / f"python{row.python}" / "site-packages"
     site_packages = [own_site, *_sibling_site_packages(options, versions, row, index)]
     cache_tool, cache_env = _compiler_cache(options, build_dir, "<a free port>", site_packages)
     bundle = tuple(f"<python{p}>" for p in row.bundle_pythons)
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
+    env["SOURCE_REVISION"] = "<the commit, sdist sha256 or directory digest of the fetched sources>"
     return BuildPlan(
         row=row,
         interpreter=interpreter,
@@ -314,7 +319,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
         fetch_env["CUDA_HOME"] = str(toolchain.cuda_home(interpreter.nvcc))
         fetch_env["PATH"] = os.pathsep.join([str(interpreter.nvcc.parent), fetch_env.get("PATH", "")])
     checkout = sources.fetch(component, options.cache_dir, python=python, override=options.source, env=fetch_env)
-    config = fingerprint.build_config(row, checkout.revision)
+    config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
     digest = fingerprint.fingerprint(config)
     build_dir, lock = _claim(_build_dir(options, row, config), row)
     src = build_dir / "src"
@@ -338,6 +343,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     cache_tool, cache_env = _compiler_cache(options, build_dir, _free_port(), site_packages)
     paths = {"dist": dist, "filter_bin": build_dir / "nvcc-filter-bin"}
     env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
+    env["SOURCE_REVISION"] = checkout.revision
     if row.settings.arch_filter:
         _install_arch_filter(paths["filter_bin"])
     full_env = {**builder_environ, **env}

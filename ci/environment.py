@@ -13,6 +13,8 @@ GITHUB_TOKEN / GH_TOKEN    token for the GitHub store
 WHEELHOUSE_CACHE           checkout / compiler / sdist cache (default: .cache/)
 WHEELHOUSE_WRITE_GAP       seconds between GitHub writes (default 1, as GitHub
                            asks; the test suite's command runs set 0)
+WHEELHOUSE_MAX_JOBS        build jobs for this machine, in place of versions.yaml's
+                           max_jobs (not a build input: the wheels are the same)
 =========================  ====================================================
 """
 
@@ -41,6 +43,7 @@ class Environment:
     token: str | None = field(default=None, repr=False)
     cache_dir: Path = DEFAULT_CACHE
     write_gap: float = 1.0
+    max_jobs: int | None = None
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Environment:
@@ -55,6 +58,7 @@ class Environment:
             token=env.get("GITHUB_TOKEN") or env.get("GH_TOKEN") or None,
             cache_dir=Path(env.get("WHEELHOUSE_CACHE") or DEFAULT_CACHE),
             write_gap=_seconds("WHEELHOUSE_WRITE_GAP", env.get("WHEELHOUSE_WRITE_GAP"), 1.0),
+            max_jobs=_jobs("WHEELHOUSE_MAX_JOBS", env.get("WHEELHOUSE_MAX_JOBS")),
         )
 
     @property
@@ -80,6 +84,14 @@ def _seconds(name: str, value: str | None, default: float) -> float:
     if not 0 <= seconds <= 60:
         raise ConfigError(f"{name}={value}: expected a number of seconds from 0 to 60")
     return seconds
+
+
+def _jobs(name: str, value: str | None) -> int | None:
+    if not value:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 1024:
+        raise ConfigError(f"{name}={value}: expected a whole number of build jobs from 1 to 1024")
+    return int(value)
 
 
 def _stderr_logger() -> logging.Logger:

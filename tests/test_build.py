@@ -327,3 +327,20 @@ def test_builder_and_setup_py_never_see_credentials(tmp_path):
     assert any(line.startswith("withholding from the build: ACTIONS_ID_TOKEN_REQUEST_URL, ACTIONS_RUNTIME_TOKEN, "
                                "ANY_SERVICE_TOKEN, AWS_SECRET_ACCESS_KEY, GH_TOKEN, GITHUB_TOKEN, TWINE_PASSWORD")
                for line in logs), logs
+
+
+def test_this_machines_max_jobs_replaces_the_versions_file_value():
+    """WHEELHOUSE_MAX_JOBS: a 16-core machine builds with its cores without a versions file of its own."""
+    from ci.environment import Environment
+    from ci.errors import ConfigError
+
+    versions = load()
+    row = next(r for r in matrix.expand(versions) if r.component == "flash-attention")
+    environ = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    jobs = Environment.from_mapping({"WHEELHOUSE_MAX_JOBS": "16"}).max_jobs
+    options = build.BuildOptions(cache_dir=REPO / ".cache", dist_root=REPO / "dist", environ=environ, max_jobs=jobs)
+    assert build.plan(versions, row, options).env["MAX_JOBS"] == "16"
+    default = build.BuildOptions(cache_dir=REPO / ".cache", dist_root=REPO / "dist", environ=environ)
+    assert build.plan(versions, row, default).env["MAX_JOBS"] == str(row.settings.max_jobs)
+    with pytest.raises(ConfigError, match=r"^WHEELHOUSE_MAX_JOBS=0: expected a whole number of build jobs from 1 to 1024$"):
+        Environment.from_mapping({"WHEELHOUSE_MAX_JOBS": "0"})

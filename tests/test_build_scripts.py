@@ -222,14 +222,32 @@ def test_activate_arch_filter_refuses_a_plain_nvcc(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("cuda", "requested", "used", "forced"),
-    [("13.0.2", "4", "1", True), ("12.9.1", "8", "1", True), ("13.2.0", "2", "1", True), ("13.0.2", "1", "1", False),
-     ("12.8.1", "8", "8", False), ("13.1.0", "3", "3", False), ("12.4", "2", "2", False)],
+    ("cuda", "requested", "threads", "archs", "memory", "used"),
+    [
+        ("13.0.2", "16", "1", "1", "128", "16"),  # the H200 machine, sm_90 only: every core
+        ("13.0.2", "16", "2", "1", "60", "8"),  # one arch: a second nvcc thread has nothing to do
+        ("13.0.2", "4", "2", "4", "15", "1"),  # a 16 GB hosted runner, four archs two at a time
+        ("12.9.1", "8", "2", "4", "64", "4"),
+        ("13.2.0", "2", "4", "4", "3", "1"),  # never below one job
+        ("12.8.1", "8", "2", "4", "15", "8"),  # older toolkits: the request as it is
+    ],
 )
-def test_flash_attention_max_jobs(cuda, requested, used, forced):
-    proc = bash(source("flash_attention.sh") + f'jobs="$(flash_attention_max_jobs {cuda} {requested})"\necho "$jobs"')
-    assert proc.returncode == 0 and proc.stdout == f"{used}\n"
-    assert ("MAX_JOBS forced to 1" in proc.stderr) == forced
+def test_flash_attention_max_jobs_fit_the_memory(cuda, requested, threads, archs, memory, used):
+    """The anchor forced 1 job on CUDA 12.9+ whatever the machine: hours on a 16-core one."""
+    proc = bash(source("flash_attention.sh") + f'flash_attention_max_jobs {cuda} {requested} {threads} {archs}',
+                env={"WHEELHOUSE_BUILD_MEMORY_GIB": memory})
+    assert proc.returncode == 0 and proc.stdout == f"{used}\n", proc.stderr
+    assert ("MAX_JOBS lowered" in proc.stderr) == (used != requested)
+
+
+def test_build_memory_defaults_to_memavailable_and_refuses_a_bad_override():
+    proc = bash(source("flash_attention.sh") + "build_memory_gib")
+    available_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                         if line.startswith("MemAvailable:"))
+    assert abs(int(proc.stdout) - available_kib // 1048576) <= 1
+    proc = bash(source("flash_attention.sh") + "build_memory_gib", env={"WHEELHOUSE_BUILD_MEMORY_GIB": "lots"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "[wheelhouse] error: WHEELHOUSE_BUILD_MEMORY_GIB=lots: expected a whole number of GiB"
 
 
 # --- cuda_paths.sh ----------------------------------------------------------------------------
@@ -369,11 +387,59 @@ def test_flashinfer_jit_cache_cu_index(cuda, index):
 
 
 def test_flashinfer_checkout_version(tmp_path):
+    """version.txt in a git checkout; upstream's sdist has none, and its PKG-INFO says the version."""
     (tmp_path / "version.txt").write_text("0.6.13\n")
     assert bash(source("flashinfer.sh") + "flashinfer_checkout_version .", cwd=tmp_path).stdout == "0.6.13\n"
     (tmp_path / "version.txt").unlink()
+    (tmp_path / "PKG-INFO").write_text("Metadata-Version: 2.4\nName: flashinfer-python\nVersion: 0.6.13\n\nVersion: 9\n")
+    assert bash(source("flashinfer.sh") + "flashinfer_checkout_version .", cwd=tmp_path).stdout == "0.6.13\n"
+    (tmp_path / "PKG-INFO").unlink()
     proc = bash(source("flashinfer.sh") + "flashinfer_checkout_version .", cwd=tmp_path)
-    assert proc.returncode == 1 and "no version.txt" in proc.stderr
+    assert proc.returncode == 1 and "no version.txt (git checkout) or PKG-INFO (sdist)" in proc.stderr
+
+
+def _flashinfer_tree(root: Path) -> Path:
+    for header in ("3rdparty/cutlass/include/cutlass/cutlass.h", "3rdparty/spdlog/include/spdlog/spdlog.h",
+                   "3rdparty/cccl/libcudacxx/include/cuda/std/version", "3rdparty/cccl/cub/cub/cub.cuh",
+                   "3rdparty/cccl/thrust/thrust/version.h", "flashinfer/__init__.py"):
+        (root / header).parent.mkdir(parents=True, exist_ok=True)
+        (root / header).write_text("")
+    return root
+
+
+def test_flashinfer_sources_without_a_header_tree_are_refused(tmp_path):
+    """Upstream's backend copies a missing submodule as nothing: the wheel's JIT could not compile a kernel."""
+    tree = _flashinfer_tree(tmp_path)
+    assert bash(source("flashinfer.sh") + "flashinfer_require_headers .", cwd=tree).returncode == 0
+    shutil.rmtree(tree / "3rdparty/spdlog/include")
+    proc = bash(source("flashinfer.sh") + "flashinfer_require_headers .", cwd=tree)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == (
+        "[wheelhouse] error: flashinfer sources lack 3rdparty/spdlog/include/spdlog/spdlog.h: the 3rdparty/spdlog "
+        "submodule is not checked out; list it in components.flashinfer.source.submodules (or build from the sdist)")
+
+
+def test_flashinfer_build_meta_names_the_sources_commit(tmp_path):
+    """Without it the backend asks git in a directory without .git: the commit of the repository around it."""
+    tree = _flashinfer_tree(tmp_path / "git")
+    proc = bash(source("flashinfer.sh") + f"flashinfer_write_build_meta . 0.6.13 {'5' * 40}", cwd=tree)
+    assert proc.returncode == 0, proc.stderr
+    assert (tree / "flashinfer/_build_meta.py").read_text() == (
+        f'"""Build metadata for flashinfer package."""\n__version__ = "0.6.13"\n__git_version__ = "{"5" * 40}"\n')
+    proc = bash(source("flashinfer.sh") + "flashinfer_write_build_meta . 0.6.13 abc", cwd=tree,
+                env={"FLASHINFER_LOCAL_VERSION": "cu130"})
+    assert '__version__ = "0.6.13+cu130"' in (tree / "flashinfer/_build_meta.py").read_text()
+    sdist = _flashinfer_tree(tmp_path / "sdist")  # upstream wrote its own: kept as it is
+    (sdist / "PKG-INFO").write_text("Version: 0.6.13\n")
+    (sdist / "flashinfer/_build_meta.py").write_text('__version__ = "0.6.13"\n__git_version__ = "57ba7eeb"\n')
+    assert bash(source("flashinfer.sh") + "flashinfer_write_build_meta . 0.6.13 deadbeef", cwd=sdist).returncode == 0
+    assert "57ba7eeb" in (sdist / "flashinfer/_build_meta.py").read_text()
+
+
+def test_wheel_package_wanted():
+    script = source("flashinfer.sh") + "for p in flashinfer-python flashinfer-cubin flashinfer; do " \
+        "if wheel_package_wanted $p; then echo $p; fi; done"
+    assert bash(script, env={"WHEEL_PACKAGES": "flashinfer-python flashinfer-jit-cache"}).stdout == "flashinfer-python\n"
 
 
 def _fake_python(directory: Path, fail_times: int) -> Path:
@@ -388,6 +454,7 @@ calls = int(counter.read_text()) + 1 if counter.exists() else 1
 counter.write_text(str(calls))
 args = sys.argv[1:]
 assert args[:3] == ["-m", "pip", "download"], args
+pathlib.Path({str(directory / "argv")!r}).write_text(" ".join(args))
 if calls <= {fail_times}:
     sys.exit(1)
 dest = pathlib.Path(args[args.index("-d") + 1])
@@ -399,21 +466,52 @@ name, version = args[args.index("-q") + 2].split("==")
 
 
 def test_download_prebuilt_wheel_retries(tmp_path):
+    """`default` leaves the index to pip's own configuration (no --index-url)."""
     counter = _fake_python(tmp_path / "bin", fail_times=2)
-    proc = bash(source("flashinfer.sh") + f'download_prebuilt_wheel flashinfer-cubin 0.6.13 https://example.invalid/whl "{tmp_path / "out"}"',
+    proc = bash(source("flashinfer.sh") + f'download_prebuilt_wheel flashinfer-cubin 0.6.13 default "{tmp_path / "out"}" kernels',
                 env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "WHEELHOUSE_RETRY_SLEEP": "0"})
     assert proc.returncode == 0, proc.stderr
     assert counter.read_text() == "3"
+    assert "--index-url" not in (tmp_path / "bin" / "argv").read_text()
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["flashinfer_cubin-0.6.13-py3-none-any.whl"]
 
 
 def test_download_prebuilt_wheel_gives_up_in_one_line(tmp_path):
+    """Offline (the GPU machine, a sandbox), the build ends naming what the wheel holds and the way out."""
     counter = _fake_python(tmp_path / "bin", fail_times=99)
-    proc = bash(source("flashinfer.sh") + f'download_prebuilt_wheel flashinfer-jit-cache 0.6.13 https://example.invalid/cu130 "{tmp_path}/out" 3',
-                env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "WHEELHOUSE_RETRY_SLEEP": "0"})
+    proc = bash(source("flashinfer.sh") + f'download_prebuilt_wheel flashinfer-jit-cache 0.6.13 https://example.invalid/cu130 "{tmp_path}/out" "every kernel" 3',
+                env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "WHEELHOUSE_RETRY_SLEEP": "0",
+                     "COMPONENT": "flashinfer"})
     assert proc.returncode == 1 and counter.read_text() == "3"
+    assert "--index-url https://example.invalid/cu130" in (tmp_path / "bin" / "argv").read_text()
     assert proc.stderr.splitlines()[-1] == (
-        "[wheelhouse] error: could not download flashinfer-jit-cache==0.6.13 from https://example.invalid/cu130 after 3 attempts")
+        "[wheelhouse] error: could not download flashinfer-jit-cache==0.6.13 from https://example.invalid/cu130 after "
+        "3 attempts; it holds every kernel, which cannot be built here: reach that index, or drop flashinfer-jit-cache "
+        "from components.flashinfer.wheel_packages")
+
+
+# --- megatron_bridge.sh ------------------------------------------------------------------------------
+
+
+def test_megatron_bridge_builds_offline_with_the_venvs_setuptools(tmp_path):
+    """The builder once asked pip for setuptools<80, a downgrade that fails offline (the GPU machine, a
+    mirror-only CI); a pure-Python project of the same shape now builds with the venv as it is."""
+    project = tmp_path / "src"
+    (project / "src/megatron/bridge").mkdir(parents=True)
+    (project / "src/megatron/bridge/__init__.py").write_text("")
+    (project / "src/megatron/bridge/package_info.py").write_text('__version__ = "0.5.2"\n')
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools<80.0.0", "pybind11", "torch", "wheel"]\n'
+        'build-backend = "setuptools.build_meta"\n[tool.setuptools]\npackage-dir = {"" = "src"}\n'
+        '[tool.setuptools.packages.find]\nwhere = ["src"]\ninclude = ["megatron.bridge*"]\n'
+        '[project]\nname = "megatron-bridge"\ndynamic = ["version"]\nrequires-python = ">=3.10"\n'
+        '[tool.setuptools.dynamic]\nversion = { attr = "megatron.bridge.package_info.__version__" }\n')
+    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PIP_NO_INDEX": "1",
+           "DIST_DIR": str(tmp_path / "dist"), "COMPONENT": "megatron-bridge"}
+    proc = subprocess.run(["bash", str(SCRIPTS / "megatron_bridge.sh")], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [p.name for p in (tmp_path / "dist").iterdir()] == ["megatron_bridge-0.5.2-py3-none-any.whl"]
 
 
 # --- wheel_pack.sh ---------------------------------------------------------------------------------
