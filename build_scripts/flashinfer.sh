@@ -26,7 +26,10 @@ ensure_dist_dir
 export_extra_env
 
 FLASHINFER_VERSION="$(flashinfer_checkout_version .)"
-JIT_CACHE_INDEX="https://flashinfer.ai/whl/$(flashinfer_jit_cache_cu_index "$CUDA_VERSION")"
+JIT_CACHE_INDEX=""
+if wheel_package_wanted flashinfer-jit-cache; then
+    JIT_CACHE_INDEX="https://flashinfer.ai/whl/$(flashinfer_jit_cache_cu_index "$CUDA_VERSION")"
+fi
 if [[ "$TARGET_ARCH" == "x86_64" ]]; then
     BUILD_ANY_ARCH_WHEELS=true
 else

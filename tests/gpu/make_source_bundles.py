@@ -53,6 +53,8 @@ from ci.errors import WheelhouseError  # noqa: E402
 # snapshot) to carry whole. Top-level files (licences, READMEs) are always kept.
 TRIM_RULES: dict[str, tuple[str, ...]] = {
     "NVIDIA/cutlass": ("include", "tools/util/include"),
+    # its wheel is src/megatron/bridge; the snapshot lacks a blob under docs/ (a 4 MiB gif)
+    "NVIDIA-NeMo/Megatron-Bridge": ("src",),
 }
 
 _GITHUB = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
@@ -129,8 +131,9 @@ class MirrorBuilder:
             raise BundleError(f"{repo}: ref {ref} is not in its snapshot; name a commit the snapshot has "
                               "(--upstream COMPONENT=COMMIT)") from None
 
-    def serve(self, repo: str, commit: str) -> Served:
-        """Put ``commit`` (and its submodule commits) into the mirror; return what is served."""
+    def serve(self, repo: str, commit: str, submodules_wanted: bool | tuple[str, ...] = True) -> Served:
+        """Put ``commit`` (and the submodule commits a build fetches: all, none, or the paths
+        named) into the mirror; return what is served."""
         if (repo, commit) in self.done:
             return self.done[(repo, commit)]
         snapshot = self.snapshot(repo)
@@ -141,6 +144,8 @@ class MirrorBuilder:
         for path, gitlink in self._gitlinks(snapshot, commit):
             if path not in urls:
                 continue  # a gitlink without a .gitmodules entry is never checked out
+            if not submodules_wanted or (isinstance(submodules_wanted, tuple) and path not in submodules_wanted):
+                continue  # the build never fetches it: its gitlink stays as upstream wrote it
             sub = self.serve(repo_name(urls[path]), gitlink)
             submodules.append(sub)
             if sub.commit != gitlink:
@@ -277,7 +282,7 @@ def build(versions_path: Path, out: Path, *, snapshot_root: Path | None, snapsho
             continue
         repo = repo_name(component.source.location)
         commit = builder.resolve(repo, upstream.get(name, component.ref))
-        served = builder.serve(repo, commit)
+        served = builder.serve(repo, commit, component.source.submodules)
         if name in upstream:
             if served.commit != component.ref:
                 raise BundleError(f"{versions_path}: components.{name}.ref is {component.ref} but the mirror serves "

@@ -19,27 +19,35 @@
 #      missing symbol) and imported (undefined symbol); the wheel built here
 #      passes both
 #
+#   run_on_device.sh two-venv-paths   only the compiler-cache figure (below)
+#
 # Upstream mode: WHEELHOUSE_DEVICE_UPSTREAM names the components (default:
-# fast-hadamard-transform flash-mla deep-gemm). Their sources come through our
+# fast-hadamard-transform flash-mla deep-gemm). Git sources come through our
 # git path (source: {git: https://github.com/...}, shallow, submodules) from the
 # mirror in .device/mirror (tests/gpu/make_source_bundles.py), which git's own
 # url.<mirror>.insteadOf puts in GitHub's place. Each is built, its cubins
 # listed, released, indexed and installed from the index; then
-# tests/gpu/test_upstream_kernels.py compares their kernels with references.
+# tests/gpu/test_upstream_kernels.py compares their kernels with references
+# (tests/gpu/test_pure_python.py checks what a pure-Python one installed).
+# Sdist sources (flashinfer's) are carried in .device/sdists/.
 # A DeepGEMM wheel built on the CPU machine against torch 2.13, carried as
 # .device/torch2.13/deep_gemm-*.whl, is checked against this torch and imported.
 #
 # Every run works in a new temporary directory, so two runs give the same
 # result; WHEELHOUSE_DEVICE_WORK names one instead, and a run started again
-# there resumes its builds (a detached run that outlived a call, say).
+# there resumes its builds (a detached run that outlived a call, say). A long
+# build runs detached in a work directory of its own:
+#   WHEELHOUSE_DEVICE_WORK=/tmp/fa WHEELHOUSE_DEVICE_UPSTREAM=flash-attention \
+#       setsid nohup env -u OUT tests/gpu/run_on_device.sh upstream >/tmp/fa.log 2>&1 &
+# and a later call waits for it and reads /tmp/fa/out.
 # Carried beside the repository (both git-ignored): .whl/ (wheels of the tools
 # that machine lacks: nox, invoke, jsonschema...) and .device/ (the
-# causal-conv1d sdist, the mirror, and under torch2.13/ the wheels built
+# sdists in sdists/, the mirror, and under torch2.13/ the wheels built
 # against torch 2.13 elsewhere).
 # WHEELHOUSE_DEVICE_ALL_ARCHS=1 also times the unfiltered causal-conv1d build.
 # WHEELHOUSE_DEVICE_TWO_VENV_PATHS=1 also builds causal-conv1d twice in one WHEELHOUSE_CACHE, from two
 # venvs of the same Python at two paths (each with its own copy of torch, so torch's headers are under
-# two paths, as on two machines): whether venv paths alone defeat the compiler cache (benchmarks figure 8).
+# two paths, as on two machines): whether venv paths alone defeat the compiler cache (benchmarks figure 10).
 # Logs and timings go to $OUT (or the work directory).
 set -euo pipefail
 
@@ -60,11 +68,27 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     export PYTHONPATH="$WORK/tools${PYTHONPATH:+:$PYTHONPATH}"
     export PATH="$WORK/tools/bin:$PATH"
 fi
-export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl"
+# Build dependencies a builder asks for that the machine's own are too old for
+# (.device/build-deps: installed by pip only then, never put on PYTHONPATH).
+export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl $ROOT/.device/build-deps"
 export WHEELHOUSE_VERSIONS=tests/fixtures/versions-device.yaml
 export WHEELHOUSE_CACHE="$WORK/cache" WHEELHOUSE_STORE="$WORK/store"
 DIST="$WORK/dist"
 WORLD="cu130/torch2.11"
+# The machine's CC/CXX (/opt/gcc/bin/g++) is a wrapper whose library path
+# holds only a static libstdc++: extensions built with it embed libstdc++,
+# which the build's compiler check and the wheel checks refuse (std::regex
+# crashes beside torch's shared one). Its system compiler, the same GCC 13.3,
+# links libstdc++ dynamically.
+export CC="${WHEELHOUSE_DEVICE_CC:-/usr/bin/gcc}" CXX="${WHEELHOUSE_DEVICE_CXX:-/usr/bin/g++}"
+mkdir -p "$WHEELHOUSE_CACHE/sources/sdist"
+cp .device/sdists/* "$WHEELHOUSE_CACHE/sources/sdist/"
+# The wheel names a component's build makes (its wheel_packages, as files name them).
+wheel_stems() {
+    "$PY" -c 'import sys; from ci.versions import load; from packaging.utils import canonicalize_name
+v = load(sys.argv[1]); print(" ".join(canonicalize_name(p).replace("-", "_") for c in sys.argv[2:] for p in v.component(c).settings_for("x86_64").wheel_packages))' \
+        "$WHEELHOUSE_VERSIONS" "$@"
+}
 
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -84,16 +108,12 @@ if [[ "$MODE" == upstream ]]; then
     git config --file "$GIT_CONFIG_GLOBAL" url."file://$ROOT/.device/mirror/".insteadOf https://github.com/
     git config --file "$GIT_CONFIG_GLOBAL" protocol.file.allow always
     components="${WHEELHOUSE_DEVICE_UPSTREAM:-fast-hadamard-transform flash-mla deep-gemm}"
-    # The machine's CC/CXX (/opt/gcc/bin/g++) is a wrapper whose library path
-    # holds only a static libstdc++: extensions built with it embed libstdc++,
-    # which the wheel checks refuse (std::regex crashes beside torch's shared
-    # one). Its system compiler, the same GCC 13.3, links libstdc++ dynamically.
-    export CC="${WHEELHOUSE_DEVICE_CC:-/usr/bin/gcc}" CXX="${WHEELHOUSE_DEVICE_CXX:-/usr/bin/g++}"
     if [[ "${WHEELHOUSE_DEVICE_ONLY_ABI:-0}" != 1 ]]; then  # 1: only step 4
     step "1. build through source: {git: ...}"
     for component in $components; do
         build "build-$component-3.12" "$component build (sm_90)"
-        for wheel in "$DIST/$WORLD"/"$(echo "$component" | tr - _)"-*.whl; do
+        for stem in $(wheel_stems "$component"); do
+        for wheel in "$DIST/$WORLD"/"$stem"-*.whl; do
             echo "$(basename "$wheel"): $(stat -c %s "$wheel") bytes" | tee -a "$RESULTS/wheels.txt"
             rm -rf "$WORK/so" && mkdir -p "$WORK/so" && (cd "$WORK/so" && python3 -m zipfile -e "$wheel" .)
             find "$WORK/so" -name '*.so' | sort | while read -r so; do
@@ -105,6 +125,7 @@ if [[ "$MODE" == upstream ]]; then
             [[ "$(tail -1 "$RESULTS/wheels.txt")" == *sm_90* ]] && require=(--require-archs 9.0)
             "$PY" -m invoke check-wheel "$wheel" --torch "$PY" --pythons 3.12 "${require[@]}" | tee -a "$RESULTS/checks.txt"
         done
+        done
     done
     step "2. release, index, install from the index"
     for component in $components; do
@@ -112,13 +133,14 @@ if [[ "$MODE" == upstream ]]; then
     done
     "$PY" -m invoke publish-index
     INDEX="file://$WORK/store/site/$WORLD/simple/"
-    # shellcheck disable=SC2086 # one package name per component
+    # shellcheck disable=SC2046,SC2086 # one package name per wheel
     env -u PIP_NO_INDEX -u PIP_FIND_LINKS "$PY" -m pip install --no-deps --target "$WORK/clean" \
-        --index-url "$INDEX" $components 2>&1 | tee "$RESULTS/pip-install.txt"
+        --index-url "$INDEX" $(wheel_stems $components) 2>&1 | tee "$RESULTS/pip-install.txt"
     echo "installed from $INDEX: $(ls "$WORK/clean")"
     step "3. kernels against references"
     (cd "$WORK" && PYTHONPATH="$WORK/clean:$PYTHONPATH" "$PY" -m pytest "$ROOT/tests/gpu/test_upstream_kernels.py" \
-        -m gpu -o addopts="" -p no:cacheprovider -s -q --rootdir "$ROOT" 2>&1) | tee "$RESULTS/kernels.txt" || true
+        "$ROOT/tests/gpu/test_pure_python.py" -o addopts="" -p no:cacheprovider -s -q -rs --rootdir "$ROOT" 2>&1) \
+        | tee "$RESULTS/kernels.txt" || true
     fi
     step "4. DeepGEMM built against torch 2.13 on the CPU machine, here with torch 2.11"
     for wheel in .device/torch2.13/deep_gemm-*.whl; do
@@ -133,13 +155,13 @@ if [[ "$MODE" == upstream ]]; then
     exit 0
 fi
 
-mkdir -p "$WHEELHOUSE_CACHE/sources/sdist"
-cp .device/causal_conv1d-1.7.0.tar.gz "$WHEELHOUSE_CACHE/sources/sdist/"
-
-if [[ "${WHEELHOUSE_DEVICE_ALL_ARCHS:-0}" == 1 ]]; then
+if [[ "$MODE" == two-venv-paths ]]; then
+    WHEELHOUSE_DEVICE_TWO_VENV_PATHS=1
+fi
+if [[ "$MODE" != two-venv-paths && "${WHEELHOUSE_DEVICE_ALL_ARCHS:-0}" == 1 ]]; then
     # in parallel with the filtered builds below (16 cores; each build runs about four nvcc at a time)
     mkdir -p "$WORK/all-archs-cache/sources/sdist"
-    cp .device/causal_conv1d-1.7.0.tar.gz "$WORK/all-archs-cache/sources/sdist/"
+    cp .device/sdists/causal_conv1d-1.7.0.tar.gz "$WORK/all-archs-cache/sources/sdist/"
     (
         start=$SECONDS
         WHEELHOUSE_CACHE="$WORK/all-archs-cache" "$PY" -m nox -s build-causal-conv1d-all-archs-3.12 -- \
@@ -150,6 +172,7 @@ if [[ "${WHEELHOUSE_DEVICE_ALL_ARCHS:-0}" == 1 ]]; then
     ALL_ARCHS_PID=$!
 fi
 
+if [[ "$MODE" != two-venv-paths ]]; then
 step "1. build"
 build build-wheelhouse-fixture-3.12 "fixture build (sm_90)"
 if [[ "${WHEELHOUSE_DEVICE_ONLY_ABI:-0}" != 1 ]]; then  # 1: only the fixture and step 4
@@ -189,6 +212,7 @@ echo "--- the same extension built here against torch 2.11:"
 (cd "$WORK" && PYTHONPATH="$WORK/matched" "$PY" -c 'import torch, wheelhouse_fixture as w; print("import ok:", w.scaled_add(torch.ones(2, device="cuda"), torch.ones(2, device="cuda"), 2.0).tolist())') \
     | tee "$RESULTS/import-matched.txt"
 fi
+fi  # not two-venv-paths
 
 if [[ -n "${ALL_ARCHS_PID:-}" ]]; then
     step "unfiltered causal-conv1d build (every arch its setup.py lists), started with step 1"
@@ -210,7 +234,7 @@ if [[ "${WHEELHOUSE_DEVICE_TWO_VENV_PATHS:-0}" == 1 ]]; then
         cp -r "$torch_dir" "$site/"  # the venv's own torch, so torch's headers are under the venv's path
         cache="$WORK/cache-two-venvs"  # one for both: the same build directory and compiler cache
         mkdir -p "$cache/sources/sdist"
-        cp .device/causal_conv1d-1.7.0.tar.gz "$cache/sources/sdist/"
+        cp .device/sdists/causal_conv1d-1.7.0.tar.gz "$cache/sources/sdist/"
         start=$SECONDS
         WHEELHOUSE_CACHE="$cache" SCCACHE_LOG=debug SCCACHE_ERROR_LOG="$WORK/sccache-$name.log" \
             "$WORK/$name/bin/python" -m nox -s build-causal-conv1d-3.12 -- --reuse-env --dist "$WORK/dist-$name" \
@@ -218,10 +242,12 @@ if [[ "${WHEELHOUSE_DEVICE_TWO_VENV_PATHS:-0}" == 1 ]]; then
         elapsed=$((SECONDS - start))
         hits=$(grep -c "compile result: cache hit" "$WORK/sccache-$name.log" || true)
         misses=$(grep -c "compile result: cache miss" "$WORK/sccache-$name.log" || true)
-        echo "$name: ${elapsed} s, sccache hits ${hits}, misses ${misses}" | tee -a "$RESULTS/two-venv-paths.txt"
+        counts="$(grep -o 'compiler cache: .*' "$WORK/build-$name.log" | tail -1 || true)"
+        echo "$name: ${elapsed} s, sccache hits ${hits}, misses ${misses}; ${counts:-no compiler cache line}" \
+            | tee -a "$RESULTS/two-venv-paths.txt"
         grep -o "\[[^]]*\]: compile result: .*" "$WORK/sccache-$name.log" | sed "s/^/  $name /" >>"$RESULTS/two-venv-paths.txt"
     done
 fi
 
 step "done"
-cat "$RESULTS/timings.txt"
+cat "$RESULTS/timings.txt" 2>/dev/null || true

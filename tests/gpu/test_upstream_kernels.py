@@ -132,3 +132,77 @@ def test_deep_gemm_fp8_gemm_matches_matmul_of_dequantized_inputs(m, n, k):
     tolerance = 4 * UNIT_ROUNDOFF[torch.bfloat16] * reference.abs().max().item()
     print(f"deep_gemm.fp8_gemm_nt {m}x{n}x{k}: max |diff| = {diff:.3e} (tolerance {tolerance:.3e})")
     assert diff <= tolerance
+
+
+# --- flash-attention ------------------------------------------------------------------------------
+# Upstream's own acceptance rule (tests/test_flash_attn.py at v2.8.3): the kernel may be at most twice
+# (forward) or three times (gradients) as far from the float32 result as PyTorch's own computation of
+# the same math in the same dtype is. The float32 result here is torch's scaled_dot_product_attention
+# (its math backend, on upcast inputs); "PyTorch in the same dtype" scales k instead of q, as upstream
+# does, so its error includes a change in the order of operations.
+
+def _sdpa_float32(q, k, v, causal):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.float().transpose(1, 2), k.float().transpose(1, 2), v.float().transpose(1, 2), is_causal=causal)
+    return out.transpose(1, 2).to(q.dtype)
+
+
+def _attention_in_dtype(q, k, v, causal):
+    scores = torch.einsum("bthd,bshd->bhts", q, k / math.sqrt(q.shape[-1]))
+    if causal:
+        above = torch.ones(q.shape[1], k.shape[1], dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(above, float("-inf"))
+    return torch.einsum("bhts,bshd->bthd", torch.softmax(scores, dim=-1), v)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_flash_attn_func_matches_scaled_dot_product_attention(dtype, causal, head_dim):
+    flash_attn = pytest.importorskip("flash_attn")
+    gen = torch.Generator(device="cuda").manual_seed(head_dim + causal)
+    batch, seqlen, heads = 2, 1024, 8
+    q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", generator=gen, dtype=dtype).requires_grad_()
+               for _ in range(3))
+    dout = torch.randn(batch, seqlen, heads, head_dim, device="cuda", generator=gen, dtype=dtype)
+    outputs = {
+        "flash": flash_attn.flash_attn_func(q, k, v, causal=causal),
+        "ref": _sdpa_float32(q, k, v, causal),
+        "pt": _attention_in_dtype(q, k, v, causal),
+    }
+    grads = {name: torch.autograd.grad(out, (q, k, v), dout) for name, out in outputs.items()}
+    label = f"flash_attn_func {dtype} {'causal' if causal else 'full'} d={head_dim}"
+    checks = [("out", outputs["flash"], outputs["pt"], outputs["ref"], 2)]
+    checks += [(name, grads["flash"][i], grads["pt"][i], grads["ref"][i], 3) for i, name in enumerate(("dq", "dk", "dv"))]
+    for name, got, pt, ref, factor in checks:
+        diff = (got - ref).abs().max().item()
+        tolerance = factor * (pt - ref).abs().max().item()
+        print(f"{label} {name}: max |diff| = {diff:.3e} (tolerance {tolerance:.3e} = {factor} x PyTorch {dtype}'s)")
+        assert diff <= tolerance, f"{label} {name}"
+
+
+# --- flashinfer (its JIT compiles the kernel here, on first use) ---------------------------------
+
+
+@pytest.mark.parametrize("kv_len", [1024, 4097])
+def test_flashinfer_single_decode_compiled_at_run_time_matches_attention(kv_len):
+    """One request's decode step with grouped heads (32 query heads over 8 KV heads), float16, d=128."""
+    flashinfer = pytest.importorskip("flashinfer")
+    gen = torch.Generator(device="cuda").manual_seed(kv_len)
+    qo_heads, kv_heads, head_dim, dtype = 32, 8, 128, torch.float16
+    q = torch.randn(qo_heads, head_dim, device="cuda", generator=gen, dtype=dtype)
+    k = torch.randn(kv_len, kv_heads, head_dim, device="cuda", generator=gen, dtype=dtype)
+    v = torch.randn(kv_len, kv_heads, head_dim, device="cuda", generator=gen, dtype=dtype)
+    out = flashinfer.single_decode_with_kv_cache(q, k, v)
+    group = qo_heads // kv_heads
+    kf, vf = k.float().repeat_interleave(group, dim=1), v.float().repeat_interleave(group, dim=1)
+    weights = torch.softmax(torch.einsum("hd,shd->hs", q.float(), kf) / math.sqrt(head_dim), dim=-1)
+    reference = torch.einsum("hs,shd->hd", weights, vf)
+    diff = (out.float() - reference).abs().max().item()
+    tolerance = 4 * UNIT_ROUNDOFF[dtype] * reference.abs().max().item()  # rounding of P and of the output
+    print(f"flashinfer.single_decode_with_kv_cache {dtype} kv_len={kv_len}: max |diff| = {diff:.3e} "
+          f"(tolerance {tolerance:.3e})")
+    assert out.shape == (qo_heads, head_dim) and diff <= tolerance
