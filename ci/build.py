@@ -222,7 +222,7 @@ def _build_env(row: MatrixRow, python: str, plan_paths: dict, options: BuildOpti
         "TORCH_AUDIO_VERSION": row.torch_audio,
         "TORCH_CUDA_ARCH_LIST": s.torch_cuda_arch_list or "",
         "MAX_JOBS": str(s.max_jobs),
-        "NVCC_THREADS": str(s.nvcc_threads or 2),
+        "NVCC_THREADS": str(s.nvcc_threads),
         "CXX11_ABI": row.cxx11_abi,
         "EXTRA_ENV": json.dumps(dict(s.extra_env), sort_keys=True),
         "DIST_DIR": str(plan_paths["dist"]),
