@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -32,6 +33,39 @@ from ci.versions import load  # noqa: E402
 # No automatic short flags: invoke derives them from each task's option names, so `-r`, `-a` or `-s`
 # meant different things per task, and `prune`'s `-h` (push_branch) hid `-h` for help.
 task = functools.partial(invoke.task, auto_shortflags=False)
+
+
+def _usage_errors_exit_2(step):
+    """invoke ends its own parse errors (an unknown task or flag, a flag without its value, a missing
+    argument) with status 1 and no hint; here they exit 2 with the help to read, as every other usage
+    error does. invoke runs these steps after loading this file, for `invoke` and `python -m invoke`
+    alike; its core options (`invoke -c`) are parsed before and keep invoke's own status."""
+
+    @functools.wraps(step)
+    def parse(self):
+        try:
+            return step(self)
+        except invoke.ParseError as error:
+            name = getattr(error.context, "name", None)
+            see = f"invoke {name} --help" if name else "invoke --list"
+            raise Exit(f"error: {_parse_problem(str(error))}; see `{see}`", code=2) from None
+
+    parse.exits_2 = True
+    return parse
+
+
+def _parse_problem(message: str) -> str:
+    """invoke's parse message, with the flag spelled as typed: ``Flag <Argument: push_branch> needed value
+    ...`` -> ``--push-branch needs a value``."""
+    missing = re.match(r"Flag <Argument: (\w+)[^>]*> needed value", message)
+    if missing:
+        return f"--{missing[1].replace('_', '-')} needs a value"
+    return message.rstrip("!")
+
+
+for _step in ("parse_tasks", "parse_cleanup"):
+    if not getattr(getattr(invoke.Program, _step), "exits_2", False):  # once, however often this file is loaded
+        setattr(invoke.Program, _step, _usage_errors_exit_2(getattr(invoke.Program, _step)))
 
 
 def _core_dry(c) -> bool:
