@@ -16,6 +16,7 @@ import json
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import invoke
@@ -73,8 +74,10 @@ def _core_dry(c) -> bool:
     return bool(c.config.run.dry)
 
 
-def _env() -> Environment:
-    return Environment.from_mapping(os.environ)
+def _env(store_spec: str | None = None) -> Environment:
+    """The environment's settings, with ``--store`` (when given) in place of WHEELHOUSE_STORE."""
+    env = Environment.from_mapping(os.environ)
+    return replace(env, store_spec=store_spec) if store_spec else env
 
 
 def reports_errors(fn):
@@ -149,14 +152,9 @@ def matrix(c, component=None, arch=None, python=None, torch=None, json_=False, g
 
 
 def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False):
-    from dataclasses import replace
-
     from ci.environment import open_store
 
-    env = _env()
-    if store_spec:
-        env = replace(env, store_spec=store_spec)
-    return open_store(env, dry_run=dry_run, progress=_progress, must_exist=must_exist)
+    return open_store(_env(store_spec), dry_run=dry_run, progress=_progress, must_exist=must_exist)
 
 
 _PRINTED_DECILE: dict[str, int] = {}
@@ -346,14 +344,14 @@ def publish_index(c, store=None, out=None, default_world=None, push_branch=None,
 
     dry_run = dry_run or _core_dry(c)
 
-    env = _env()
-    versions = load(env.versions_path)
+    versions = load(_env().versions_path)
     release_store = _store(store, must_exist=True)
-    default_world = default_world or matrix_module.expand(versions)[0].world
-    target, base_url = _index_target(c, env, release_store, store=store, out=out, pages_artifact=pages_artifact,
-                                     push_branch=push_branch, remote=remote, base_url=base_url)
-    if target is None:
+    default_world = pages.default_world(versions, default_world)
+    where = _index_target(release_store, store=store, out=out, pages_artifact=pages_artifact, push_branch=push_branch,
+                          remote=remote, base_url=base_url)
+    if where is None:
         raise Exit("error: publish-index: name --out, --pages-artifact or --push-branch for a GitHub store", code=2)
+    target, base_url = where
     releases = release_store.list_releases()
     previous, cache_warning = _previous_cache(target, base_url, release_store)
     with _opened(target) as active:
@@ -447,30 +445,13 @@ def _opened(target):
     return target if isinstance(target, pages.GitBranchTarget) else contextlib.nullcontext(target)
 
 
-def _index_target(c, env, release_store, *, store=None, out=None, pages_artifact=None, push_branch=None, remote=None,
-                  base_url=None):
-    """(target, base_url) for publishing the index; (None, None) when a GitHub store names no target."""
+def _index_target(release_store, *, store=None, **where):
+    """(target, base_url) for publishing the index (ci.pages.index_target); None when a GitHub store names none."""
     from ci import pages
     from ci.store.local import LocalStore
 
     store_root = release_store.root if isinstance(release_store, LocalStore) else None
-    if push_branch:
-        remote = remote or c.run("git remote get-url origin", hide=True).stdout.strip()
-        target = pages.GitBranchTarget(remote, branch=push_branch)
-    elif pages_artifact:
-        target = pages.ArtifactTarget(Path(pages_artifact), store_root=store_root)
-    elif out is not None or store_root is not None:
-        target = pages.DirectoryTarget(Path(out) if out else store_root / "site", store_root=store_root)
-    else:
-        return None, None
-    if base_url is None:
-        repo = env.github_repo if not store else None
-        if repo:
-            owner, name = repo.split("/")
-            base_url = f"https://{owner}.github.io/{name}"
-        else:
-            base_url = Path(out or pages_artifact or getattr(release_store, "root", Path(".")) / "site").resolve().as_uri()
-    return target, base_url
+    return pages.index_target(store_root=store_root, github_repo=_env(store).github_repo, **where)
 
 
 @task(
@@ -568,10 +549,10 @@ def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=Non
 def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=None, pages_artifact=None,
           push_branch=None, remote=None, base_url=None):
     """Delete releases versions.yaml no longer names (never one a matrix row maps to), then re-index."""
+    from ci import pages
     from ci.maintenance import prune as prune_module
 
-    env = _env()
-    versions = load(env.versions_path)
+    versions = load(_env().versions_path)
     release_store = _store(store, must_exist=True)
     plan = prune_module.plan(versions, release_store.list_releases(), keep_worlds=prune_module.parse_worlds(keep_worlds),
                              older_than=prune_module.parse_age(older_than) if older_than else None,
@@ -580,14 +561,15 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
     if not apply:
         print("dry run: nothing deleted (pass --apply)")
         return
-    target, url = _index_target(c, env, release_store, store=store, out=out, pages_artifact=pages_artifact,
-                                push_branch=push_branch, remote=remote, base_url=base_url)
-    if target is None:
+    where = _index_target(release_store, store=store, out=out, pages_artifact=pages_artifact, push_branch=push_branch,
+                          remote=remote, base_url=base_url)
+    if where is None:
         raise Exit("error: prune --apply: name where to re-publish the index (--out, --pages-artifact or "
                    "--push-branch) for a GitHub store", code=2)
+    target, url = where
     previous, cache_warning = _previous_cache(target, url, release_store)
     with _opened(target) as active:
-        index = prune_module.IndexTarget(active, base_url=url, default_world=matrix_module.expand(versions)[0].world,
+        index = prune_module.IndexTarget(active, base_url=url, default_world=pages.default_world(versions),
                                          fetch=_fetch_for(release_store), previous_cache=previous)
         result = prune_module.apply(plan, release_store, index=index)
     if cache_warning:
