@@ -25,6 +25,7 @@ from invoke import Exit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ci import matrix as matrix_module  # noqa: E402
+from ci import naming  # noqa: E402
 from ci import workflows as workflows_module  # noqa: E402
 from ci.environment import Environment  # noqa: E402
 from ci.errors import UsageError, WheelhouseError  # noqa: E402
@@ -147,7 +148,8 @@ def matrix(c, component=None, arch=None, python=None, torch=None, json_=False, g
         print(json.dumps(entries, indent=2))
     elif not github_output:
         for row in rows:
-            print(f"{row.session:40} {row.arch:8} cu{row.cuda:8} py{'+'.join(row.pythons):10} torch{row.torch:8} {row.release_tag}")
+            cuda = naming.cuda_label(row.cuda)
+            print(f"{row.session:40} {row.arch:8} {cuda:10} py{'+'.join(row.pythons):10} torch{row.torch:8} {row.release_tag}")
         print(f"{len(rows)} row(s)")
 
 

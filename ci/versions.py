@@ -28,6 +28,7 @@ import jsonschema
 import yaml
 
 from ci.errors import ConfigError
+from ci.naming import cuda_label
 from ci.wheels.archs import parse_arch_list
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -74,7 +75,7 @@ class MatrixEntry:
 
     @property
     def label(self) -> str:
-        return f"{self.arch} cu{self.cuda} py{self.python} torch{self.torch}"
+        return f"{self.arch} {cuda_label(self.cuda)} py{self.python} torch{self.torch}"
 
 
 @dataclass(frozen=True)

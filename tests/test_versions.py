@@ -286,6 +286,25 @@ def test_release_naming_matches_the_anchor(real):
     assert rows[0].world == "cu130/torch2.13"
 
 
+def test_a_cpu_row_reads_cpu_in_titles_and_logs_and_keeps_its_tag():
+    """A CPU row's label was `cucpu` (`x86_64 cucpu py3.11`); its release tag never named the CUDA."""
+    from ci import naming
+
+    fixture = REPO / "tests" / "fixtures" / "versions.yaml"
+    loaded = versions.load(fixture)
+    (row,) = matrix.expand(loaded)
+    assert row.release_tag == "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0"
+    assert row.world == "cpu/torch2.13"
+    assert matrix.release_title(loaded, row) == "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0"
+    assert row.label == "wheelhouse-fixture (x86_64 cpu py3.11 torch2.13.0)"
+    assert loaded.build_matrix[0].label == "x86_64 cpu py3.11 torch2.13.0"
+    listing = run_matrix(fixture)
+    assert listing.returncode == 0, listing.stderr
+    assert " x86_64   cpu        py3.11 " in listing.stdout and "cucpu" not in listing.stdout
+    for title in ("c v1 - cpu py3.11 torch2.13.0", "c v1 - cucpu py3.11 torch2.13.0"):  # and titles written before
+        assert naming.parse_title(title).segments == (naming.TitleSegment("x86_64", "cpu", "3.11", "2.13.0"),)
+
+
 def test_github_output(tmp_path):
     out = tmp_path / "gh_output"
     env = {**os.environ, "GITHUB_OUTPUT": str(out)}
