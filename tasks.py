@@ -14,7 +14,9 @@ import contextlib
 import functools
 import json
 import os
+import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import invoke
@@ -23,6 +25,7 @@ from invoke import Exit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ci import matrix as matrix_module  # noqa: E402
+from ci import naming  # noqa: E402
 from ci import workflows as workflows_module  # noqa: E402
 from ci.environment import Environment  # noqa: E402
 from ci.errors import UsageError, WheelhouseError  # noqa: E402
@@ -34,13 +37,48 @@ from ci.versions import load  # noqa: E402
 task = functools.partial(invoke.task, auto_shortflags=False)
 
 
+def _usage_errors_exit_2(step):
+    """invoke ends its own parse errors (an unknown task or flag, a flag without its value, a missing
+    argument) with status 1 and no hint; here they exit 2 with the help to read, as every other usage
+    error does. invoke runs these steps after loading this file, for `invoke` and `python -m invoke`
+    alike; its core options (`invoke -c`) are parsed before and keep invoke's own status."""
+
+    @functools.wraps(step)
+    def parse(self):
+        try:
+            return step(self)
+        except invoke.ParseError as error:
+            name = getattr(error.context, "name", None)
+            see = f"invoke {name} --help" if name else "invoke --list"
+            raise Exit(f"error: {_parse_problem(str(error))}; see `{see}`", code=2) from None
+
+    parse.exits_2 = True
+    return parse
+
+
+def _parse_problem(message: str) -> str:
+    """invoke's parse message, with the flag spelled as typed: ``Flag <Argument: push_branch> needed value
+    ...`` -> ``--push-branch needs a value``."""
+    missing = re.match(r"Flag <Argument: (\w+)[^>]*> needed value", message)
+    if missing:
+        return f"--{missing[1].replace('_', '-')} needs a value"
+    return message.rstrip("!")
+
+
+for _step in ("parse_tasks", "parse_cleanup"):
+    if not getattr(getattr(invoke.Program, _step), "exits_2", False):  # once, however often this file is loaded
+        setattr(invoke.Program, _step, _usage_errors_exit_2(getattr(invoke.Program, _step)))
+
+
 def _core_dry(c) -> bool:
     """invoke's own --dry (`invoke --dry release ...`) means --dry-run for the tasks that have one."""
     return bool(c.config.run.dry)
 
 
-def _env() -> Environment:
-    return Environment.from_mapping(os.environ)
+def _env(store_spec: str | None = None) -> Environment:
+    """The environment's settings, with ``--store`` (when given) in place of WHEELHOUSE_STORE."""
+    env = Environment.from_mapping(os.environ)
+    return replace(env, store_spec=store_spec) if store_spec else env
 
 
 def reports_errors(fn):
@@ -110,19 +148,15 @@ def matrix(c, component=None, arch=None, python=None, torch=None, json_=False, g
         print(json.dumps(entries, indent=2))
     elif not github_output:
         for row in rows:
-            print(f"{row.session:40} {row.arch:8} cu{row.cuda:8} py{'+'.join(row.pythons):10} torch{row.torch:8} {row.release_tag}")
+            cuda = naming.cuda_label(row.cuda)
+            print(f"{row.session:40} {row.arch:8} {cuda:10} py{'+'.join(row.pythons):10} torch{row.torch:8} {row.release_tag}")
         print(f"{len(rows)} row(s)")
 
 
 def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False):
-    from dataclasses import replace
-
     from ci.environment import open_store
 
-    env = _env()
-    if store_spec:
-        env = replace(env, store_spec=store_spec)
-    return open_store(env, dry_run=dry_run, progress=_progress, must_exist=must_exist)
+    return open_store(_env(store_spec), dry_run=dry_run, progress=_progress, must_exist=must_exist)
 
 
 _PRINTED_DECILE: dict[str, int] = {}
@@ -312,14 +346,14 @@ def publish_index(c, store=None, out=None, default_world=None, push_branch=None,
 
     dry_run = dry_run or _core_dry(c)
 
-    env = _env()
-    versions = load(env.versions_path)
+    versions = load(_env().versions_path)
     release_store = _store(store, must_exist=True)
-    default_world = default_world or matrix_module.expand(versions)[0].world
-    target, base_url = _index_target(c, env, release_store, store=store, out=out, pages_artifact=pages_artifact,
-                                     push_branch=push_branch, remote=remote, base_url=base_url)
-    if target is None:
+    default_world = pages.default_world(versions, default_world)
+    where = _index_target(release_store, store=store, out=out, pages_artifact=pages_artifact, push_branch=push_branch,
+                          remote=remote, base_url=base_url)
+    if where is None:
         raise Exit("error: publish-index: name --out, --pages-artifact or --push-branch for a GitHub store", code=2)
+    target, base_url = where
     releases = release_store.list_releases()
     previous, cache_warning = _previous_cache(target, base_url, release_store)
     with _opened(target) as active:
@@ -413,30 +447,13 @@ def _opened(target):
     return target if isinstance(target, pages.GitBranchTarget) else contextlib.nullcontext(target)
 
 
-def _index_target(c, env, release_store, *, store=None, out=None, pages_artifact=None, push_branch=None, remote=None,
-                  base_url=None):
-    """(target, base_url) for publishing the index; (None, None) when a GitHub store names no target."""
+def _index_target(release_store, *, store=None, **where):
+    """(target, base_url) for publishing the index (ci.pages.index_target); None when a GitHub store names none."""
     from ci import pages
     from ci.store.local import LocalStore
 
     store_root = release_store.root if isinstance(release_store, LocalStore) else None
-    if push_branch:
-        remote = remote or c.run("git remote get-url origin", hide=True).stdout.strip()
-        target = pages.GitBranchTarget(remote, branch=push_branch)
-    elif pages_artifact:
-        target = pages.ArtifactTarget(Path(pages_artifact), store_root=store_root)
-    elif out is not None or store_root is not None:
-        target = pages.DirectoryTarget(Path(out) if out else store_root / "site", store_root=store_root)
-    else:
-        return None, None
-    if base_url is None:
-        repo = env.github_repo if not store else None
-        if repo:
-            owner, name = repo.split("/")
-            base_url = f"https://{owner}.github.io/{name}"
-        else:
-            base_url = Path(out or pages_artifact or getattr(release_store, "root", Path(".")) / "site").resolve().as_uri()
-    return target, base_url
+    return pages.index_target(store_root=store_root, github_repo=_env(store).github_repo, **where)
 
 
 @task(
@@ -534,10 +551,10 @@ def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=Non
 def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=None, pages_artifact=None,
           push_branch=None, remote=None, base_url=None):
     """Delete releases versions.yaml no longer names (never one a matrix row maps to), then re-index."""
+    from ci import pages
     from ci.maintenance import prune as prune_module
 
-    env = _env()
-    versions = load(env.versions_path)
+    versions = load(_env().versions_path)
     release_store = _store(store, must_exist=True)
     plan = prune_module.plan(versions, release_store.list_releases(), keep_worlds=prune_module.parse_worlds(keep_worlds),
                              older_than=prune_module.parse_age(older_than) if older_than else None,
@@ -546,14 +563,15 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
     if not apply:
         print("dry run: nothing deleted (pass --apply)")
         return
-    target, url = _index_target(c, env, release_store, store=store, out=out, pages_artifact=pages_artifact,
-                                push_branch=push_branch, remote=remote, base_url=base_url)
-    if target is None:
+    where = _index_target(release_store, store=store, out=out, pages_artifact=pages_artifact, push_branch=push_branch,
+                          remote=remote, base_url=base_url)
+    if where is None:
         raise Exit("error: prune --apply: name where to re-publish the index (--out, --pages-artifact or "
                    "--push-branch) for a GitHub store", code=2)
+    target, url = where
     previous, cache_warning = _previous_cache(target, url, release_store)
     with _opened(target) as active:
-        index = prune_module.IndexTarget(active, base_url=url, default_world=matrix_module.expand(versions)[0].world,
+        index = prune_module.IndexTarget(active, base_url=url, default_world=pages.default_world(versions),
                                          fetch=_fetch_for(release_store), previous_cache=previous)
         result = prune_module.apply(plan, release_store, index=index)
     if cache_warning:

@@ -2,7 +2,12 @@
 
 ``plan`` is pure apart from reading files: it says which interpreter, which
 torch, which sources, which environment and which command. ``run`` carries
-it out in a build directory keyed by the row and its build-input fingerprint:
+it out; both take the builder's environment from :func:`builder_environment`,
+the plan with placeholders where only the build knows the value (a free port,
+the bundle's interpreters, the caller's PATH). The build runs in phases
+(interpreter, sources and build directory, environment, builder, checks,
+placing the wheels) in a directory keyed by the row and its build-input
+fingerprint:
 
     .cache/builds/<component>-<arch>-py<X.Y>-torch<T>-<fingerprint>/src    the sources, patched and built in
     .cache/builds/<...>/dist                                              wheels the script writes (DIST_DIR)
@@ -210,8 +215,50 @@ def _claim(build_dir: Path, row: MatrixRow) -> tuple[Path, object]:
     raise WheelhouseError(f"{row.label}: another build of this row is running in {candidate}; wait for it to finish")
 
 
-def _build_env(row: MatrixRow, python: str, plan_paths: dict, options: BuildOptions,
-               cache_tool: str | None, cache_env: dict, bundle: tuple[str, ...]) -> dict:
+@dataclass(frozen=True)
+class BuilderEnvironment:
+    """What the builder script runs with on top of the caller's environment (credentials withheld)."""
+
+    variables: dict[str, str]
+    """The environment contract (README), the compiler cache's settings, and PATH."""
+    compiler_cache: str | None
+    filter_bin: Path | None
+    """Where the nvcc arch filter is linked as ``nvcc`` (first on PATH), when ``arch_filter`` is on."""
+
+
+def builder_environment(versions: Versions, row: MatrixRow, options: BuildOptions, *, index: str | None, python: str,
+                        build_dir: Path, site_packages: Path | str, port: str, bundle: tuple[str, ...],
+                        inherited_path: str, revision: str) -> BuilderEnvironment:
+    """The builder's environment, resolved once for the plan and for the build.
+
+    The plan passes what only the build can know as placeholders (``port="<a free port>"``, ``<python3.11>``
+    for a bundle's interpreters, ``inherited_path="$PATH"``, the sources' ``revision``); the build passes the
+    real values, so the two can differ in nothing else.
+    """
+    cache_tool, cache_env = _compiler_cache(options, build_dir, port,
+                                            [site_packages, *_sibling_site_packages(options, versions, row, index)])
+    filter_bin = build_dir / "nvcc-filter-bin" if row.settings.arch_filter else None
+    variables = _contract(row, python, build_dir / "dist", options, bundle)
+    variables["SOURCE_REVISION"] = revision
+    nvcc = toolchain.find_nvcc(options.environ)
+    if nvcc is not None and row.cuda != "cpu":
+        variables["CUDA_HOME"] = str(toolchain.cuda_home(nvcc))
+    if filter_bin is not None and nvcc is not None:
+        variables["WHEELHOUSE_REAL_NVCC"] = str(nvcc)
+        variables["WHEELHOUSE_NVCC_ARCHS"] = row.settings.torch_cuda_arch_list or ""
+        variables["PYTORCH_NVCC"] = str(filter_bin / "nvcc")
+    if cache_tool:
+        # torch's extension builder prefixes c++ and nvcc with sccache/ccache found on PATH
+        # by itself; only an explicit PYTORCH_NVCC (the arch filter) needs the prefix here.
+        variables.update(cache_env)
+        if "PYTORCH_NVCC" in variables:
+            variables["PYTORCH_NVCC"] = f"{cache_tool} {variables['PYTORCH_NVCC']}"
+    variables["PATH"] = builder_path(filter_bin, Path(python), cache_tool, inherited_path)
+    return BuilderEnvironment(variables, cache_tool, filter_bin)
+
+
+def _contract(row: MatrixRow, python: str, dist: Path, options: BuildOptions, bundle: tuple[str, ...]) -> dict:
+    """The variables every builder gets (README, "The build environment contract")."""
     s = row.settings
     env = {
         "COMPONENT": row.component,
@@ -225,10 +272,10 @@ def _build_env(row: MatrixRow, python: str, plan_paths: dict, options: BuildOpti
         "TORCH_CUDA_ARCH_LIST": s.torch_cuda_arch_list or "",
         "WHEEL_PACKAGES": " ".join(s.wheel_packages),
         "MAX_JOBS": str(options.max_jobs or s.max_jobs),
-        "NVCC_THREADS": str(s.nvcc_threads or 2),
+        "NVCC_THREADS": str(s.nvcc_threads),
         "CXX11_ABI": row.cxx11_abi,
         "EXTRA_ENV": json.dumps(dict(s.extra_env), sort_keys=True),
-        "DIST_DIR": str(plan_paths["dist"]),
+        "DIST_DIR": str(dist),
         "WHEELHOUSE_ROOT": str(REPO_ROOT),
         "WHEELHOUSE_PYTHON": python,
         "PYTHONNOUSERSITE": "1",
@@ -237,73 +284,66 @@ def _build_env(row: MatrixRow, python: str, plan_paths: dict, options: BuildOpti
     if bundle:
         env["WHEELHOUSE_BUNDLE_PYTHONS"] = " ".join(row.pythons)
         env["WHEELHOUSE_BUNDLE_INTERPRETERS"] = " ".join(bundle)
-    nvcc = toolchain.find_nvcc(options.environ)
-    if nvcc is not None and row.cuda != "cpu":
-        env["CUDA_HOME"] = str(toolchain.cuda_home(nvcc))
-    if s.arch_filter and nvcc is not None:
-        env["WHEELHOUSE_REAL_NVCC"] = str(nvcc)
-        env["WHEELHOUSE_NVCC_ARCHS"] = s.torch_cuda_arch_list or ""
-        env["PYTORCH_NVCC"] = str(plan_paths["filter_bin"] / "nvcc")
-    if cache_tool:
-        # torch's extension builder prefixes c++ and nvcc with sccache/ccache found on PATH
-        # by itself; only an explicit PYTORCH_NVCC (the arch filter) needs the prefix here.
-        env.update(cache_env)
-        if "PYTORCH_NVCC" in env:
-            env["PYTORCH_NVCC"] = f"{cache_tool} {env['PYTORCH_NVCC']}"
     return env
+
+
+def _torch_index(row: MatrixRow, options: BuildOptions) -> str | None:
+    return toolchain.torch_index(row, options.torch_index or options.environ.get("WHEELHOUSE_TORCH_INDEX"))
+
+
+def _command(row: MatrixRow) -> list[str]:
+    return ["bash", str(REPO_ROOT / "build_scripts" / f"{row.settings.builder}.sh")]
 
 
 def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan:
     component = versions.component(row.component)
-    index = toolchain.torch_index(row, options.torch_index or options.environ.get("WHEELHOUSE_TORCH_INDEX"))
+    index = _torch_index(row, options)
     if options.reuse_env:
         interpreter = f"current interpreter {sys.executable} (--reuse-env; verified, nothing installed)"
         torch_install = f"none: verify torch {row.torch} / CUDA {row.cuda} / cxx11_abi {row.cxx11_abi}"
         python = sys.executable
+        site_packages: Path | str = _site_packages(python)
     else:
         venv = options.cache_dir / "venvs" / toolchain.venv_key(row, index)
         interpreter = f"venv {venv} (Python {row.python}; reused when its pins match)"
         torch_install = shlex.join(toolchain.plan_install_command(row, venv, index))
         python = str(venv / "bin" / "python")
+        site_packages = venv / "lib" / f"python{row.python}" / "site-packages"
     # The plan fetches nothing, so its build directory is keyed by the ref as written; the build
     # itself keys it by the revision the ref resolves to.
     config = fingerprint.build_config(row, row.ref, submodules=component.source.selected_submodules)
     build_dir = _build_dir(options, row, config)
-    paths = {"dist": build_dir / "dist", "filter_bin": build_dir / "nvcc-filter-bin"}
-    own_site = _site_packages(python) if options.reuse_env else venv / "lib" / f"python{row.python}" / "site-packages"
-    site_packages = [own_site, *_sibling_site_packages(options, versions, row, index)]
-    cache_tool, cache_env = _compiler_cache(options, build_dir, "<a free port>", site_packages)
     bundle = tuple(f"<python{p}>" for p in row.bundle_pythons)
-    env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
-    env["SOURCE_REVISION"] = "<the commit, sdist sha256 or directory digest of the fetched sources>"
+    environment = builder_environment(versions, row, options, index=index, python=python, build_dir=build_dir,
+                                      site_packages=site_packages, port="<a free port>", bundle=bundle,
+                                      inherited_path="$PATH",
+                                      revision="<the commit, sdist sha256 or directory digest of the fetched sources>")
     return BuildPlan(
         row=row,
         interpreter=interpreter,
         torch_install=torch_install,
         source=sources.describe_plan(component, options.source),
-        env=env,
-        command=["bash", str(REPO_ROOT / "build_scripts" / f"{row.settings.builder}.sh")],
+        env=environment.variables,
+        command=_command(row),
         build_dir=build_dir,
         dist_dir=options.dist_root / row.world,
         timeout_s=parse_timeout(row.settings.build_timeout),
-        compiler_cache=cache_tool,
+        compiler_cache=environment.compiler_cache,
         bundle_interpreters=bundle,
     )
 
 
 def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) -> BuildResult:
-    """Build ``row``; returns the checked wheels in dist/<world>/ and their build record."""
+    """Build ``row``; returns the checked wheels in dist/<world>/ and their build record.
+
+    The phases: interpreter (pinned venv, verified), sources and the build directory, the builder's
+    environment, the builder, the checks, and placing the wheels with their record.
+    """
     started = time.monotonic()
     durations: dict[str, float] = {}
-    component = versions.component(row.component)
-    index = toolchain.torch_index(row, options.torch_index or options.environ.get("WHEELHOUSE_TORCH_INDEX"))
+    index = _torch_index(row, options)
 
-    # 1. Interpreter: the pinned venv, or the current one with --reuse-env; verified either way.
-    python = sys.executable if options.reuse_env else str(
-        toolchain.prepare_venv(row, options.cache_dir, index=index, log=log)
-    )
-    interpreter = toolchain.verify(python, row, env=options.environ)
-    toolchain.check_cxx(options.environ)
+    python, interpreter = _interpreter(row, options, index, log)
     durations["toolchain_s"] = round(time.monotonic() - started, 1)
 
     # Everything below runs third-party code (an sdist's setup.py, the builder, the project's build):
@@ -312,15 +352,72 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     if withheld:
         log(f"withholding from the build: {', '.join(withheld)} (credentials; pass_env in versions.yaml passes one)")
 
-    # 2. Sources, then the build directory keyed by the real fingerprint.
     t0 = time.monotonic()
+    checkout = _fetch_sources(versions, row, options, python, interpreter, builder_environ)
+    config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
+    build_dir, lock = _prepare_build_dir(options, row, checkout, config, log)
+    durations["source_s"] = round(time.monotonic() - t0, 1)
+
+    environment = builder_environment(
+        versions, row, options, index=index, python=python, build_dir=build_dir,
+        site_packages=interpreter.torch_dir.parent, port=_free_port(),
+        bundle=tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons),
+        inherited_path=options.environ.get("PATH", ""), revision=checkout.revision,
+    )
+
+    t0 = time.monotonic()
+    wheels, cache_stats = _run_builder(row, environment, {**builder_environ, **environment.variables}, build_dir, log)
+    durations["build_s"] = round(time.monotonic() - t0, 1)
+
+    t0 = time.monotonic()
+    checks = _check_wheels(row, wheels, python) if options.run_checks else {"ran": False}
+    durations["checks_s"] = round(time.monotonic() - t0, 1)
+    durations["total_s"] = round(time.monotonic() - started, 1)
+
+    record = {
+        "schema": RECORD_SCHEMA,
+        "row": row.to_json(),
+        "fingerprint": fingerprint.fingerprint(config),
+        "build_config": config,
+        "source": checkout.describe(),
+        "toolchain": interpreter.describe(),
+        "compiler_cache": environment.compiler_cache,
+        "compiler_cache_stats": cache_stats,
+        "durations": durations,
+        "checks": checks,
+        "wheels": [{"name": w.name, "sha256": _sha256(w), "size": w.stat().st_size} for w in wheels],
+    }
+    result = _place(row, wheels, record, options.dist_root / row.world)
+    shutil.rmtree(build_dir, ignore_errors=True)
+    lock.close()
+    return result
+
+
+def _interpreter(row: MatrixRow, options: BuildOptions, index: str | None, log) -> tuple[str, toolchain.Interpreter]:
+    """The pinned venv, or the current interpreter with --reuse-env; verified either way."""
+    python = sys.executable if options.reuse_env else str(
+        toolchain.prepare_venv(row, options.cache_dir, index=index, log=log)
+    )
+    interpreter = toolchain.verify(python, row, env=options.environ)
+    toolchain.check_cxx(options.environ)
+    return python, interpreter
+
+
+def _fetch_sources(versions: Versions, row: MatrixRow, options: BuildOptions, python: str,
+                   interpreter: toolchain.Interpreter, builder_environ: dict) -> sources.Checkout:
+    """Clean sources of the row's ref (an sdist's build may need the toolkit to be found)."""
     fetch_env = dict(builder_environ)
     if interpreter.nvcc is not None and row.cuda != "cpu":
         fetch_env["CUDA_HOME"] = str(toolchain.cuda_home(interpreter.nvcc))
         fetch_env["PATH"] = os.pathsep.join([str(interpreter.nvcc.parent), fetch_env.get("PATH", "")])
-    checkout = sources.fetch(component, options.cache_dir, python=python, override=options.source, env=fetch_env)
-    config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
-    digest = fingerprint.fingerprint(config)
+    return sources.fetch(versions.component(row.component), options.cache_dir, python=python,
+                         override=options.source, env=fetch_env)
+
+
+def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.Checkout, config: dict,
+                       log) -> tuple[Path, object]:
+    """(build directory, its lock): the interrupted build of this config resumed, else a fresh copy of the
+    sources; an empty ``dist/`` either way (wheels of an interrupted attempt are never trusted)."""
     build_dir, lock = _claim(_build_dir(options, row, config), row)
     src = build_dir / "src"
     marker = build_dir / ".incomplete"
@@ -333,34 +430,26 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
         ignore = shutil.ignore_patterns(*sources.LOCAL_IGNORE) if checkout.kind == "path" else shutil.ignore_patterns(".git")
         shutil.copytree(checkout.path, src, symlinks=True, ignore=ignore)
     dist = build_dir / "dist"
-    shutil.rmtree(dist, ignore_errors=True)  # wheels of an interrupted attempt are never trusted
+    shutil.rmtree(dist, ignore_errors=True)
     dist.mkdir()
-    durations["source_s"] = round(time.monotonic() - t0, 1)
+    return build_dir, lock
 
-    # 3. The builder script, under the environment contract.
-    bundle = tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons)
-    site_packages = [interpreter.torch_dir.parent, *_sibling_site_packages(options, versions, row, index)]
-    cache_tool, cache_env = _compiler_cache(options, build_dir, _free_port(), site_packages)
-    paths = {"dist": dist, "filter_bin": build_dir / "nvcc-filter-bin"}
-    env = _build_env(row, python, paths, options, cache_tool, cache_env, bundle)
-    env["SOURCE_REVISION"] = checkout.revision
-    if row.settings.arch_filter:
-        _install_arch_filter(paths["filter_bin"])
-    full_env = {**builder_environ, **env}
-    full_env["PATH"] = builder_path(paths["filter_bin"] if row.settings.arch_filter else None, Path(python),
-                                    cache_tool, options.environ.get("PATH", ""))
-    command = ["bash", str(REPO_ROOT / "build_scripts" / f"{row.settings.builder}.sh")]
-    timeout_s = parse_timeout(row.settings.build_timeout)
-    log(f"building {row.label} in {src}")
-    t0 = time.monotonic()
+
+def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict, build_dir: Path,
+                 log) -> tuple[list[Path], dict[str, int] | None]:
+    """Run build_scripts/<builder>.sh in ``build_dir``/src under the contract; (its wheels, compiler cache counts)."""
+    if environment.filter_bin is not None:
+        _install_arch_filter(environment.filter_bin)
+    cache_tool = environment.compiler_cache
+    log(f"building {row.label} in {build_dir / 'src'}")
     try:
-        code = _run_with_timeout(command, cwd=src, env=full_env, timeout_s=timeout_s)
+        code = _run_with_timeout(_command(row), cwd=build_dir / "src", env=full_env,
+                                 timeout_s=parse_timeout(row.settings.build_timeout))
     finally:
         cache_stats = None
-        if "SCCACHE_SERVER_PORT" in cache_env:  # this build's own server: its counts are this build's
+        if "SCCACHE_SERVER_PORT" in environment.variables:  # this build's own server: its counts are this build's
             cache_stats = sccache_stats(cache_tool, full_env)
             subprocess.run([cache_tool, "--stop-server"], env=full_env, capture_output=True)
-    durations["build_s"] = round(time.monotonic() - t0, 1)
     if cache_stats:
         log(f"compiler cache: {cache_stats['requests']} compile requests, {cache_stats['hits']} hits, "
             f"{cache_stats['misses']} misses")
@@ -374,33 +463,18 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
             f"{row.label}: build_scripts/{row.settings.builder}.sh exited with status {code}; "
             f"see the log above (build dir kept for a resumed run: {build_dir})"
         )
+    dist = build_dir / "dist"
     wheels = sorted(dist.glob("*.whl"))
     if not wheels:
         raise WheelhouseError(f"{row.label}: build_scripts/{row.settings.builder}.sh wrote no wheel to DIST_DIR")
     if row.settings.repair:
         wheels = _repair(wheels, f"{row.settings.repair}_{row.arch}", dist, log)
+    return wheels, cache_stats
 
-    # 4. Checks gate the result; only then does anything reach dist/<world>/.
-    t0 = time.monotonic()
-    checks = _check_wheels(row, wheels, python) if options.run_checks else {"ran": False}
-    durations["checks_s"] = round(time.monotonic() - t0, 1)
-    durations["total_s"] = round(time.monotonic() - started, 1)
 
-    out_dir = options.dist_root / row.world
+def _place(row: MatrixRow, wheels: list[Path], record: dict, out_dir: Path) -> BuildResult:
+    """Move the checked wheels to ``out_dir`` with their .metadata, then write the build record (atomically)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    record = {
-        "schema": RECORD_SCHEMA,
-        "row": row.to_json(),
-        "fingerprint": digest,
-        "build_config": config,
-        "source": checkout.describe(),
-        "toolchain": interpreter.describe(),
-        "compiler_cache": cache_tool,
-        "compiler_cache_stats": cache_stats,
-        "durations": durations,
-        "checks": checks,
-        "wheels": [{"name": w.name, "sha256": _sha256(w), "size": w.stat().st_size} for w in wheels],
-    }
     placed = []
     for wheel in wheels:
         target = out_dir / wheel.name
@@ -411,8 +485,6 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     partial = record_path.with_name(record_path.name + ".partial")  # a crash never leaves half a record
     partial.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     partial.replace(record_path)
-    shutil.rmtree(build_dir, ignore_errors=True)
-    lock.close()
     return BuildResult(tuple(placed), record_path)
 
 

@@ -13,7 +13,7 @@ Worlds
     A release's worlds come from its *title*, one per distinct
     ``(cuda tag, torch major.minor)`` of its segments (:func:`ci.naming.parse_title`):
     ``cu13.0.2 py3.12 torch2.13.0`` -> ``cu130/torch2.13``; a CPU row's segment
-    ``cucpu py3.11 torch2.13.0`` -> ``cpu/torch2.13``. Python is not part of a
+    ``cpu py3.11 torch2.13.0`` (``cucpu`` before) -> ``cpu/torch2.13``. Python is not part of a
     world (pip picks by wheel tag). A release whose title does not parse, or
     whose segments do not give a world of the form ``cu<digits>/torch<X.Y>`` or
     ``cpu/torch<X.Y>``, is left out of every index with a warning: a 404 is
@@ -136,7 +136,7 @@ def derive_worlds(release: Release) -> ReleaseWorlds:
     parsed = parse_title(release.title)
     if parsed is None:
         return ReleaseWorlds(
-            (), {}, f"title {release.title!r} does not follow '<component> <ref> - cu<cuda> py<X.Y> torch<X.Y.Z>; ...'"
+            (), {}, f"title {release.title!r} does not follow '<component> <ref> - cu<cuda>|cpu py<X.Y> torch<X.Y.Z>; ...'"
         )
     worlds: list[str] = []
     torch: dict[str, str] = {}

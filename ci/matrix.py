@@ -56,7 +56,7 @@ class MatrixRow:
 
     @property
     def label(self) -> str:
-        return f"{self.component} ({self.arch} cu{self.cuda} py{'+'.join(self.pythons)} torch{self.torch})"
+        return f"{self.component} ({self.arch} {naming.cuda_label(self.cuda)} py{'+'.join(self.pythons)} torch{self.torch})"
 
     def title_segments(self) -> list[naming.TitleSegment]:
         return [naming.TitleSegment(self.arch, self.cuda, python, self.torch) for python in self.pythons]

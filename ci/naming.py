@@ -4,8 +4,10 @@ The tag and title schemes are identical to the anchor's (verl-wheelhouse,
 stage C) so that releases it already published stay valid:
 
 - tag:   ``<component>-<sanitized ref>-py<X.Y>-torch<torch>``
-- title: ``<component> <ref> - [<arch> ]cu<cuda> py<python> torch<torch>; ...``
-  (one segment per matrix row of that Python and torch, x86_64 left implicit)
+- title: ``<component> <ref> - [<arch> ]<cuda label> py<python> torch<torch>; ...``
+  (one segment per matrix row of that Python and torch, x86_64 left implicit;
+  the CUDA label is ``cu<cuda>``, or ``cpu`` for a CPU row, which titles written
+  before spelled ``cucpu``: :func:`parse_title` reads both)
 - world: ``cu<major><minor>/torch<major>.<minor>`` (``cpu/torch2.13`` for CPU rows)
 """
 
@@ -21,7 +23,7 @@ MANIFEST_ASSET = "wheelhouse-build-manifest.json"
 _UNSAFE_REF_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _NAME_SEPARATORS = re.compile(r"[-_.]+")
 _TITLE_SEGMENT = re.compile(
-    r"^(?:(?P<arch>\S+)\s+)?cu(?P<cuda>[\w.]+)\s+py(?P<python>[\w.]+)\s+torch(?P<torch>[\w.+]+)$"
+    r"^(?:(?P<arch>\S+)\s+)?(?:cu(?P<cuda>[\w.]+)|cpu)\s+py(?P<python>[\w.]+)\s+torch(?P<torch>[\w.+]+)$"
 )
 _TITLE = re.compile(r"^(?P<component>\S+)\s+(?P<ref>\S+)\s+-\s+(?P<segments>.+)$")
 
@@ -37,6 +39,11 @@ def normalize_package_name(name: str) -> str:
     return _NAME_SEPARATORS.sub("-", name).lower()
 
 
+def cuda_label(cuda: str) -> str:
+    """A row's CUDA in titles and logs: ``cu13.0.2``, or ``cpu`` for a CPU row."""
+    return "cpu" if cuda == "cpu" else f"cu{cuda}"
+
+
 def release_tag(component: str, ref: str, python: str, torch: str) -> str:
     return f"{component}-{sanitize_ref(ref)}-py{python}-torch{torch}"
 
@@ -50,7 +57,7 @@ class TitleSegment:
 
     def render(self) -> str:
         prefix = "" if self.arch == DEFAULT_ARCH else f"{self.arch} "
-        return f"{prefix}cu{self.cuda} py{self.python} torch{self.torch}"
+        return f"{prefix}{cuda_label(self.cuda)} py{self.python} torch{self.torch}"
 
 
 def release_title(component: str, ref: str, segments: Iterable[TitleSegment]) -> str:
@@ -74,7 +81,7 @@ def parse_title(title: str) -> ParsedTitle | None:
         seg = _TITLE_SEGMENT.match(raw.strip())
         if not seg:
             return None
-        segments.append(TitleSegment(seg["arch"] or DEFAULT_ARCH, seg["cuda"], seg["python"], seg["torch"]))
+        segments.append(TitleSegment(seg["arch"] or DEFAULT_ARCH, seg["cuda"] or "cpu", seg["python"], seg["torch"]))
     return ParsedTitle(match["component"], match["ref"], tuple(segments))
 
 

@@ -42,10 +42,11 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from ci.errors import RemoteError, WheelhouseError
+from ci import matrix
+from ci.errors import RemoteError, UsageError, WheelhouseError
 from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, site_files, summarize, write_files
 from ci.store.model import Release
-from ci.versions import REPO_ROOT
+from ci.versions import REPO_ROOT, Versions
 
 _GIT_DIR = ".git"
 MAX_DROPPED_SHARE = 0.5
@@ -435,6 +436,47 @@ class GitBranchTarget:
 
 
 # --------------------------------------------------------------------------- orchestration
+
+
+def default_world(versions: Versions, chosen: str | None = None) -> str:
+    """The world served at ``/simple/``: ``chosen``, else the first build_matrix row's."""
+    return chosen or matrix.expand(versions)[0].world
+
+
+def origin_url(repo_root: Path = REPO_ROOT) -> str:
+    """This repository's ``origin`` remote: where ``--push-branch`` pushes unless ``--remote`` names another."""
+    proc = subprocess.run(["git", "-C", str(repo_root), "remote", "get-url", "origin"], capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise UsageError(f"--push-branch: {repo_root} has no git remote 'origin'; name the remote with --remote URL")
+    return proc.stdout.strip()
+
+
+def index_target(*, store_root: Path | None, github_repo: str | None, out: str | Path | None = None,
+                 pages_artifact: str | Path | None = None, push_branch: str | None = None, remote: str | None = None,
+                 base_url: str | None = None, repo_root: Path = REPO_ROOT) -> tuple[PagesTarget, str] | None:
+    """Where the index is published, and the public URL its pages are read at; None when nothing names a target.
+
+    The target is the first named of ``push_branch`` (of ``remote``, default this repository's origin),
+    ``pages_artifact`` and ``out``; a local store (``store_root``) with none of them publishes into
+    ``<store>/site``. The base URL is ``base_url``, else GitHub Pages of the store's repository
+    (``https://<owner>.github.io/<repo>``), else the site directory as a ``file://`` URL.
+    """
+    if push_branch:
+        target: PagesTarget = GitBranchTarget(remote or origin_url(repo_root), branch=push_branch)
+    elif pages_artifact:
+        target = ArtifactTarget(Path(pages_artifact), store_root=store_root)
+    elif out is not None or store_root is not None:
+        target = DirectoryTarget(Path(out) if out else store_root / "site", store_root=store_root)
+    else:
+        return None
+    if base_url is None:
+        if github_repo:
+            owner, name = github_repo.split("/")
+            base_url = f"https://{owner}.github.io/{name}"
+        else:
+            base_url = Path(out or pages_artifact or (store_root or Path(".")) / "site").resolve().as_uri()
+    return target, base_url
+
 
 
 def publish_index(

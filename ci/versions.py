@@ -21,36 +21,43 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import jsonschema
 import yaml
 
 from ci.errors import ConfigError
+from ci.naming import cuda_label
 from ci.wheels.archs import parse_arch_list
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = REPO_ROOT / "versions.schema.json"
 DEFAULT_VERSIONS = REPO_ROOT / "versions.yaml"
 
-# Defaults for settings a component may leave out (the anchor's defaults).
-SETTING_DEFAULTS: dict[str, Any] = {
-    "wheel_packages": (),
-    "torch_cuda_arch_list": None,
-    "arch_filter": False,
-    "requires_cudnn": False,
-    "max_jobs": 1,
-    "nvcc_threads": None,
-    "extra_env": {},
-    "patches": (),
-    "verify_wheel_archs": True,
-    "build_timeout": "5h",
-    "job_timeout_minutes": 360,
-    "repair": None,
-    "pass_env": (),
-    "sequential_pythons": False,
-}
-SETTING_KEYS = ("builder", "runs_on", *SETTING_DEFAULTS)
+
+def _frozen(value: Any) -> Any:
+    """A setting's value as Settings holds it: lists become tuples, mappings sorted dicts."""
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    if isinstance(value, Mapping):
+        return dict(sorted(value.items()))
+    return value
+
+
+def _setting_schemas() -> dict[str, Any]:
+    """The schema's ``$defs.settings.properties``: every setting's name, type and (where it has one) default."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["$defs"]["settings"]["properties"]
+
+
+# The schema is the one list of setting names, and its ``default``s are what a component gets for the
+# settings it leaves out (the two without one, builder and runs_on, are required). Settings below has one
+# field per name; tests/test_versions.py checks that every list agrees.
+_SETTING_SCHEMAS = _setting_schemas()
+SETTING_KEYS: tuple[str, ...] = tuple(_SETTING_SCHEMAS)
+SETTING_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {key: _frozen(schema["default"]) for key, schema in _SETTING_SCHEMAS.items() if "default" in schema}
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,7 @@ class MatrixEntry:
 
     @property
     def label(self) -> str:
-        return f"{self.arch} cu{self.cuda} py{self.python} torch{self.torch}"
+        return f"{self.arch} {cuda_label(self.cuda)} py{self.python} torch{self.torch}"
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ class Settings:
     arch_filter: bool
     requires_cudnn: bool
     max_jobs: int
-    nvcc_threads: int | None
+    nvcc_threads: int
     extra_env: Mapping[str, str]
     patches: tuple[str, ...]
     verify_wheel_archs: bool
@@ -128,13 +135,7 @@ class Component:
 
     def settings_for(self, arch: str) -> Settings:
         merged = merge_settings(self.base, self.arch_overrides.get(arch, {}))
-        values = {key: merged.get(key, SETTING_DEFAULTS.get(key)) for key in SETTING_KEYS}
-        runs_on = values["runs_on"]
-        values["runs_on"] = runs_on if isinstance(runs_on, str) else tuple(runs_on)
-        values["wheel_packages"] = tuple(values["wheel_packages"])
-        values["patches"] = tuple(values["patches"])
-        values["pass_env"] = tuple(values["pass_env"])
-        values["extra_env"] = dict(sorted(values["extra_env"].items()))
+        values = {key: _frozen(merged[key] if key in merged else SETTING_DEFAULTS[key]) for key in SETTING_KEYS}
         return Settings(**values)
 
     def builds(self, entry: MatrixEntry) -> bool:

@@ -344,3 +344,33 @@ def test_this_machines_max_jobs_replaces_the_versions_file_value():
     assert build.plan(versions, row, default).env["MAX_JOBS"] == str(row.settings.max_jobs)
     with pytest.raises(ConfigError, match=r"^WHEELHOUSE_MAX_JOBS=0: expected a whole number of build jobs from 1 to 1024$"):
         Environment.from_mapping({"WHEELHOUSE_MAX_JOBS": "0"})
+
+
+def test_the_builder_gets_the_environment_the_plan_shows(tmp_path):
+    """plan and run resolve the builder's environment in one place: every variable the dry run prints reaches
+    the builder as printed, apart from what only the build knows (the build directory of the resolved
+    revision, the compiler cache's port, the caller's PATH at the end of PATH)."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "tests" / "fixtures" / "fixture_ext", src)
+    seen_file = tmp_path / "seen.json"
+    (src / "setup.py").write_text("import json, os, sys\n"
+                                  "open(os.environ['SEEN'], 'w').write(json.dumps(dict(os.environ)))\nsys.exit(1)\n")
+    environ = {**os.environ, "SEEN": str(seen_file)}
+    versions = load(FIXTURE_VERSIONS)
+    (row,) = matrix.expand(versions)
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
+                                 source=src, environ=environ)
+    planned = build.plan(versions, row, options)
+    assert planned.env["PATH"].endswith(":$PATH")
+    with pytest.raises(WheelhouseError, match="exited with status"):
+        build.run(versions, row, options, log=lambda m: None)
+    seen = json.loads(seen_file.read_text())
+    build_dir = str(Path(seen["DIST_DIR"]).parent)
+    expected = {key: value.replace(str(planned.build_dir), build_dir) for key, value in planned.env.items()}
+    expected["PATH"] = expected["PATH"].replace("$PATH", environ["PATH"])
+    if "SCCACHE_SERVER_PORT" in expected:
+        assert expected["SCCACHE_SERVER_PORT"] == "<a free port>" and seen["SCCACHE_SERVER_PORT"].isdigit()
+        expected["SCCACHE_SERVER_PORT"] = seen["SCCACHE_SERVER_PORT"]
+    assert expected["SOURCE_REVISION"].startswith("<") and len(seen["SOURCE_REVISION"]) == 64  # the directory digest
+    expected["SOURCE_REVISION"] = seen["SOURCE_REVISION"]
+    assert {key: seen.get(key) for key in expected} == expected

@@ -108,6 +108,7 @@ def page(files: dict[str, bytes], rel: str) -> Anchors:
         ("c v1 - cu13.0.2 py3.12 torch2.13.0", ("cu130/torch2.13",)),
         ("c v1 - cu12.9 py3.12 torch2.13.1", ("cu129/torch2.13",)),
         ("c v1 - cucpu py3.11 torch2.13.0", ("cpu/torch2.13",)),
+        ("c v1 - cpu py3.11 torch2.13.0; aarch64 cpu py3.11 torch2.13.0", ("cpu/torch2.13",)),
         ("c v1 - cu13.0.2 py3.12 torch2.13.0; aarch64 cu13.0.2 py3.12 torch2.13.0", ("cu130/torch2.13",)),
         ("c v1 - cu12.9.1 py3.12 torch2.13.0; cu13.0.2 py3.12 torch2.13.0", ("cu129/torch2.13", "cu130/torch2.13")),
         ("c v1 - cu13.0 py3.12 torch2.12.0+cu130; cu13.0 py3.12 torch2.13.0", ("cu130/torch2.12", "cu130/torch2.13")),

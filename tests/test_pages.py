@@ -9,9 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import RemoteError, WheelhouseError
+from ci.errors import RemoteError, UsageError, WheelhouseError
 from ci.index import CACHE_FILE
-from ci.pages import ArtifactTarget, DirectoryTarget, GitBranchTarget, publish_index, sync_tree
+from ci.pages import (
+    ArtifactTarget,
+    DirectoryTarget,
+    GitBranchTarget,
+    default_world,
+    index_target,
+    origin_url,
+    publish_index,
+    sync_tree,
+)
 from ci.store.model import Asset, Release
 
 BASE = "https://owner.github.io/repo"
@@ -246,3 +255,44 @@ def test_corrupt_published_cache_is_rebuilt_with_a_warning(tmp_path):
     assert len(calls) == 2
     assert any("is not a digest cache" in w for w in outcome.warnings)
     assert b'"assets"' in (dest / CACHE_FILE).read_bytes()
+
+
+# --- where the index goes: the policy publish-index and prune --apply share ----------------------------
+
+
+def test_index_target_of_a_local_store_is_its_site_directory_at_a_file_url(tmp_path):
+    store = tmp_path / "store"
+    (store / "releases").mkdir(parents=True)
+    target, url = index_target(store_root=store, github_repo=None)
+    assert isinstance(target, DirectoryTarget) and target.path == store / "site"
+    assert url == (store / "site").resolve().as_uri()
+    target, url = index_target(store_root=store, github_repo=None, pages_artifact=tmp_path / "_site")
+    assert isinstance(target, ArtifactTarget) and url == (tmp_path / "_site").resolve().as_uri()
+
+
+def test_index_target_of_a_github_store_is_named_and_read_at_its_pages_url(tmp_path):
+    assert index_target(store_root=None, github_repo="owner/repo") is None  # nothing named: the caller says what to name
+    target, url = index_target(store_root=None, github_repo="owner/repo", out=tmp_path / "site")
+    assert isinstance(target, DirectoryTarget) and url == BASE
+    target, url = index_target(store_root=None, github_repo="owner/repo", push_branch="gh-pages", remote="/srv/site.git",
+                               base_url="https://mirror.example/wheels")
+    assert isinstance(target, GitBranchTarget) and url == "https://mirror.example/wheels"
+
+
+def test_push_branch_without_remote_uses_origin_and_says_when_there_is_none(tmp_path):
+    checkout = tmp_path / "checkout"
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    with pytest.raises(UsageError) as info:
+        index_target(store_root=None, github_repo="owner/repo", push_branch="gh-pages", repo_root=checkout)
+    assert str(info.value) == f"--push-branch: {checkout} has no git remote 'origin'; name the remote with --remote URL"
+    assert info.value.exit_code == 2
+    subprocess.run(["git", "-C", str(checkout), "remote", "add", "origin", "/srv/site.git"], check=True)
+    assert origin_url(checkout) == "/srv/site.git"
+
+
+def test_default_world_is_the_first_matrix_rows_unless_chosen():
+    from ci.versions import load
+
+    versions = load()
+    assert default_world(versions) == "cu130/torch2.13"
+    assert default_world(versions, "cu129/torch2.13") == "cu129/torch2.13"

@@ -14,9 +14,13 @@ from ci.store.local import LocalStore
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("WHEELHOUSE_")}
+
+
 def _invoke(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "invoke", "publish-index", *args], cwd=REPO, capture_output=True,
-                          text=True, env={k: v for k, v in os.environ.items() if not k.startswith("WHEELHOUSE_")})
+                          text=True, env=_clean_env())
 
 
 def test_publish_to_a_branch_twice_makes_one_commit_and_writes_an_artifact(tmp_path):
@@ -43,3 +47,23 @@ def test_publish_to_a_branch_twice_makes_one_commit_and_writes_an_artifact(tmp_p
     result = _invoke("--store", str(store.root), "--pages-artifact", str(artifact), "--base-url", "https://o.github.io/r")
     assert result.returncode == 0, result.stderr
     assert (artifact / "simple" / "demo-pkg" / "index.html").read_text() == page
+
+
+def test_a_github_store_named_by_store_publishes_under_its_pages_url(tmp_path):
+    """`--store github:o/r` derives the base URL https://o.github.io/r as WHEELHOUSE_STORE=github:o/r does
+    (it gave the file:// URL of ./site, the fallback for a store without a repository)."""
+    from tests.github_server import GitHubTestServer
+
+    with GitHubTestServer(token="test-token") as gh:
+        rel = gh.seed_release("demo-1.0-py3.12-torch2.13.0", name="demo 1.0 - cu13.0.2 py3.12 torch2.13.0")
+        gh.state.add_asset(rel, "demo_pkg-1.0-cp312-cp312-linux_x86_64.whl", b"wheel")
+        env = {"WHEELHOUSE_API_URL": gh.api_url, "GITHUB_TOKEN": "test-token"}
+        for how, extra_env in ((["--store", "github:o/r"], {}), ([], {"WHEELHOUSE_STORE": "github:o/r"})):
+            site = tmp_path / f"site-{len(how)}"
+            result = subprocess.run([sys.executable, "-m", "invoke", "publish-index", *how, "--out", str(site)],
+                                    cwd=REPO, capture_output=True, text=True, timeout=120,
+                                    env={**_clean_env(), **env, **extra_env})
+            assert result.returncode == 0, result.stderr
+            landing = (site / "index.html").read_text()
+            assert "https://o.github.io/r/cu130/torch2.13/simple/" in landing
+            assert "file://" not in landing

@@ -59,7 +59,7 @@ def test_release_uploads_manifest_last(built, tmp_path):
         f"upload {manifest.asset_name(row.arch)}",
     ]
     published = store.get_release(row.release_tag)
-    assert published.title == "wheelhouse-fixture 0.1.0 - cucpu py3.11 torch2.13.0"
+    assert published.title == "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0"
     stored = manifest.parse(store.read_asset(row.release_tag, manifest.asset_name(row.arch)), where="test")
     assert stored.checks_passed and stored.wheels[0].name == wheel
     assert published.asset(wheel).sha256 == stored.wheels[0].sha256

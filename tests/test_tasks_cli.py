@@ -1,4 +1,4 @@
-"""The invoke tasks' command line: help for every task, and no per-task short flags."""
+"""The invoke tasks' command line: help for every task, no per-task short flags, usage errors exit 2."""
 
 from __future__ import annotations
 
@@ -42,3 +42,24 @@ def test_invokes_own_dry_flag_is_the_tasks_dry_run(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "(dry run)" in result.stdout
     assert not site.exists()
+
+
+USAGE_ERRORS = {
+    "unknown-flag": (["prune", "--bogus"], "error: No idea what '--bogus' is; see `invoke prune --help`"),
+    "unknown-task": (["nosuchtask"], "error: No idea what 'nosuchtask' is; see `invoke --list`"),
+    "flag-without-value": (["publish-index", "--push-branch"],
+                           "error: --push-branch needs a value; see `invoke publish-index --help`"),
+    "missing-argument": (["release"], "error: 'release' did not receive required positional arguments: 'component'; "
+                                      "see `invoke release --help`"),
+    "help-for-unknown-task": (["--help", "nosuchtask"], "error: No idea what 'nosuchtask' is; see `invoke --list`"),
+}
+
+
+@pytest.mark.parametrize("entry", [[sys.executable, "-m", "invoke"], [str(Path(sys.executable).parent / "invoke")]],
+                         ids=["python -m invoke", "invoke"])
+@pytest.mark.parametrize("case", sorted(USAGE_ERRORS))
+def test_invokes_own_parse_errors_exit_2_with_one_line(case, entry):
+    """Usage errors exit 2 (invoke's parser ended them with 1): one line naming the flag and where help is."""
+    args, expected = USAGE_ERRORS[case]
+    result = subprocess.run([*entry, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (2, expected + "\n")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -284,6 +286,25 @@ def test_release_naming_matches_the_anchor(real):
     assert rows[0].world == "cu130/torch2.13"
 
 
+def test_a_cpu_row_reads_cpu_in_titles_and_logs_and_keeps_its_tag():
+    """A CPU row's label was `cucpu` (`x86_64 cucpu py3.11`); its release tag never named the CUDA."""
+    from ci import naming
+
+    fixture = REPO / "tests" / "fixtures" / "versions.yaml"
+    loaded = versions.load(fixture)
+    (row,) = matrix.expand(loaded)
+    assert row.release_tag == "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0"
+    assert row.world == "cpu/torch2.13"
+    assert matrix.release_title(loaded, row) == "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0"
+    assert row.label == "wheelhouse-fixture (x86_64 cpu py3.11 torch2.13.0)"
+    assert loaded.build_matrix[0].label == "x86_64 cpu py3.11 torch2.13.0"
+    listing = run_matrix(fixture)
+    assert listing.returncode == 0, listing.stderr
+    assert " x86_64   cpu        py3.11 " in listing.stdout and "cucpu" not in listing.stdout
+    for title in ("c v1 - cpu py3.11 torch2.13.0", "c v1 - cucpu py3.11 torch2.13.0"):  # and titles written before
+        assert naming.parse_title(title).segments == (naming.TitleSegment("x86_64", "cpu", "3.11", "2.13.0"),)
+
+
 def test_github_output(tmp_path):
     out = tmp_path / "gh_output"
     env = {**os.environ, "GITHUB_OUTPUT": str(out)}
@@ -300,6 +321,46 @@ def test_schema_file_is_valid_draft_2020_12():
 
     schema = json.loads((REPO / "versions.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def _schema_defs() -> dict:
+    return json.loads((REPO / "versions.schema.json").read_text())["$defs"]
+
+
+def test_every_list_of_setting_names_agrees():
+    """The schema's settings are the one list; the component's and the override's $refs, the Settings fields,
+    SETTING_KEYS and the README's versions.yaml table name the same settings (a key missing from one was
+    accepted by the schema and then dropped silently)."""
+    defs = _schema_defs()
+    names = set(defs["settings"]["properties"])
+    for where in ("component", "override"):
+        refs = {name: prop["$ref"] for name, prop in defs[where]["properties"].items()
+                if prop.get("$ref", "").startswith("#/$defs/settings/")}
+        assert refs == {name: f"#/$defs/settings/properties/{name}" for name in names}, where
+    assert set(defs["override"]["properties"]) == names
+    assert {f.name for f in dataclasses.fields(versions.Settings)} == names
+    assert set(versions.SETTING_KEYS) == names
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("\n## versions.yaml\n", 1)[1].split("\n## ", 1)[0]
+    first_column = " ".join(line.split("|")[1] for line in table.splitlines() if line.startswith("| `"))
+    assert names - set(re.findall(r"`([a-z_]+)`", first_column)) == set()
+
+
+def test_a_setting_left_out_gets_the_schemas_default(tmp_path):
+    """The schema's `default`s are the defaults (editors show them); only the required settings have none."""
+    defs = _schema_defs()
+    settings = defs["settings"]["properties"]
+    required = set(defs["component"]["required"]) & set(settings)
+    assert required == {"builder", "runs_on"}
+    assert {name for name, prop in settings.items() if "default" not in prop} == required
+    doc = {"build_matrix": BASE["build_matrix"][:1],
+           "components": {"demo": {key: BASE["components"]["demo"][key] for key in ("source", "ref", *required)}}}
+    got = versions.load(write(tmp_path, doc)).component("demo").settings_for("x86_64")
+    for name, prop in settings.items():
+        if name not in required:
+            default = prop["default"]
+            expected = tuple(default) if isinstance(default, list) else default
+            assert getattr(got, name) == expected, name
 
 
 def test_config_error_is_the_library_error_type(tmp_path):

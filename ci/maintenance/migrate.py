@@ -169,7 +169,7 @@ def _classify(release: Release) -> Entry:
     parsed = naming.parse_title(release.title)
     if parsed is None:
         return Entry(release.tag, release.title, UNPARSEABLE, None,
-                     f"title {release.title!r} does not follow '<component> <ref> - [<arch> ]cu<cuda> py<X.Y> "
+                     f"title {release.title!r} does not follow '<component> <ref> - [<arch> ]cu<cuda>|cpu py<X.Y> "
                      "torch<T>; ...'")
     pairs = sorted({(s.python, s.torch) for s in parsed.segments})
     if len(pairs) != 1:
