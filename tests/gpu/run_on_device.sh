@@ -227,11 +227,16 @@ fi
 if [[ "${WHEELHOUSE_DEVICE_TWO_VENV_PATHS:-0}" == 1 ]]; then
     step "causal-conv1d from two venv paths, one compiler cache"
     torch_dir="$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+    # The machine's python is itself a venv: --system-site-packages would reach only the base
+    # interpreter's packages, so a .pth file puts the machine venv's (nox's needs, torch's CUDA
+    # wheels) after each new venv's own site-packages, where its own torch comes first.
+    machine_site="$(dirname "$torch_dir")"
     : >"$RESULTS/two-venv-paths.txt"
     for name in venv-a venv-b; do
         "$PY" -m venv --system-site-packages "$WORK/$name"
         site="$("$WORK/$name/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
         cp -r "$torch_dir" "$site/"  # the venv's own torch, so torch's headers are under the venv's path
+        echo "$machine_site" >"$site/machine-site-packages.pth"
         cache="$WORK/cache-two-venvs"  # one for both: the same build directory and compiler cache
         mkdir -p "$cache/sources/sdist"
         cp .device/sdists/causal_conv1d-1.7.0.tar.gz "$cache/sources/sdist/"
