@@ -31,13 +31,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci import credentials, fingerprint, matrix, sources, toolchain
+from ci import credentials, fingerprint, log, matrix, sources, toolchain
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
 
 RECORD_SCHEMA = 1
 TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_LOG = log.get("build")
 
 
 @dataclass(frozen=True)
@@ -286,16 +287,24 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
     )
 
 
-def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) -> BuildResult:
-    """Build ``row``; returns the checked wheels in dist/<world>/ and their build record."""
+def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResult:
+    """Build ``row``; returns the checked wheels in dist/<world>/ and their build record.
+
+    Each phase is a named step of the log with its duration (a folded group on GitHub Actions)."""
+    with log.Steps(_LOG) as steps:
+        return _run(versions, row, options, steps)
+
+
+def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.Steps) -> BuildResult:
     started = time.monotonic()
     durations: dict[str, float] = {}
     component = versions.component(row.component)
     index = toolchain.torch_index(row, options.torch_index or options.environ.get("WHEELHOUSE_TORCH_INDEX"))
 
     # 1. Interpreter: the pinned venv, or the current one with --reuse-env; verified either way.
+    steps.start(f"toolchain: Python {row.python}, torch {row.torch}" + (" (this interpreter)" if options.reuse_env else ""))
     python = sys.executable if options.reuse_env else str(
-        toolchain.prepare_venv(row, options.cache_dir, index=index, log=log)
+        toolchain.prepare_venv(row, options.cache_dir, index=index)
     )
     interpreter = toolchain.verify(python, row, env=options.environ)
     toolchain.check_cxx(options.environ)
@@ -305,9 +314,10 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     # it gets our environment minus credentials.
     builder_environ, withheld = credentials.without_credentials(options.environ, allow=row.settings.pass_env)
     if withheld:
-        log(f"withholding from the build: {', '.join(withheld)} (credentials; pass_env in versions.yaml passes one)")
+        _LOG.info(f"withholding from the build: {', '.join(withheld)} (credentials; pass_env in versions.yaml passes one)")
 
     # 2. Sources, then the build directory keyed by the real fingerprint.
+    steps.start(f"sources: {sources.describe_plan(component, options.source)}")
     t0 = time.monotonic()
     fetch_env = dict(builder_environ)
     if interpreter.nvcc is not None and row.cuda != "cpu":
@@ -320,7 +330,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     src = build_dir / "src"
     marker = build_dir / ".incomplete"
     if marker.exists() and src.is_dir() and _marked_config(marker) == json.loads(json.dumps(config)):
-        log(f"resuming the interrupted build in {build_dir}")
+        _LOG.info(f"resuming the interrupted build in {build_dir}")
     else:
         shutil.rmtree(build_dir, ignore_errors=True)
         build_dir.mkdir(parents=True)
@@ -345,7 +355,8 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
                                     cache_tool, options.environ.get("PATH", ""))
     command = ["bash", str(REPO_ROOT / "build_scripts" / f"{row.settings.builder}.sh")]
     timeout_s = parse_timeout(row.settings.build_timeout)
-    log(f"building {row.label} in {src}")
+    steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}")
+    _LOG.info(f"building {row.label} in {src}")
     t0 = time.monotonic()
     try:
         code = _run_with_timeout(command, cwd=src, env=full_env, timeout_s=timeout_s)
@@ -356,8 +367,8 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
             subprocess.run([cache_tool, "--stop-server"], env=full_env, capture_output=True)
     durations["build_s"] = round(time.monotonic() - t0, 1)
     if cache_stats:
-        log(f"compiler cache: {cache_stats['requests']} compile requests, {cache_stats['hits']} hits, "
-            f"{cache_stats['misses']} misses")
+        _LOG.info(f"compiler cache: {cache_stats['requests']} compile requests, {cache_stats['hits']} hits, "
+                  f"{cache_stats['misses']} misses")
     if code == "timeout":
         raise WheelhouseError(
             f"{row.label}: build did not finish within build_timeout {row.settings.build_timeout}; "
@@ -372,9 +383,10 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     if not wheels:
         raise WheelhouseError(f"{row.label}: build_scripts/{row.settings.builder}.sh wrote no wheel to DIST_DIR")
     if row.settings.repair:
-        wheels = _repair(wheels, f"{row.settings.repair}_{row.arch}", dist, log)
+        wheels = _repair(wheels, f"{row.settings.repair}_{row.arch}", dist)
 
     # 4. Checks gate the result; only then does anything reach dist/<world>/.
+    steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/")
     t0 = time.monotonic()
     checks = _check_wheels(row, wheels, python) if options.run_checks else {"ran": False}
     durations["checks_s"] = round(time.monotonic() - t0, 1)
@@ -417,7 +429,7 @@ def _marked_config(marker: Path) -> dict | None:
         return None
 
 
-def _repair(wheels: list[Path], tag: str, dist: Path, log) -> list[Path]:
+def _repair(wheels: list[Path], tag: str, dist: Path) -> list[Path]:
     """auditwheel repair to ``tag``; torch, CUDA, NCCL and NVSHMEM libraries stay outside the wheel."""
     from ci.wheels import audit
     from ci.errors import CheckFailed
@@ -430,7 +442,7 @@ def _repair(wheels: list[Path], tag: str, dist: Path, log) -> list[Path]:
             raise WheelhouseError(f"{error}; check versions.yaml's repair setting") from None
         wheel.unlink()
         repaired.append(fixed.replace(dist / fixed.name))
-        log(f"repaired {wheel.name} -> {fixed.name}")
+        _LOG.info(f"repaired {wheel.name} -> {fixed.name}")
     shutil.rmtree(dist / "repaired", ignore_errors=True)
     return repaired
 

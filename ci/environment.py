@@ -13,13 +13,13 @@ GITHUB_TOKEN / GH_TOKEN    token for the GitHub store
 WHEELHOUSE_CACHE           checkout / compiler / sdist cache (default: .cache/)
 WHEELHOUSE_WRITE_GAP       seconds between GitHub writes (default 1, as GitHub
                            asks; the test suite's command runs set 0)
+GITHUB_ACTIONS             ``true`` on GitHub Actions: steps fold into groups,
+                           errors become annotations (ci/log.py)
 =========================  ====================================================
 """
 
 from __future__ import annotations
 
-import logging
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +41,7 @@ class Environment:
     token: str | None = field(default=None, repr=False)
     cache_dir: Path = DEFAULT_CACHE
     write_gap: float = 1.0
+    github_actions: bool = False
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Environment:
@@ -55,6 +56,7 @@ class Environment:
             token=env.get("GITHUB_TOKEN") or env.get("GH_TOKEN") or None,
             cache_dir=Path(env.get("WHEELHOUSE_CACHE") or DEFAULT_CACHE),
             write_gap=_seconds("WHEELHOUSE_WRITE_GAP", env.get("WHEELHOUSE_WRITE_GAP"), 1.0),
+            github_actions=on_github_actions(env),
         )
 
     @property
@@ -82,17 +84,9 @@ def _seconds(name: str, value: str | None, default: float) -> float:
     return seconds
 
 
-def _stderr_logger() -> logging.Logger:
-    """Retries and waits of the GitHub store, one line each on stderr (warnings: what, how long)."""
-    logger = logging.getLogger("wheelhouse.github")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        handler.setLevel(logging.WARNING)
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-    return logger
+def on_github_actions(env: Mapping[str, str]) -> bool:
+    """Whether this runs as a GitHub Actions step (the runner sets GITHUB_ACTIONS=true)."""
+    return env.get("GITHUB_ACTIONS") == "true"
 
 
 def open_store(env: Environment, *, dry_run: bool = False, progress=None, must_exist: bool = False):
@@ -110,4 +104,4 @@ def open_store(env: Environment, *, dry_run: bool = False, progress=None, must_e
     from ci.store.github import GitHubStore
 
     return GitHubStore(repo, api_url=env.api_url, token=env.token, dry_run=dry_run, progress=progress,
-                       logger=_stderr_logger(), write_gap=env.write_gap)
+                       write_gap=env.write_gap)

@@ -214,8 +214,8 @@ def run_streamed(cmd: Sequence[str], what: str, *, env: dict[str, str] | None = 
 class TransferProgress:
     """``progress(label, done, total)`` for uploads and downloads.
 
-    ``bar``: a tqdm bar per label (on a terminal); otherwise one line per tenth, in MiB:
-    ``upload x.whl: 30% (120.0 of 400.0 MiB)``. A transfer that starts again (a retry) starts over.
+    ``bar``: a tqdm bar per label (on a terminal); otherwise one line per tenth, in MiB (KiB below
+    one MiB): ``upload x.whl: 30% (120.0 of 400.0 MiB)``. A transfer that starts again (a retry) starts over.
     """
 
     def __init__(self, *, bar: bool = False, logger: logging.Logger | None = None, stream: IO[str] | None = None) -> None:
@@ -236,7 +236,8 @@ class TransferProgress:
             self._state[label] = (decile, done)
             return
         self._state[label] = (decile, done)
-        self.logger.info(f"{label}: {decile * 10}% ({done / MIB:.1f} of {total / MIB:.1f} MiB)")
+        unit, size = ("MiB", MIB) if total >= MIB else ("KiB", 1024)
+        self.logger.info(f"{label}: {decile * 10}% ({done / size:.1f} of {total / size:.1f} {unit})")
 
     def _draw(self, label: str, done: int, total: int) -> None:
         from tqdm import tqdm

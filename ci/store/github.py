@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 from urllib.parse import parse_qs, quote, urlsplit
 
+from ci import log
 from ci.errors import RemoteError
 from ci.store.http import ProgressFn, Response, Retrier, RetryPolicy, TransientError, WritePacer, stream_upload
 from ci.store.model import Asset, Release, newest_by_name
@@ -86,7 +87,8 @@ class GitHubStore:
         write_gap: seconds between content-creating requests (see :class:`ci.store.http.WritePacer`,
             which also keeps to GitHub's 80 per minute and 500 per hour).
         progress: ``progress(label, done, total)`` during uploads.
-        logger: receives one line per retry and per change.
+        logger: receives one warning per retry and per wait (what, why, how long), one info line per
+            notable repair, and one debug line per change (default: the ``wheelhouse.github`` logger).
         dry_run: record changes in :attr:`plan` instead of making them.
     """
 
@@ -110,13 +112,13 @@ class GitHubStore:
         self.plan: list[str] = []
         self._token = token
         self._progress = progress
-        self._log = logger
+        self._log = logger = logger or log.get("github")
         self._upload_timeout = upload_timeout
         self._rng = random.Random(seed)
         self._retrier = Retrier(policy=retry or RetryPolicy(), sleep=sleep, clock=clock, rng=self._rng,
                                 logger=logger, scrub=self._scrub)
         self.pacer = WritePacer(min_interval=write_gap, clock=clock, sleep=sleep,
-                                log=(lambda line: logger.warning(self._scrub(line))) if logger else None)
+                                log=lambda line: logger.warning(self._scrub(line)))
         # authenticate=False: GhApi would otherwise read GITHUB_TOKEN / GITHUB_JWT_TOKEN itself.
         api = GhApi(owner=owner, repo=name, gh_host=self.api_url, authenticate=False, sync=True, timeout=timeout)
         api.headers["Authorization"] = f"token {token}"  # the transport shares this dict
@@ -155,8 +157,10 @@ class GitHubStore:
         return text.replace(self._token, "***") if self._token else text
 
     def _info(self, msg: str) -> None:
-        if self._log:
-            self._log.info(self._scrub(msg))
+        self._log.info(self._scrub(msg))
+
+    def _debug(self, msg: str) -> None:
+        self._log.debug(self._scrub(msg))
 
     def _call(self, what: str, op: str, *, write: bool = False, **kwargs: Any) -> Response:
         """One ghapi operation (``group.name``) with retries; returns the final answer, any status.
@@ -197,7 +201,7 @@ class GitHubStore:
 
     def _record(self, line: str) -> None:
         self.plan.append(self._scrub(line))
-        self._info(f"dry run: {line}")
+        self._debug(f"dry run: {line}")
 
     @property
     def _repo_path(self) -> str:
@@ -344,7 +348,7 @@ class GitHubStore:
         if self.dry_run:
             self._record(line)
             return None
-        self._info(line)
+        self._debug(line)
         return self._call(what, op, write=True, **kwargs)
 
     def update_asset(self, asset_id: int, *, name: str | None = None, label: str | None = None) -> Response | None:
@@ -374,10 +378,10 @@ class GitHubStore:
             ctype = "application/zip"
         headers = {"Authorization": f"token {self._token}", "Accept": "application/vnd.github+json",
                    "X-GitHub-Api-Version": API_VERSION, "Content-Type": ctype, "User-Agent": "wheelhouse"}
-        self._info(f"POST {urlsplit(url).path}?{query}")
+        self._debug(f"POST {urlsplit(url).path}?{query}")
         def attempt() -> Response:
             self.pacer.wait(f"upload {name}")
-            return stream_upload(self.http, url, path, headers, label=name, progress=self._progress,
+            return stream_upload(self.http, url, path, headers, label=f"upload {name}", progress=self._progress,
                                  timeout=self._upload_timeout)
 
         return self._retrier.run(f"upload {name}", attempt)
