@@ -22,20 +22,28 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import build, matrix, naming  # noqa: E402
-from ci.environment import Environment  # noqa: E402
+from ci import build, log, matrix, naming  # noqa: E402
+from ci.environment import Environment, on_github_actions  # noqa: E402
 from ci.errors import WheelhouseError  # noqa: E402
 from ci.versions import load  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["tests"]
 
-ENV = Environment.from_mapping(os.environ)
+log.configure(github_actions=on_github_actions(os.environ))
 try:
+    ENV = Environment.from_mapping(os.environ)
     VERSIONS = load(ENV.versions_path)
 except WheelhouseError as error:
-    print(f"error: {error}", file=sys.stderr)
+    log.report_error(str(error))
     raise SystemExit(error.exit_code) from None
+
+
+def _fail(session: nox.Session, error: WheelhouseError) -> None:
+    """nox's failure line, after an ``::error::`` annotation on GitHub Actions."""
+    if ENV.github_actions:
+        log.report_error(str(error))
+    session.error(str(error))
 
 
 def _build_parser(name: str) -> argparse.ArgumentParser:
@@ -77,9 +85,9 @@ def _register_build(component: str, python: str) -> None:
             if args.dry_run:
                 print(build.plan(VERSIONS, row, options).render())
                 return
-            result = build.run(VERSIONS, row, options, log=session.log)
+            result = build.run(VERSIONS, row, options)
         except WheelhouseError as error:
-            session.error(str(error))
+            _fail(session, error)
         for wheel in result.wheels:
             session.log(f"built {wheel}")
         session.log(f"build record {result.record}")
@@ -115,6 +123,6 @@ def demo(session: nox.Session) -> None:
     from ci import demo as demo_module
 
     try:
-        demo_module.run(cache_dir=ENV.cache_dir, log=session.log)
+        demo_module.run(cache_dir=ENV.cache_dir)
     except WheelhouseError as error:
-        session.error(str(error))
+        _fail(session, error)

@@ -24,10 +24,11 @@ from invoke import Exit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ci import log  # noqa: E402
 from ci import matrix as matrix_module  # noqa: E402
 from ci import naming  # noqa: E402
 from ci import workflows as workflows_module  # noqa: E402
-from ci.environment import Environment  # noqa: E402
+from ci.environment import Environment, on_github_actions  # noqa: E402
 from ci.errors import UsageError, WheelhouseError  # noqa: E402
 from ci.versions import load  # noqa: E402
 
@@ -82,14 +83,22 @@ def _env(store_spec: str | None = None) -> Environment:
 
 
 def reports_errors(fn):
-    """Turn a WheelhouseError into one line on stderr and its exit status."""
+    """Configure the wheelhouse logger for the task, and turn a WheelhouseError into one line on stderr
+    (an ``::error::`` annotation on GitHub Actions) and its exit status."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        log.configure(github_actions=on_github_actions(os.environ))
         try:
             return fn(*args, **kwargs)
         except WheelhouseError as error:
-            raise Exit(f"error: {error}", code=error.exit_code) from None
+            log.report_error(str(error))
+            raise Exit(code=error.exit_code) from None
+        except Exit as stop:  # a task's own usage error, `error: ...`: the same one line
+            if isinstance(stop.message, str) and stop.message.startswith("error: "):
+                log.report_error(stop.message.removeprefix("error: "))
+                raise Exit(code=stop.code) from None
+            raise
         except BrokenPipeError:
             # The reader left (`| head -1`): stop quietly; later writes go nowhere instead of raising again.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -156,22 +165,9 @@ def matrix(c, component=None, arch=None, python=None, torch=None, json_=False, g
 def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False):
     from ci.environment import open_store
 
-    return open_store(_env(store_spec), dry_run=dry_run, progress=_progress, must_exist=must_exist)
-
-
-_PRINTED_DECILE: dict[str, int] = {}
-
-
-def _progress(name: str, done: int, total: int) -> None:
-    """Upload progress on stderr: one line per tenth of each file."""
-    decile = done * 10 // total if total else 10
-    if _PRINTED_DECILE.get(name) != decile:
-        _PRINTED_DECILE[name] = decile
-        print(f"  {name}: {decile * 10}% of {total} bytes", file=sys.stderr, flush=True)
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    env = _env(store_spec)
+    progress = log.TransferProgress(bar=sys.stderr.isatty() and not env.github_actions)
+    return open_store(env, dry_run=dry_run, progress=progress, must_exist=must_exist)
 
 
 def _wheel_paths(spec: str) -> list[Path]:
@@ -290,7 +286,7 @@ def release(c, component, python=None, torch=None, arch=None, dist="dist", dry_r
     if dry_run and not hasattr(target, "plan"):
         print("dry run: nothing changed")
         return
-    release_module.apply(plan, target, clobber=not no_clobber, log=_log, dry_run=dry_run)
+    release_module.apply(plan, target, clobber=not no_clobber, dry_run=dry_run)
     if dry_run:
         print("dry run: the API calls it would make:")
         for call in target.plan:
@@ -513,7 +509,7 @@ def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=Non
         raise Exit("error: restore-wheels: a local store takes its artifacts from --artifacts-dir DIR "
                    "(DIR/<run id>/<artifact name>.zip)", code=2)
     else:
-        source = GitHubArtifacts(target, progress=_progress)
+        source = GitHubArtifacts(target)
     versions = restore.versions_from_text(restore.versions_text_at(versions_ref), ref=versions_ref)
     listings = restore.collect(source, run)
     print(restore.artifact_summary(listings))
@@ -527,7 +523,7 @@ def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=Non
     if not apply:
         print("dry run: nothing downloaded or changed (pass --apply)")
         return
-    result = restore.apply(plan, target, source, log=_log)
+    result = restore.apply(plan, target, source)
     print(result.render())
     if not result.ok:
         raise Exit(f"error: restore-wheels: {len(result.refused)} artifact(s) or asset(s) refused (listed above); "

@@ -104,7 +104,6 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
     port = str(_free_port())
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SCCACHE_")}
     environ.update({"SCCACHE_SERVER_PORT": port, "SCCACHE_IDLE_TIMEOUT": "120"})
-    quiet = []
 
     def one_build(cache: Path, dist: Path) -> tuple[float, dict, dict]:
         env = {**environ, "SCCACHE_DIR": str(cache / "compiler-cache" / "sccache")}
@@ -113,7 +112,7 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
         options = build.BuildOptions(cache_dir=cache, dist_root=dist, source=sources, environ=env)
         started = time.perf_counter()
         with _output_to(work / "build.log"):
-            result = build.run(versions, row, options, log=quiet.append)
+            result = build.run(versions, row, options)
         elapsed = time.perf_counter() - started
         record = json.loads(result.record.read_text())
         stats = record.get("compiler_cache_stats") or {}  # the build's own server, read before it stopped

@@ -172,7 +172,7 @@ def _build_both(ctx: Context, component: str, source: Path, work: Path) -> dict:
             os.dup2(out.fileno(), 1)
             os.dup2(out.fileno(), 2)
             try:
-                build.run(versions, rows[python], options, log=lambda _m: None)
+                build.run(versions, rows[python], options)
             finally:
                 os.dup2(saved[0], 1)
                 os.dup2(saved[1], 2)

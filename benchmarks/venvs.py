@@ -65,8 +65,7 @@ def run(ctx: Context) -> Figure:
                     env = {"PIP_CACHE_DIR": str(caches[inst] / "pip"), "UV_CACHE_DIR": str(caches[inst] / "uv")}
                     with _environ(**env):
                         started = time.perf_counter()
-                        python = toolchain.prepare_venv(row, venvs_root, index=index, installer=inst,
-                                                        log=lambda _msg: None)
+                        python = toolchain.prepare_venv(row, venvs_root, index=index, installer=inst)
                         elapsed = time.perf_counter() - started
                     interpreter = toolchain.verify(python, row)
                     torch_seen = interpreter.torch_version

@@ -36,13 +36,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci import credentials, fingerprint, matrix, sources, toolchain
+from ci import credentials, fingerprint, log, matrix, sources, toolchain
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
 
 RECORD_SCHEMA = 1
 TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_LOG = log.get("build")
 
 
 @dataclass(frozen=True)
@@ -333,29 +334,37 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
     )
 
 
-def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) -> BuildResult:
+def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResult:
     """Build ``row``; returns the checked wheels in dist/<world>/ and their build record.
 
     The phases: interpreter (pinned venv, verified), sources and the build directory, the builder's
-    environment, the builder, the checks, and placing the wheels with their record.
+    environment, the builder, the checks, and placing the wheels with their record. Each is a named step
+    of the log with its duration (a folded group on GitHub Actions).
     """
+    with log.Steps(_LOG) as steps:
+        return _run(versions, row, options, steps)
+
+
+def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.Steps) -> BuildResult:
     started = time.monotonic()
     durations: dict[str, float] = {}
     index = _torch_index(row, options)
 
-    python, interpreter = _interpreter(row, options, index, log)
+    steps.start(f"toolchain: Python {row.python}, torch {row.torch}" + (" (this interpreter)" if options.reuse_env else ""))
+    python, interpreter = _interpreter(row, options, index)
     durations["toolchain_s"] = round(time.monotonic() - started, 1)
 
     # Everything below runs third-party code (an sdist's setup.py, the builder, the project's build):
     # it gets our environment minus credentials.
     builder_environ, withheld = credentials.without_credentials(options.environ, allow=row.settings.pass_env)
     if withheld:
-        log(f"withholding from the build: {', '.join(withheld)} (credentials; pass_env in versions.yaml passes one)")
+        _LOG.info(f"withholding from the build: {', '.join(withheld)} (credentials; pass_env in versions.yaml passes one)")
 
+    steps.start(f"sources: {sources.describe_plan(versions.component(row.component), options.source)}")
     t0 = time.monotonic()
     checkout = _fetch_sources(versions, row, options, python, interpreter, builder_environ)
     config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
-    build_dir, lock = _prepare_build_dir(options, row, checkout, config, log)
+    build_dir, lock = _prepare_build_dir(options, row, checkout, config)
     durations["source_s"] = round(time.monotonic() - t0, 1)
 
     environment = builder_environment(
@@ -365,10 +374,12 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
         inherited_path=options.environ.get("PATH", ""), revision=checkout.revision,
     )
 
+    steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}")
     t0 = time.monotonic()
-    wheels, cache_stats = _run_builder(row, environment, {**builder_environ, **environment.variables}, build_dir, log)
+    wheels, cache_stats = _run_builder(row, environment, {**builder_environ, **environment.variables}, build_dir)
     durations["build_s"] = round(time.monotonic() - t0, 1)
 
+    steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/")
     t0 = time.monotonic()
     checks = _check_wheels(row, wheels, python) if options.run_checks else {"ran": False}
     durations["checks_s"] = round(time.monotonic() - t0, 1)
@@ -393,10 +404,10 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
     return result
 
 
-def _interpreter(row: MatrixRow, options: BuildOptions, index: str | None, log) -> tuple[str, toolchain.Interpreter]:
+def _interpreter(row: MatrixRow, options: BuildOptions, index: str | None) -> tuple[str, toolchain.Interpreter]:
     """The pinned venv, or the current interpreter with --reuse-env; verified either way."""
     python = sys.executable if options.reuse_env else str(
-        toolchain.prepare_venv(row, options.cache_dir, index=index, log=log)
+        toolchain.prepare_venv(row, options.cache_dir, index=index)
     )
     interpreter = toolchain.verify(python, row, env=options.environ)
     toolchain.check_cxx(options.environ)
@@ -414,15 +425,15 @@ def _fetch_sources(versions: Versions, row: MatrixRow, options: BuildOptions, py
                          override=options.source, env=fetch_env)
 
 
-def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.Checkout, config: dict,
-                       log) -> tuple[Path, object]:
+def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.Checkout,
+                       config: dict) -> tuple[Path, object]:
     """(build directory, its lock): the interrupted build of this config resumed, else a fresh copy of the
     sources; an empty ``dist/`` either way (wheels of an interrupted attempt are never trusted)."""
     build_dir, lock = _claim(_build_dir(options, row, config), row)
     src = build_dir / "src"
     marker = build_dir / ".incomplete"
     if marker.exists() and src.is_dir() and _marked_config(marker) == json.loads(json.dumps(config)):
-        log(f"resuming the interrupted build in {build_dir}")
+        _LOG.info(f"resuming the interrupted build in {build_dir}")
     else:
         shutil.rmtree(build_dir, ignore_errors=True)
         build_dir.mkdir(parents=True)
@@ -435,13 +446,13 @@ def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.
     return build_dir, lock
 
 
-def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict, build_dir: Path,
-                 log) -> tuple[list[Path], dict[str, int] | None]:
+def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict,
+                 build_dir: Path) -> tuple[list[Path], dict[str, int] | None]:
     """Run build_scripts/<builder>.sh in ``build_dir``/src under the contract; (its wheels, compiler cache counts)."""
     if environment.filter_bin is not None:
         _install_arch_filter(environment.filter_bin)
     cache_tool = environment.compiler_cache
-    log(f"building {row.label} in {build_dir / 'src'}")
+    _LOG.info(f"building {row.label} in {build_dir / 'src'}")
     try:
         code = _run_with_timeout(_command(row), cwd=build_dir / "src", env=full_env,
                                  timeout_s=parse_timeout(row.settings.build_timeout))
@@ -451,8 +462,8 @@ def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict
             cache_stats = sccache_stats(cache_tool, full_env)
             subprocess.run([cache_tool, "--stop-server"], env=full_env, capture_output=True)
     if cache_stats:
-        log(f"compiler cache: {cache_stats['requests']} compile requests, {cache_stats['hits']} hits, "
-            f"{cache_stats['misses']} misses")
+        _LOG.info(f"compiler cache: {cache_stats['requests']} compile requests, {cache_stats['hits']} hits, "
+                  f"{cache_stats['misses']} misses")
     if code == "timeout":
         raise WheelhouseError(
             f"{row.label}: build did not finish within build_timeout {row.settings.build_timeout}; "
@@ -468,7 +479,7 @@ def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict
     if not wheels:
         raise WheelhouseError(f"{row.label}: build_scripts/{row.settings.builder}.sh wrote no wheel to DIST_DIR")
     if row.settings.repair:
-        wheels = _repair(wheels, f"{row.settings.repair}_{row.arch}", dist, log)
+        wheels = _repair(wheels, f"{row.settings.repair}_{row.arch}", dist)
     return wheels, cache_stats
 
 
@@ -495,7 +506,7 @@ def _marked_config(marker: Path) -> dict | None:
         return None
 
 
-def _repair(wheels: list[Path], tag: str, dist: Path, log) -> list[Path]:
+def _repair(wheels: list[Path], tag: str, dist: Path) -> list[Path]:
     """auditwheel repair to ``tag``; torch, CUDA, NCCL and NVSHMEM libraries stay outside the wheel."""
     from ci.wheels import audit
     from ci.errors import CheckFailed
@@ -508,7 +519,7 @@ def _repair(wheels: list[Path], tag: str, dist: Path, log) -> list[Path]:
             raise WheelhouseError(f"{error}; check versions.yaml's repair setting") from None
         wheel.unlink()
         repaired.append(fixed.replace(dist / fixed.name))
-        log(f"repaired {wheel.name} -> {fixed.name}")
+        _LOG.info(f"repaired {wheel.name} -> {fixed.name}")
     shutil.rmtree(dist / "repaired", ignore_errors=True)
     return repaired
 

@@ -14,10 +14,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ci import build, matrix, pages, release, toolchain
+from ci import build, log, matrix, pages, release, toolchain
 from ci.errors import WheelhouseError
 from ci.store.local import LocalStore
 from ci.versions import REPO_ROOT, load
+
+_LOG = log.get("demo")
 
 FIXTURE_VERSIONS = REPO_ROOT / "tests" / "fixtures" / "versions.yaml"
 PACKAGE = "wheelhouse-fixture"
@@ -36,34 +38,33 @@ SMOKE_TEST = (
 )
 
 
-def run(*, cache_dir: Path, store_root: Path = REPO_ROOT / "wheelhouse", dist_root: Path = REPO_ROOT / "dist",
-        log=print) -> str:
+def run(*, cache_dir: Path, store_root: Path = REPO_ROOT / "wheelhouse", dist_root: Path = REPO_ROOT / "dist") -> str:
     """Run the demo; returns the pip command it proved."""
     versions = load(FIXTURE_VERSIONS)
     (row,) = matrix.select(matrix.expand(versions), versions=versions, arch=build.host_arch())
 
-    log(f"1/5 build {row.label} through build_scripts/{row.settings.builder}.sh")
-    result = build.run(versions, row, build.BuildOptions(cache_dir=cache_dir, dist_root=dist_root), log=log)
+    _LOG.info(f"1/5 build {row.label} through build_scripts/{row.settings.builder}.sh")
+    result = build.run(versions, row, build.BuildOptions(cache_dir=cache_dir, dist_root=dist_root))
 
-    log(f"2/5 release {row.release_tag} into the local store {store_root}")
+    _LOG.info(f"2/5 release {row.release_tag} into the local store {store_root}")
     store = LocalStore(store_root)
-    release.apply(release.plan(versions, row, dist_root), store, log=log)
+    release.apply(release.plan(versions, row, dist_root), store)
 
     site = store_root / "site"
-    log(f"3/5 index every world of the store into {site}")
+    _LOG.info(f"3/5 index every world of the store into {site}")
     outcome = pages.publish_index(
         store.list_releases(), pages.DirectoryTarget(site), base_url=site.as_uri(), default_world=row.world,
     )
     for warning in outcome.warnings:
-        log(f"warning: {warning}")
+        _LOG.info(f"warning: {warning}")
 
     index_url = f"{site.as_uri()}/{row.world}/simple/"
     command = f"pip install --index-url {index_url} {PACKAGE}"
-    log(f"4/5 install it with:\n\n    {command}\n")
+    _LOG.info(f"4/5 install it with:\n\n    {command}\n")
 
-    log("5/5 proving it: a fresh venv, torch, then exactly that command, then import and call")
-    log(_prove(row, index_url))
-    log(f"demo passed: {', '.join(w.name for w in result.wheels)} installs from {index_url} and runs")
+    _LOG.info("5/5 proving it: a fresh venv, torch, then exactly that command, then import and call")
+    _LOG.info(_prove(row, index_url))
+    _LOG.info(f"demo passed: {', '.join(w.name for w in result.wheels)} installs from {index_url} and runs")
     return command
 
 
@@ -85,7 +86,5 @@ def _prove(row, index_url: str) -> str:
 
 
 def _check(cmd: list[str], what: str) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise WheelhouseError(f"could not {what}: {tail[0][:300]} (command: {shlex.join(cmd)[:200]})")
+    """Run one step of the proof with its output streamed (a torch install takes a while)."""
+    log.run_streamed(cmd, what, hint=f"the command was {shlex.join(cmd)[:200]}", logger=_LOG)

@@ -15,13 +15,13 @@ WHEELHOUSE_WRITE_GAP       seconds between GitHub writes (default 1, as GitHub
                            asks; the test suite's command runs set 0)
 WHEELHOUSE_MAX_JOBS        build jobs for this machine, in place of versions.yaml's
                            max_jobs (not a build input: the wheels are the same)
+GITHUB_ACTIONS             ``true`` on GitHub Actions: steps fold into groups,
+                           errors become annotations (ci/log.py)
 =========================  ====================================================
 """
 
 from __future__ import annotations
 
-import logging
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +44,7 @@ class Environment:
     cache_dir: Path = DEFAULT_CACHE
     write_gap: float = 1.0
     max_jobs: int | None = None
+    github_actions: bool = False
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Environment:
@@ -59,6 +60,7 @@ class Environment:
             cache_dir=Path(env.get("WHEELHOUSE_CACHE") or DEFAULT_CACHE),
             write_gap=_seconds("WHEELHOUSE_WRITE_GAP", env.get("WHEELHOUSE_WRITE_GAP"), 1.0),
             max_jobs=_jobs("WHEELHOUSE_MAX_JOBS", env.get("WHEELHOUSE_MAX_JOBS")),
+            github_actions=on_github_actions(env),
         )
 
     @property
@@ -94,17 +96,9 @@ def _jobs(name: str, value: str | None) -> int | None:
     return int(value)
 
 
-def _stderr_logger() -> logging.Logger:
-    """Retries and waits of the GitHub store, one line each on stderr (warnings: what, how long)."""
-    logger = logging.getLogger("wheelhouse.github")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        handler.setLevel(logging.WARNING)
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-    return logger
+def on_github_actions(env: Mapping[str, str]) -> bool:
+    """Whether this runs as a GitHub Actions step (the runner sets GITHUB_ACTIONS=true)."""
+    return env.get("GITHUB_ACTIONS") == "true"
 
 
 def open_store(env: Environment, *, dry_run: bool = False, progress=None, must_exist: bool = False):
@@ -122,4 +116,4 @@ def open_store(env: Environment, *, dry_run: bool = False, progress=None, must_e
     from ci.store.github import GitHubStore
 
     return GitHubStore(repo, api_url=env.api_url, token=env.token, dry_run=dry_run, progress=progress,
-                       logger=_stderr_logger(), write_gap=env.write_gap)
+                       write_gap=env.write_gap)

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import manifest, matrix
+from ci import log, manifest, matrix
 from ci.errors import ConfigError, WheelhouseError
 from ci.matrix import MatrixRow
 from ci.store.local import sha256_file
@@ -126,20 +126,24 @@ def _refuse_replacements(release_plan: ReleasePlan, store: ReleaseStore) -> None
                                   "it, or bump the version")
 
 
-def apply(release_plan: ReleasePlan, store: ReleaseStore, *, clobber: bool = True, log=print,
-          dry_run: bool = False) -> None:
-    """Carry out the steps in order; with a dry-run store each step only records its API calls."""
-    verb = "planned" if dry_run else "done"
+def apply(release_plan: ReleasePlan, store: ReleaseStore, *, clobber: bool = True, dry_run: bool = False) -> None:
+    """Carry out the steps in order, each a named step of the log; with a dry-run store each step
+    only records its API calls."""
     if not clobber:
         _refuse_replacements(release_plan, store)
-    for step in release_plan.steps:
-        if step.action == "ensure-release":
-            store.ensure_release(step.tag, step.title, step.body)
-        elif step.data is not None:
-            with tempfile.TemporaryDirectory(prefix="wheelhouse-release-") as tmp:
-                path = Path(tmp) / step.name
-                path.write_bytes(step.data)
-                store.upload_asset(step.tag, path, name=step.name, clobber=clobber)
-        else:
-            store.upload_asset(step.tag, step.path, name=step.name, clobber=clobber)
-        log(f"{verb}: {step.render()}")
+    with log.Steps(log.get("release")) as steps:
+        for step in release_plan.steps:
+            steps.start(f"{'plan' if dry_run else 'release'}: {step.render()}")
+            _apply_step(step, store, clobber=clobber)
+
+
+def _apply_step(step: Step, store: ReleaseStore, *, clobber: bool) -> None:
+    if step.action == "ensure-release":
+        store.ensure_release(step.tag, step.title, step.body)
+    elif step.data is not None:
+        with tempfile.TemporaryDirectory(prefix="wheelhouse-release-") as tmp:
+            path = Path(tmp) / step.name
+            path.write_bytes(step.data)
+            store.upload_asset(step.tag, path, name=step.name, clobber=clobber)
+    else:
+        store.upload_asset(step.tag, step.path, name=step.name, clobber=clobber)

@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import naming
+from ci import log, naming
 from ci.errors import WheelhouseError
 from ci.versions import REPO_ROOT, Component
 
@@ -27,6 +27,7 @@ FETCH_ATTEMPTS = 4
 # No prompts (a build must never wait for a password). The user's and the system's git
 # configuration apply: that is where a site points github.com at its mirror (insteadOf).
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
+_LOG = log.get("sources")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,11 @@ def _git(args: list[str], cwd: Path | None = None, *, check: bool = True) -> sub
     if check and result.returncode != 0:
         raise subprocess.CalledProcessError(result.returncode, ["git", *args], result.stdout, result.stderr)
     return result
+
+
+def _git_streamed(args: list[str], cwd: Path) -> log.Streamed:
+    """A long git command (fetch, submodule update) with its output and progress shown as it comes."""
+    return log.stream(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV}, logger=_LOG)
 
 
 def resolve_ref(url: str, ref: str) -> str | None:
@@ -86,16 +92,18 @@ def fetch_git(url: str, ref: str, cache_dir: Path, *, submodules: bool | tuple[s
         _git(["remote", "add", "--", "origin", url], path)
     last_error = ""
     for attempt in range(1, FETCH_ATTEMPTS + 1):
-        result = _git(["fetch", "-q", "--depth", "1", "--", "origin", ref], path, check=False)
+        _LOG.info(f"fetching {url} {ref}" + (f" (attempt {attempt} of {FETCH_ATTEMPTS})" if attempt > 1 else ""))
+        result = _git_streamed(["fetch", "--progress", "--depth", "1", "--", "origin", ref], path)
         if result.returncode == 0:
             break
-        last_error = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no output"
-        if any(text in result.stderr for text in ("couldn't find remote ref", "not our ref", "not found", "invalid refspec")):
+        last_error = result.last_line
+        if any(text in result.text() for text in ("couldn't find remote ref", "not our ref", "not found", "invalid refspec")):
             where = f"components.{component}.ref" if component else "ref"
             raise WheelhouseError(f"{where}: '{ref}' not found in {url}; use an existing branch, tag or commit")
         time.sleep(min(2**attempt, 10))
     else:
-        raise WheelhouseError(f"git fetch {url} {ref} failed {FETCH_ATTEMPTS} times: {last_error}; check the URL and network")
+        raise WheelhouseError(log.redact(f"git fetch {url} {ref} failed {FETCH_ATTEMPTS} times: {last_error}; "
+                                         "check the URL and network"))
     _git(["checkout", "-q", "--detach", "--force", "FETCH_HEAD"], path)
     _git(["clean", "-q", "-ffdx"], path)
     # A cached checkout may hold submodules that another selection fetched: start from none.
@@ -104,7 +112,12 @@ def fetch_git(url: str, ref: str, cache_dir: Path, *, submodules: bool | tuple[s
     selected = _selected_submodules(path, submodules, url, ref, component) if named else ()
     if submodules:
         _git(["submodule", "sync", "-q", "--recursive"], path)
-        _git(["submodule", "update", "-q", "--init", "--recursive", "--force", "--depth", "1", "--", *selected], path)
+        _LOG.info(f"fetching the submodules of {url} {ref}" + (f": {', '.join(selected)}" if selected else ""))
+        result = _git_streamed(["submodule", "update", "--progress", "--init", "--recursive", "--force", "--depth", "1",
+                                "--", *selected], path)
+        if result.returncode != 0:
+            raise WheelhouseError(log.redact(f"git submodule update in {url} {ref} failed: {result.last_line}; "
+                                             "check the submodule URLs and the network, then re-run"))
         _git(["submodule", "foreach", "-q", "--recursive", "git clean -q -ffdx && git reset -q --hard"], path)
     revision = _git(["rev-parse", "HEAD"], path).stdout.strip()
     return Checkout(path, "git", url, ref, revision, selected if named else None)
@@ -137,18 +150,18 @@ def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expect
     downloads.mkdir(parents=True, exist_ok=True)
     archives = _sdist_archives(downloads, name, version)
     if not archives:
-        result = subprocess.run(
+        _LOG.info(f"downloading the sdist {name}=={version}")
+        result = log.stream(
             [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
              "-d", str(downloads), "--", f"{name}=={version}"],
-            capture_output=True, text=True, env=env,
+            env=env, logger=_LOG,
         )
         archives = _sdist_archives(downloads, name, version)
         if result.returncode != 0 and not archives:
-            tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise WheelhouseError(
-                f"sdist {name}=={version} could not be downloaded: {tail[:200]}; check the name and version, "
-                f"or put the archive into {downloads}"
-            )
+            raise WheelhouseError(log.redact(
+                f"sdist {name}=={version} could not be downloaded: {result.last_line[:200]}; check the name and "
+                f"version, or put the archive into {downloads}"
+            ))
     archive = archives[0]
     sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
     if expected_sha256 and sha256 != expected_sha256:

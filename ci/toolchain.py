@@ -23,6 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ci import log
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.wheels.abi import links_libstdcxx_dynamically
@@ -30,6 +31,7 @@ from ci.wheels.elf import ElfFile
 
 TORCH_INDEX_BASE = "https://download.pytorch.org/whl"
 BUILD_TOOLS = ("setuptools", "wheel", "ninja", "packaging")
+_LOG = log.get("toolchain")
 
 _PROBE = (
     "import json, sys, sysconfig\n"
@@ -178,7 +180,8 @@ def find_python(version: str, *, uv: str | None = None) -> Path:
         # uv's managed builds carry headers, which per-Python bundle builds need.
         result = subprocess.run([uv, "python", "find", "--managed-python", version], capture_output=True, text=True)
         if result.returncode != 0:
-            subprocess.run([uv, "python", "install", version], capture_output=True, text=True)
+            _LOG.info(f"installing Python {version} with uv")
+            log.stream([uv, "python", "install", version], logger=_LOG)  # a failure shows as "no working Python"
             result = subprocess.run([uv, "python", "find", "--managed-python", version], capture_output=True, text=True)
         if result.returncode == 0 and result.stdout.strip() and _runs_as(result.stdout.strip(), version):
             return Path(result.stdout.strip())
@@ -369,7 +372,7 @@ def uv_cache_env(cache_dir: Path, environ: dict[str, str] | None = None) -> dict
     return {**environ, "UV_CACHE_DIR": environ.get("UV_CACHE_DIR") or str(cache_dir / "uv")}
 
 
-def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, log=print, installer: str | None = None) -> Path:
+def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, installer: str | None = None) -> Path:
     """A venv pinned to the row (reused when its pins match); returns its python.
 
     ``installer``: ``uv`` (the default when uv is found) or ``pip``. uv unpacks torch once into its
@@ -387,17 +390,17 @@ def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, log=prin
     venv.parent.mkdir(parents=True, exist_ok=True)
     python = venv_python(venv)
     what = f"install torch {row.torch} (index: {index or 'pip default'})"
-    log(f"creating venv {venv} from {base}" + (" with uv" if uv else ""))
+    _LOG.info(f"creating venv {venv} from {base}" + (" with uv" if uv else ""))
     if uv:
         env = uv_cache_env(cache_dir)
         _run([uv, "venv", "--quiet", "--python", str(base), str(venv)], "create the venv", env=env)
-        log(f"installing {' '.join(torch_requirements(row))}" + (f" from {index}" if index else ""))
+        _LOG.info(f"installing {' '.join(torch_requirements(row))}" + (f" from {index}" if index else ""))
         _run(uv_install_command(uv, python, torch_requirements(row), index), what, env=env)
         # pip too: builders run `python -m pip wheel`
         _run(uv_install_command(uv, python, ["pip", *BUILD_TOOLS], None), "install build tools", env=env)
     else:
         _run([str(base), "-m", "venv", str(venv)], "create the venv")
-        log(f"installing {' '.join(torch_requirements(row))}" + (f" from {index}" if index else ""))
+        _LOG.info(f"installing {' '.join(torch_requirements(row))}" + (f" from {index}" if index else ""))
         _run(install_command(python, row, index), what)
         _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *BUILD_TOOLS],
              "install build tools")
@@ -406,7 +409,5 @@ def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, log=prin
 
 
 def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if result.returncode != 0:
-        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise WheelhouseError(f"could not {what}: {tail[0][:300]}")
+    """Run an install step with its output streamed; on failure one line with its last output line."""
+    log.run_streamed(cmd, what, env=env, logger=_LOG)

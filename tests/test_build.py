@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -208,8 +209,9 @@ def test_build_failure_is_one_line_and_leaves_dist_empty(tmp_path, case):
     assert not dist.exists() or not any(dist.rglob("*"))
 
 
-def test_timed_out_build_is_resumed_in_the_same_directory(tmp_path):
+def test_timed_out_build_is_resumed_in_the_same_directory(tmp_path, caplog):
     """build_timeout stops the build and keeps its directory; the next run resumes there, then cleans up."""
+    caplog.set_level(logging.INFO, logger="wheelhouse")
     from ci.errors import WheelhouseError
 
     short = tmp_path / "short.yaml"
@@ -226,16 +228,16 @@ def test_timed_out_build_is_resumed_in_the_same_directory(tmp_path):
     versions = load(short)
     (row,) = matrix.expand(versions)
     with pytest.raises(WheelhouseError, match=r"did not finish within build_timeout 2s; run the same command again"):
-        build.run(versions, row, options, log=lambda m: None)
+        build.run(versions, row, options)
     (kept,) = (cache / "builds").iterdir()
     assert (kept / ".incomplete").is_file() and (kept / "src" / "setup.py").is_file()
     assert not (tmp_path / "dist").exists()
 
-    logs: list[str] = []
+    caplog.clear()
     versions = load(long)
     (row,) = matrix.expand(versions)
-    result = build.run(versions, row, options, log=logs.append)
-    assert f"resuming the interrupted build in {kept}" in logs
+    result = build.run(versions, row, options)
+    assert f"resuming the interrupted build in {kept}" in caplog.messages
     assert result.wheels[0].is_file()
     assert not kept.exists()  # a finished build leaves no directory behind
 
@@ -246,8 +248,7 @@ def test_repair_setting_gives_a_manylinux_wheel(tmp_path):
     versions_file.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    repair: manylinux_2_34"))
     versions = load(versions_file)
     (row,) = matrix.expand(versions)
-    result = build.run(versions, row, build.BuildOptions(cache_dir=REPO / ".cache", dist_root=tmp_path / "dist"),
-                       log=lambda m: None)
+    result = build.run(versions, row, build.BuildOptions(cache_dir=REPO / ".cache", dist_root=tmp_path / "dist"))
     (wheel,) = result.wheels
     assert wheel.name == "wheelhouse_fixture-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl"
     record = json.loads(result.record.read_text())
@@ -297,9 +298,11 @@ def test_a_cxx_that_links_libstdcxx_statically_is_refused_before_the_build(tmp_p
     assert toolchain.check_cxx({**os.environ, "CXX": "/nonexistent/g++"}) is None  # pure-Python builds need none
 
 
-def test_builder_and_setup_py_never_see_credentials(tmp_path):
+def test_builder_and_setup_py_never_see_credentials(tmp_path, caplog):
     """Third-party build code gets the environment minus tokens; pass_env lets one named variable through."""
     from ci.errors import WheelhouseError
+
+    caplog.set_level(logging.INFO, logger="wheelhouse")
 
     src = tmp_path / "src"
     shutil.copytree(REPO / "tests" / "fixtures" / "fixture_ext", src)
@@ -316,9 +319,8 @@ def test_builder_and_setup_py_never_see_credentials(tmp_path):
     (row,) = matrix.expand(versions)
     options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
                                  source=src, environ=environ)
-    logs: list[str] = []
     with pytest.raises(WheelhouseError, match="exited with status"):
-        build.run(versions, row, options, log=logs.append)
+        build.run(versions, row, options)
     seen = json.loads(leak.read_text())
     assert seen["COMPONENT"] == "wheelhouse-fixture"  # the builder's own contract arrived
     assert not set(secrets) & set(seen)
@@ -326,7 +328,7 @@ def test_builder_and_setup_py_never_see_credentials(tmp_path):
     assert seen["MIRROR_PASSWORD"] == "allowed"
     assert any(line.startswith("withholding from the build: ACTIONS_ID_TOKEN_REQUEST_URL, ACTIONS_RUNTIME_TOKEN, "
                                "ANY_SERVICE_TOKEN, AWS_SECRET_ACCESS_KEY, GH_TOKEN, GITHUB_TOKEN, TWINE_PASSWORD")
-               for line in logs), logs
+               for line in caplog.messages), caplog.messages
 
 
 def test_this_machines_max_jobs_replaces_the_versions_file_value():
@@ -363,7 +365,7 @@ def test_the_builder_gets_the_environment_the_plan_shows(tmp_path):
     planned = build.plan(versions, row, options)
     assert planned.env["PATH"].endswith(":$PATH")
     with pytest.raises(WheelhouseError, match="exited with status"):
-        build.run(versions, row, options, log=lambda m: None)
+        build.run(versions, row, options)
     seen = json.loads(seen_file.read_text())
     build_dir = str(Path(seen["DIST_DIR"]).parent)
     expected = {key: value.replace(str(planned.build_dir), build_dir) for key, value in planned.env.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from ci import demo
@@ -10,10 +11,10 @@ from ci import demo
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_demo_installs_from_the_index_it_wrote(tmp_path):
-    lines: list[str] = []
-    command = demo.run(cache_dir=REPO / ".cache", store_root=tmp_path / "store", dist_root=tmp_path / "dist",
-                       log=lines.append)
+def test_demo_installs_from_the_index_it_wrote(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="wheelhouse")
+    command = demo.run(cache_dir=REPO / ".cache", store_root=tmp_path / "store", dist_root=tmp_path / "dist")
+    lines = caplog.messages
     site = tmp_path / "store" / "site"
     assert command == f"pip install --index-url {site.as_uri()}/cpu/torch2.13/simple/ wheelhouse-fixture"
     assert any("wheelhouse_fixture.scaled_add = [1.0, 3.0, 5.0, 7.0]" in line for line in lines)

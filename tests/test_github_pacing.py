@@ -1,13 +1,9 @@
 """Write pacing against GitHub's content-creation limits (80 per minute, 500 per hour, one second
-apart), on a fake clock shared by the client and the test server; and every retry and wait of a
-command shows in its output."""
+apart), on a fake clock shared by the client and the test server (what a command prints while it waits:
+tests/test_github_logging.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from ci.store.github import GitHubStore
@@ -60,30 +56,3 @@ def test_budget_waits_are_reported_and_kept() -> None:
     assert [round(t - done[0], 1) for t in done] == [0.0, 1.0, 2.0, 60.0, 61.0, 3600.0]
     assert lines == ["pacing writes: waiting 58.0s before write 3: 3 writes in the last minute (GitHub allows 3)",
                      "pacing writes: waiting 3539.0s before write 5: 5 writes in the last hour (GitHub allows 5)"]
-
-
-def test_the_release_command_prints_every_retry_and_wait(tmp_path: Path) -> None:
-    versions = REPO / "tests" / "fixtures" / "versions.yaml"
-    from ci import matrix
-    from ci.store.local import sha256_file
-    from ci.versions import load
-    from wheel_factory import build_wheel
-
-    row = matrix.expand(load(versions))[0]
-    world = tmp_path / "dist" / row.world
-    wheel = build_wheel(world, {"wheelhouse_fixture/__init__.py": b""}, name="wheelhouse_fixture", version=row.ref,
-                        tags="py3-none-linux_x86_64")
-    record = {"row": row.to_json(), "fingerprint": "f" * 64, "build_config": {}, "source": {}, "checks": {"ok": True},
-              "wheels": [{"name": wheel.name, "sha256": sha256_file(wheel), "size": wheel.stat().st_size}]}
-    (world / f"{row.release_tag}-{row.arch}.build.json").write_text(json.dumps(record))
-    with GitHubTestServer(token=TOKEN) as gh:
-        gh.inject_secondary(2, status=429, retry_after=1)
-        env = {**os.environ, "WHEELHOUSE_STORE": "github:o/r", "WHEELHOUSE_API_URL": gh.api_url,
-               "GITHUB_TOKEN": TOKEN, "WHEELHOUSE_VERSIONS": str(versions)}
-        result = subprocess.run([sys.executable, "-m", "invoke", "release", "--component", row.component, "--arch",
-                                 row.arch, "--dist", str(tmp_path / "dist")], cwd=REPO, env=env, capture_output=True,
-                                text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    waits = [line for line in result.stderr.splitlines() if "retry" in line]
-    assert len(waits) == 2, result.stderr
-    assert all("HTTP 429" in line and line.endswith("in 1.0s") for line in waits), waits

@@ -46,7 +46,7 @@ def test_protocol_and_round_trip(github_server: GitHubTestServer, tmp_path: Path
     w = wheel(tmp_path, "fa-1.0+cu128-cp312-cp312-linux_x86_64.whl", b"W" * 3_000_000)
     a = st.upload_asset("fa-v1", w)
     assert a.name == w.name and a.size == 3_000_000 and a.sha256 and a.state == "uploaded"
-    assert progress[-1] == (w.name, 3_000_000, 3_000_000)
+    assert progress[-1] == (f"upload {w.name}", 3_000_000, 3_000_000)
     before = mutations(gh)
     assert st.upload_asset("fa-v1", w) == a  # same digest: nothing to do
     assert st.ensure_release("fa-v1", "flash-attn 1", "notes").id == rel.id  # same title/body: no PATCH

@@ -43,14 +43,14 @@ def built(tmp_path_factory):
     versions = load(FIXTURE_VERSIONS)
     (row,) = matrix.expand(versions)
     dist = tmp_path_factory.mktemp("dist")
-    result = build.run(versions, row, build.BuildOptions(cache_dir=REPO / ".cache", dist_root=dist), log=lambda m: None)
+    result = build.run(versions, row, build.BuildOptions(cache_dir=REPO / ".cache", dist_root=dist))
     return versions, row, dist, result
 
 
 def test_release_uploads_manifest_last(built, tmp_path):
     versions, row, dist, result = built
     store = RecordingStore(LocalStore(tmp_path / "store"))
-    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    release.apply(release.plan(versions, row, dist), store)
     wheel = result.wheels[0].name
     assert store.calls == [
         f"ensure {row.release_tag}",
@@ -68,9 +68,9 @@ def test_release_uploads_manifest_last(built, tmp_path):
 def test_release_twice_changes_nothing(built, tmp_path):
     versions, row, dist, _ = built
     store = LocalStore(tmp_path / "store")
-    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    release.apply(release.plan(versions, row, dist), store)
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "store").rglob("*") if p.is_file()}
-    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    release.apply(release.plan(versions, row, dist), store)
     after = {p: p.stat().st_mtime_ns for p in (tmp_path / "store").rglob("*") if p.is_file()}
     assert before == after
 
@@ -78,7 +78,7 @@ def test_release_twice_changes_nothing(built, tmp_path):
 def test_no_clobber_refuses_other_bytes(built, tmp_path):
     versions, row, dist, result = built
     store = LocalStore(tmp_path / "store")
-    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    release.apply(release.plan(versions, row, dist), store)
     other = tmp_path / result.wheels[0].name
     other.write_bytes(b"other bytes")
     with pytest.raises(RemoteError, match="exists with other bytes") as info:
@@ -104,7 +104,7 @@ def test_plan_skips_a_complete_release_and_builds_what_changed(built, tmp_path):
     versions, row, dist, result = built
     store = LocalStore(tmp_path / "store")
     assert plan.decide(versions, [row], store).decisions[0].reason == f"release {row.release_tag} does not exist"
-    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    release.apply(release.plan(versions, row, dist), store)
 
     decision = plan.decide(versions, [row], store).decisions[0]
     assert not decision.build, decision.reason
@@ -128,7 +128,7 @@ def test_plan_skips_a_complete_release_and_builds_what_changed(built, tmp_path):
 def test_plan_fails_closed(built, tmp_path):
     versions, row, dist, result = built
     store = LocalStore(tmp_path / "store")
-    release.apply(release.plan(versions, row, dist), store, log=lambda m: None)
+    release.apply(release.plan(versions, row, dist), store)
     wheel = result.wheels[0].name
 
     # a wheel whose bytes changed after the checks

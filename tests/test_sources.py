@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import subprocess
 import sys
 import tarfile
@@ -163,3 +164,27 @@ def test_a_named_submodule_that_does_not_exist_is_one_line(tmp_path, monkeypatch
         f"components.app.source.submodules: third_party/neded is not a submodule of {app.as_uri()} at main; "
         "its submodules are: third_party/needed, third_party/unneeded"
     )
+
+
+def test_git_fetch_output_is_streamed_and_its_last_line_is_the_error(upstream, tmp_path, caplog):
+    """A fetch says what it fetches and shows git's own lines as they come (not captured until the end)."""
+    caplog.set_level(logging.INFO, logger="wheelhouse")
+    sources.fetch_git(upstream.as_uri(), "main", tmp_path / "cache", submodules=False)
+    lines = [r.getMessage() for r in caplog.records if r.name == "wheelhouse.sources"]
+    assert lines[0] == f"fetching {upstream.as_uri()} main"
+    assert any(line.startswith("   * branch") and "main" in line and "FETCH_HEAD" in line for line in lines), lines
+    caplog.clear()
+    with pytest.raises(WheelhouseError, match="not found in"):
+        sources.fetch_git(upstream.as_uri(), "v9", tmp_path / "cache", submodules=False)
+    assert any("couldn't find remote ref v9" in r.getMessage() for r in caplog.records), caplog.messages
+
+
+def test_a_failed_sdist_download_names_pips_last_line(tmp_path, caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="wheelhouse")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    with pytest.raises(WheelhouseError) as info:
+        sources.fetch_sdist("wheelhouse-no-such-project", "1.0", tmp_path / "cache", python=sys.executable)
+    streamed = [r.getMessage().strip() for r in caplog.records if r.name == "wheelhouse.sources"]
+    assert streamed[0] == "downloading the sdist wheelhouse-no-such-project==1.0"
+    assert streamed[-1].startswith("ERROR: No matching distribution found for wheelhouse-no-such-project==1.0")
+    assert str(info.value).startswith(f"sdist wheelhouse-no-such-project==1.0 could not be downloaded: {streamed[-1]}")

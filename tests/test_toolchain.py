@@ -36,16 +36,15 @@ def test_second_row_venv_links_torch_from_uvs_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("UV_CACHE_DIR", str(REPO / ".cache" / "uv"))
     row = _fixture_row()
     index = toolchain.torch_index(row)
-    first = toolchain.prepare_venv(row, tmp_path / "a", index=index, log=lambda _m: None)
-    second = toolchain.prepare_venv(row, tmp_path / "b", index=index, log=lambda _m: None,
-                                    installer="uv")
+    first = toolchain.prepare_venv(row, tmp_path / "a", index=index)
+    second = toolchain.prepare_venv(row, tmp_path / "b", index=index, installer="uv")
     for python in (first, second):
         assert toolchain.verify(python, row).torch_version.split("+")[0] == row.torch
         subprocess.run([str(python), "-m", "pip", "--version"], check=True, capture_output=True)
     one, two = _torch_library(first), _torch_library(second)
     assert one != two and os.stat(one).st_ino == os.stat(two).st_ino, "torch was unpacked again"
     # the pinned venv is reused as it is
-    assert toolchain.prepare_venv(row, tmp_path / "a", index=index, log=print) == first
+    assert toolchain.prepare_venv(row, tmp_path / "a", index=index) == first
 
 
 def test_uv_cache_defaults_to_beside_the_venvs(tmp_path, monkeypatch):

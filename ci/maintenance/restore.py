@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ci import manifest, matrix, naming
+from ci import log, manifest, matrix, naming
 from ci.errors import ConfigError, WheelhouseError
 from ci.plan import wheel_covers_arch
 from ci.store.artifacts import Artifact, ArtifactSource
@@ -428,13 +428,13 @@ def _restored_manifest(group: ReleaseRestore, arch: str, wheels: list[_File], re
     return data.to_json().encode()
 
 
-def apply(restore: RestorePlan, store: ReleaseStore, source: ArtifactSource, *, workdir: Path | None = None,
-          log: Log | None = None) -> RestoreResult:
+def apply(restore: RestorePlan, store: ReleaseStore, source: ArtifactSource, *,
+          workdir: Path | None = None) -> RestoreResult:
     """Download, verify, extract and upload, release by release; refusals are collected, not raised."""
     empty = restore.nothing_to_restore()
     if empty is not None:
         raise empty
-    say: Log = log or (lambda message: None)
+    say: Log = log.get("restore").info
     out = _Outcome()
     for group in restore.releases:
         with tempfile.TemporaryDirectory(prefix="wheelhouse-restore-", dir=workdir) as tmp:

@@ -17,21 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ci.errors import RemoteError, WheelhouseError
-from ci.store.http import Response, stream_get
 
 if TYPE_CHECKING:
     from ci.store.github import GitHubStore
 
 CHUNK = 1 << 20
-ProgressFn = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -64,33 +60,22 @@ class ArtifactSource(Protocol):
         """Write the artifact's zip to ``dest`` (streamed) and return the sha256 hex of the bytes written."""
 
 
-def _next_url(link: str) -> str | None:
-    for part in link.split(","):
-        m = re.search(r'<([^>]*)>\s*;\s*rel="?next"?', part.strip())
-        if m:
-            return m.group(1)
-    return None
-
-
 class GitHubArtifacts:
     """Artifacts of a GitHub repository's workflow runs, through a :class:`GitHubStore`'s client.
 
-    It shares the store's token, API URL and retry policy, so it behaves under rate limits and
-    transient failures as every other call does.
+    It lists through the store's pagination and downloads through the store's client (token, API
+    URL, proxy settings, retry policy and progress are the store's), so it behaves under rate limits
+    and transient failures as every other call does.
     """
 
-    def __init__(self, store: GitHubStore, *, per_page: int = 100, progress: ProgressFn | None = None,
-                 timeout: float = 900.0) -> None:
+    def __init__(self, store: GitHubStore, *, per_page: int = 100, timeout: float = 900.0) -> None:
         self._store = store
         self.per_page = per_page
-        self._progress = progress
         self._timeout = timeout
         self.description = f"workflow artifacts of {store.owner}/{store.name}"
 
     # ---- listing ------------------------------------------------------------------------------------
     def list_artifacts(self, run_id: str) -> list[Artifact]:
-        from urllib.parse import parse_qs, urlsplit
-
         st = self._store
         what = f"list artifacts of run {run_id} in {st.owner}/{st.name}"
         try:
@@ -99,30 +84,17 @@ class GitHubArtifacts:
             raise WheelhouseError(f"--run {run_id!r}: a workflow run id is a number (see the run's URL)") from None
         collected: dict[Any, dict[str, Any]] = {}
         total: int | None = None
-        params: dict[str, Any] | None = {"per_page": self.per_page, "page": 1}
-        pages = 0
-        while params is not None:
-            pages += 1
-            kwargs: dict[str, Any] = {k: int(v) for k, v in params.items() if k in ("per_page", "page")}
-            extra = {k: v for k, v in params.items() if k not in ("per_page", "page")}
-            if extra:
-                kwargs["query_"] = extra
-            resp = st._call(f"{what} (page {params.get('page')})", "actions.list_workflow_run_artifacts",
-                            run_id=run, **kwargs)
+        for resp in st.paged(what, "actions.list_workflow_run_artifacts", per_page=self.per_page, run_id=run):
             if resp.status == 404:
                 raise RemoteError(f"{what}: run not found (HTTP 404); check the run id and the repository")
             if resp.status != 200:
-                raise st._fail(what, resp)
+                raise st.fail(what, resp)
             data = resp.json()
             if not isinstance(data, dict) or not isinstance(data.get("artifacts"), list):
                 raise RemoteError(f"{what}: answer is not an object with an 'artifacts' list; check api_url")
             total = int(data.get("total_count", 0))
             for raw in data["artifacts"]:
                 collected[raw["id"]] = raw
-            nxt = _next_url(resp.headers.get("link", ""))
-            params = {k: v[0] for k, v in parse_qs(urlsplit(nxt).query).items()} if nxt else None
-            if pages > 1000:
-                raise RemoteError(f"{what}: more than 1000 pages; the Link header keeps pointing onwards")
         if total is not None and len(collected) != total:
             raise RemoteError(f"{what}: collected {len(collected)} artifacts but total_count says {total} "
                               "(artifacts changed while listing?); re-run")
@@ -138,26 +110,15 @@ class GitHubArtifacts:
     # ---- download -----------------------------------------------------------------------------------
     def download(self, artifact: Artifact, dest: Path) -> str:
         st = self._store
-        url = f"{st.api_url}/repos/{st.owner}/{st.name}/actions/artifacts/{artifact.id}/zip"
-        # The store's client follows the redirect to signed storage and drops the token there.
-        headers = {"Authorization": f"token {st._token}", "Accept": "application/vnd.github+json",
-                   "X-GitHub-Api-Version": "2022-11-28", "User-Agent": "wheelhouse"}
         what = f"download artifact {artifact.name} (id {artifact.id}, run {artifact.run_id})"
-        result: dict[str, str] = {}
-
-        def attempt() -> Response:
-            resp, digest = stream_get(st.http, url, headers, dest, label=artifact.name, total=artifact.size,
-                                      progress=self._progress, timeout=self._timeout)
-            if resp.status == 200:
-                result["sha256"] = digest
-            return resp
-
-        resp = st._retrier.run(what, attempt)
+        resp, sha256 = st.download(f"/repos/{st.owner}/{st.name}/actions/artifacts/{artifact.id}/zip", dest,
+                                   what=what, label=f"download {artifact.name}.zip", total=artifact.size,
+                                   timeout=self._timeout)
         if resp.status == 410:
             raise RemoteError(f"{what}: the artifact has expired (HTTP 410); it cannot be restored")
         if resp.status != 200:
-            raise st._fail(what, resp)
-        return result["sha256"]
+            raise st.fail(what, resp)
+        return sha256
 
 
 class LocalArtifacts:

@@ -28,8 +28,18 @@ from collections.abc import Iterator
 from typing import Any, Callable
 from urllib.parse import parse_qs, quote, urlsplit
 
+from ci import log
 from ci.errors import RemoteError
-from ci.store.http import ProgressFn, Response, Retrier, RetryPolicy, TransientError, WritePacer, stream_upload
+from ci.store.http import (
+    ProgressFn,
+    Response,
+    Retrier,
+    RetryPolicy,
+    TransientError,
+    WritePacer,
+    stream_get,
+    stream_upload,
+)
 from ci.store.model import Asset, Release, newest_by_name
 
 API_VERSION = "2022-11-28"
@@ -41,6 +51,8 @@ MAX_ASSETS_PER_RELEASE = 1000
 """GitHub: "Up to 1000 release assets may be associated with a single release" (enforced since July 2025)."""
 LISTING_CAP = 10_000
 """Results GitHub serves from one listing (``per_page`` x pages)."""
+MAX_PAGES = 10_000
+"""Pages one listing may take before the Link header is taken for a loop."""
 CLOBBER_SUFFIX = ".clobber-"
 """Temporary assets of a safe clobber are named ``<name>.clobber-<hex>``; index builders skip them."""
 
@@ -85,8 +97,9 @@ class GitHubStore:
         retry: attempts and backoff; ``sleep``/``clock``/``seed`` make waiting testable.
         write_gap: seconds between content-creating requests (see :class:`ci.store.http.WritePacer`,
             which also keeps to GitHub's 80 per minute and 500 per hour).
-        progress: ``progress(label, done, total)`` during uploads.
-        logger: receives one line per retry and per change.
+        progress: ``progress(label, done, total)`` during uploads and downloads.
+        logger: receives one warning per retry and per wait (what, why, how long), one info line per
+            notable repair, and one debug line per change (default: the ``wheelhouse.github`` logger).
         dry_run: record changes in :attr:`plan` instead of making them.
     """
 
@@ -110,13 +123,13 @@ class GitHubStore:
         self.plan: list[str] = []
         self._token = token
         self._progress = progress
-        self._log = logger
+        self._log = logger = logger or log.get("github")
         self._upload_timeout = upload_timeout
         self._rng = random.Random(seed)
         self._retrier = Retrier(policy=retry or RetryPolicy(), sleep=sleep, clock=clock, rng=self._rng,
                                 logger=logger, scrub=self._scrub)
         self.pacer = WritePacer(min_interval=write_gap, clock=clock, sleep=sleep,
-                                log=(lambda line: logger.warning(self._scrub(line))) if logger else None)
+                                log=lambda line: logger.warning(self._scrub(line)))
         # authenticate=False: GhApi would otherwise read GITHUB_TOKEN / GITHUB_JWT_TOKEN itself.
         api = GhApi(owner=owner, repo=name, gh_host=self.api_url, authenticate=False, sync=True, timeout=timeout)
         api.headers["Authorization"] = f"token {token}"  # the transport shares this dict
@@ -155,8 +168,10 @@ class GitHubStore:
         return text.replace(self._token, "***") if self._token else text
 
     def _info(self, msg: str) -> None:
-        if self._log:
-            self._log.info(self._scrub(msg))
+        self._log.info(self._scrub(msg))
+
+    def _debug(self, msg: str) -> None:
+        self._log.debug(self._scrub(msg))
 
     def _call(self, what: str, op: str, *, write: bool = False, **kwargs: Any) -> Response:
         """One ghapi operation (``group.name``) with retries; returns the final answer, any status.
@@ -182,6 +197,30 @@ class GitHubStore:
 
         return self._retrier.run(what, attempt)
 
+    def paged(self, what: str, op: str, *, per_page: int | None = None, **kwargs: Any) -> Iterator[Response]:
+        """Each page of a listing through the ghapi operation ``op`` (``group.name``), with retries: the
+        first page (``per_page`` items when given, else GitHub's default), then each Link
+        ``rel="next"`` page, so N items take ceil(N/per_page) requests and nothing is asked after
+        the last page (ghapi's ``paged`` asks one empty page more). A non-200 answer is yielded and
+        ends the listing; the caller decides what it means."""
+        params: dict[str, Any] | None = {"per_page": per_page, "page": 1} if per_page else {}
+        seen: set[tuple[tuple[str, str], ...]] = set()
+        while params is not None:
+            key = tuple(sorted((k, str(v)) for k, v in params.items()))
+            if key in seen or len(seen) >= MAX_PAGES:
+                raise RemoteError(f"{what}: the Link header points back to a page already read, or past "
+                                  f"{MAX_PAGES} pages; check api_url")
+            seen.add(key)
+            resp = self._call(f"{what} (page {params.get('page', len(seen))})", op, **kwargs, **_page_kwargs(params))
+            yield resp
+            if resp.status != 200:
+                return
+            params = _next_query(resp.headers.get("link", ""))
+
+    def fail(self, what: str, resp: Response, fix: str = "") -> RemoteError:
+        """The one-line error for an answer ``what`` cannot use (the token never in it)."""
+        return self._fail(what, resp, fix)
+
     def _fail(self, what: str, resp: Response, fix: str = "") -> RemoteError:
         msg = resp.message()
         details = resp.error_messages()
@@ -197,7 +236,7 @@ class GitHubStore:
 
     def _record(self, line: str) -> None:
         self.plan.append(self._scrub(line))
-        self._info(f"dry run: {line}")
+        self._debug(f"dry run: {line}")
 
     @property
     def _repo_path(self) -> str:
@@ -224,18 +263,14 @@ class GitHubStore:
         tag (one request each, only beyond the cap). Drafts have no tag, so drafts past the cap are
         not found."""
         out: list[dict[str, Any]] = []
-        params: dict[str, Any] | None = {"per_page": 100, "page": 1}
         capped = False
-        while params is not None:
-            resp = self._call(f"list releases of {self.owner}/{self.name} (page {params.get('page')})",
-                              "repos.list_releases", **_page_kwargs(params))
+        for resp in self.paged(f"list releases of {self.owner}/{self.name}", "repos.list_releases", per_page=100):
             if resp.status == 422 and "only the first" in resp.message().lower():
                 capped = True
                 break
             if resp.status != 200:
                 raise self._fail(f"list releases of {self.owner}/{self.name}", resp)
             out.extend(resp.json() or [])
-            params = _next_query(resp.headers.get("link", ""))
         if capped or len(out) >= LISTING_CAP:
             out += self._releases_past_the_cap({r.get("tag_name") for r in out if not r.get("draft")})
         return out
@@ -271,14 +306,11 @@ class GitHubStore:
         """Every asset of a release: the first page as GitHub serves it (30; a release rarely has
         more), then each Link ``next`` page."""
         out: list[dict[str, Any]] = []
-        params: dict[str, Any] | None = {}
-        while params is not None:
-            resp = self._call(f"list assets of release {release_id}", "repos.list_release_assets",
-                              release_id=release_id, **_page_kwargs(params))
+        for resp in self.paged(f"list assets of release {release_id}", "repos.list_release_assets",
+                               release_id=release_id):
             if resp.status != 200:
                 raise self._fail(f"list assets of release {release_id}", resp)
             out.extend(resp.json() or [])
-            params = _next_query(resp.headers.get("link", ""))
         return out
 
     def get_release_json(self, tag: str) -> dict[str, Any] | None:
@@ -338,13 +370,36 @@ class GitHubStore:
             raise RemoteError(f"GET {url}: HTTP {resp.status_code}")
         return resp.content
 
+    def _auth_headers(self) -> dict[str, str]:
+        """The headers of a request the store makes outside ghapi (uploads, authenticated downloads)."""
+        return {"Authorization": f"token {self._token}", "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": API_VERSION, "User-Agent": "wheelhouse"}
+
+    def download(self, path: str, dest: Path, *, what: str, label: str, total: int = 0,
+                 timeout: float | None = None) -> tuple[Response, str]:
+        """GET ``path`` (under the API URL, with the token) into ``dest``, streamed, with retries.
+
+        Redirects are followed and the client drops the token when one leaves the API's host (an
+        artifact's zip is served from signed storage). Returns the final answer (with its body when
+        it is not a 200) and the sha256 hex of the bytes written (``""`` unless 200)."""
+        digest = ""
+
+        def attempt() -> Response:
+            nonlocal digest
+            resp, digest = stream_get(self.http, f"{self.api_url}{path}", self._auth_headers(), dest, label=label,
+                                      total=total, progress=self._progress, timeout=timeout or self._upload_timeout)
+            return resp
+
+        resp = self._retrier.run(what, attempt)
+        return resp, digest if resp.status == 200 else ""
+
     # ---- low-level changes (dry-run aware) ------------------------------------------------------
     def _change(self, what: str, line: str, op: str, **kwargs: Any) -> Response | None:
         """A mutating call: recorded in dry-run mode (returns None), else made with retries."""
         if self.dry_run:
             self._record(line)
             return None
-        self._info(line)
+        self._debug(line)
         return self._call(what, op, write=True, **kwargs)
 
     def update_asset(self, asset_id: int, *, name: str | None = None, label: str | None = None) -> Response | None:
@@ -372,12 +427,11 @@ class GitHubStore:
         ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
         if name.endswith(".whl"):
             ctype = "application/zip"
-        headers = {"Authorization": f"token {self._token}", "Accept": "application/vnd.github+json",
-                   "X-GitHub-Api-Version": API_VERSION, "Content-Type": ctype, "User-Agent": "wheelhouse"}
-        self._info(f"POST {urlsplit(url).path}?{query}")
+        headers = {**self._auth_headers(), "Content-Type": ctype}
+        self._debug(f"POST {urlsplit(url).path}?{query}")
         def attempt() -> Response:
             self.pacer.wait(f"upload {name}")
-            return stream_upload(self.http, url, path, headers, label=name, progress=self._progress,
+            return stream_upload(self.http, url, path, headers, label=f"upload {name}", progress=self._progress,
                                  timeout=self._upload_timeout)
 
         return self._retrier.run(f"upload {name}", attempt)
@@ -509,17 +563,13 @@ class GitHubStore:
         A release moved by :meth:`retag_release` or deleted through the web UI leaves its git tag
         behind; the maintenance tasks use this to find such leftovers."""
         out: list[str] = []
-        params: dict[str, Any] | None = {}
-        while params is not None:
-            resp = self._call(f"list tags of {self.owner}/{self.name}", "git.list_matching_refs", ref="tags",
-                              **_page_kwargs(params))
+        for resp in self.paged(f"list tags of {self.owner}/{self.name}", "git.list_matching_refs", ref="tags"):
             if resp.status != 200:
                 raise self._fail(f"list tags of {self.owner}/{self.name}", resp)
             for ref in resp.json() or []:
                 name = str(ref.get("ref") or "")
                 if name.startswith("refs/tags/"):
                     out.append(name.removeprefix("refs/tags/"))
-            params = _next_query(resp.headers.get("link", ""))
         return out
 
     def delete_tag(self, tag: str) -> None:
