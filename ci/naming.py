@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from packaging.version import InvalidVersion, Version
+
 DEFAULT_ARCH = "x86_64"
 MANIFEST_ASSET = "wheelhouse-build-manifest.json"
 
@@ -35,6 +37,18 @@ def sanitize_ref(ref: str) -> str:
 def normalize_package_name(name: str) -> str:
     """PEP 503 normalisation."""
     return _NAME_SEPARATORS.sub("-", name).lower()
+
+
+def version_key(text: str) -> tuple[int, Version | str]:
+    """Sort key for a Python, torch or CUDA version as names and titles write it (``3.9`` < ``3.10``).
+
+    packaging's version order; a text that is not a version (a hand-made title) sorts before every
+    version, by its text, so sorting never fails.
+    """
+    try:
+        return (1, Version(text))
+    except InvalidVersion:
+        return (0, text)
 
 
 def release_tag(component: str, ref: str, python: str, torch: str) -> str:

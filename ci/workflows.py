@@ -198,16 +198,12 @@ def _check_row_keys(versions: Versions, rows: list[matrix.MatrixRow]) -> None:
 # --- choices derived from versions.yaml ----------------------------------------------------------
 
 
-def _python_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def arch_choices(rows: Iterable[matrix.MatrixRow]) -> list[str]:
     return ["all", *sorted({row.arch for row in rows})]
 
 
 def python_choices(rows: Iterable[matrix.MatrixRow]) -> list[str]:
-    return ["all", *sorted({python for row in rows for python in row.pythons}, key=_python_key)]
+    return ["all", *sorted({python for row in rows for python in row.pythons}, key=naming.version_key)]
 
 
 # --- pieces --------------------------------------------------------------------------------------
