@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ci import credentials, fingerprint, matrix, sources, toolchain
+from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
@@ -393,7 +394,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions, log=print) ->
         "compiler_cache_stats": cache_stats,
         "durations": durations,
         "checks": checks,
-        "wheels": [{"name": w.name, "sha256": _sha256(w), "size": w.stat().st_size} for w in wheels],
+        "wheels": [{"name": w.name, "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels],
     }
     placed = []
     for wheel in wheels:
@@ -459,12 +460,6 @@ def _run_with_timeout(command: list[str], *, cwd: Path, env: dict, timeout_s: in
         os.killpg(process.pid, signal.SIGTERM)
         process.wait()
         raise
-
-
-def _sha256(path: Path) -> str:
-    from ci.store.local import sha256_file
-
-    return sha256_file(path)
 
 
 def _check_wheels(row: MatrixRow, wheels: list[Path], python: str) -> dict:

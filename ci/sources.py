@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ci import naming
+from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.versions import REPO_ROOT, Component
 
@@ -125,7 +126,7 @@ def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expect
                 f"or put the archive into {downloads}"
             )
     archive = archives[0]
-    sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
+    sha256 = sha256_file(archive)
     if expected_sha256 and sha256 != expected_sha256:
         raise WheelhouseError(
             f"sdist {archive.name}: sha256 {sha256} does not match source.sha256 {expected_sha256}; "

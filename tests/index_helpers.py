@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from ci.digest import sha256_file
 from ci.store.model import Asset, Release
 
 REPO = Path(__file__).resolve().parent.parent
@@ -102,14 +103,6 @@ def tamper(wheel: Path) -> None:
     with zipfile.ZipFile(wheel, "a") as zf:
         zf.comment = b"changed after indexing"
     assert sha256_file(wheel) != before
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def file_asset(path: Path, url: str, *, digest: bool = True, asset_id: int | None = None) -> Asset:

@@ -65,7 +65,7 @@ def test_budget_waits_are_reported_and_kept() -> None:
 def test_the_release_command_prints_every_retry_and_wait(tmp_path: Path) -> None:
     versions = REPO / "tests" / "fixtures" / "versions.yaml"
     from ci import matrix
-    from ci.store.local import sha256_file
+    from ci.digest import sha256_file
     from ci.versions import load
     from wheel_factory import build_wheel
 

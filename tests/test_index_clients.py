@@ -18,10 +18,10 @@ from index_helpers import (
     publish_release_files,
     release_of,
     run,
-    sha256_file,
     tamper,
 )
 
+from ci.digest import sha256_file
 from ci.index import generate_index
 from ci.store.model import Release
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ci import manifest, matrix, naming
+from ci.digest import sha256_file
 from ci.errors import ConfigError, WheelhouseError
 from ci.plan import wheel_covers_arch
 from ci.store.artifacts import Artifact, ArtifactSource
@@ -325,14 +326,6 @@ class _Outcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def notes(restore: RestorePlan) -> str:
     return (f"Restored from the workflow artifacts of run(s) {', '.join(restore.runs)} (versions.yaml at "
             f"{restore.versions_ref}). Each arch's wheelhouse-build-manifest-<arch>.json is marked restored: the "
@@ -370,7 +363,7 @@ def _fetch(group: ReleaseRestore, source: ArtifactSource, tmp: Path, out: _Outco
             _check_restored(what, wheels, [p for p in extracted if p.name.endswith(".whl.metadata")])
             staged = []
             for p in extracted:
-                f = _File(p.name, p, _sha256(p), p.stat().st_size, item.arch, item)
+                f = _File(p.name, p, sha256_file(p), p.stat().st_size, item.arch, item)
                 prior = files.get(p.name)
                 if prior is not None and prior.sha256 != f.sha256:
                     raise ArtifactRefused(f"{what}: {p.name} is also in {prior.item.artifact.name} with other "

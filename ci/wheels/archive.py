@@ -278,15 +278,6 @@ def open_wheel(path: Path | str) -> WheelArchive:
     return WheelArchive(path)
 
 
-def sha256_file(path: Path | str, chunk: int = CHUNK) -> str:
-    """Hex sha256 of a file, streamed."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def is_shared_object_name(name: str) -> bool:
     """``x.so``, ``x.so.1.2`` or a standalone ``x.cubin``: members worth an ELF look."""
     base = PurePosixPath(name).name

@@ -39,6 +39,7 @@ from typing import BinaryIO
 
 from packaging.version import InvalidVersion, Version
 
+from ci.digest import sha256_file
 from ci.errors import CheckFailed
 from ci.wheels.archive import CHUNK, open_wheel
 
@@ -438,9 +439,9 @@ def check_strip_collisions(wheels: list[Path], out_dir: Path | None) -> None:
             digests = {}
             for i, wheel in enumerate(group):
                 stripped = strip_local_version(wheel, Path(tmp) / str(i))
-                digests[wheel] = hashlib.sha256(stripped.read_bytes()).hexdigest()
+                digests[wheel] = sha256_file(stripped)
             for existing in others:
-                digests[existing] = hashlib.sha256(existing.read_bytes()).hexdigest()
+                digests[existing] = sha256_file(existing)
         if len(set(digests.values())) > 1:
             names = ", ".join(str(p) for p in digests)
             raise CheckFailed(
