@@ -23,6 +23,7 @@ from ci import naming
 from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.versions import REPO_ROOT, Component
+from ci.wheels.archive import unsafe_member
 
 FETCH_ATTEMPTS = 4
 # No prompts (a build must never wait for a password). The user's and the system's git
@@ -153,9 +154,11 @@ def _unpack(archive: Path, dest: Path) -> None:
     dest = dest.resolve()
     if archive.name.endswith(".zip"):
         with zipfile.ZipFile(archive) as zf:
-            for member in zf.namelist():
-                if not (dest / member).resolve().is_relative_to(dest):
-                    raise WheelhouseError(f"{archive.name}: member {member} escapes the extraction directory; refusing it")
+            for info in zf.infolist():
+                reason = unsafe_member(info)
+                if reason:
+                    raise WheelhouseError(f"{archive.name}: member {info.orig_filename!r} {reason}; refusing the "
+                                          "archive (nothing extracted)")
             zf.extractall(dest)
         return
     with tarfile.open(archive) as tf:

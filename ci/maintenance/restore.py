@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import stat
 import subprocess
 import tempfile
 import zipfile
@@ -45,6 +44,7 @@ from ci.errors import ConfigError, WheelhouseError
 from ci.plan import wheel_covers_arch
 from ci.store.artifacts import Artifact, ArtifactSource
 from ci.store.model import Release, ReleaseStore
+from ci.wheels.archive import unsafe_member
 from ci.versions import REPO_ROOT, Versions
 
 ARTIFACT_NAME = re.compile(
@@ -236,17 +236,6 @@ def plan(versions: Versions, listings: Mapping[str, Sequence[Artifact]], *, torc
 # --------------------------------------------------------------------------- safe extraction
 
 
-def _unsafe(info: zipfile.ZipInfo) -> str | None:
-    name = info.filename
-    if stat.S_ISLNK(info.external_attr >> 16):
-        return "is a symbolic link"
-    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
-        return "has an absolute path"
-    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
-        return "contains a '..' path component"
-    return None
-
-
 def extract_wheels(zip_path: Path, dest: Path, *, what: str) -> list[Path]:
     """The ``*.whl`` / ``*.whl.metadata`` members of an artifact zip, copied (streamed) into ``dest``.
 
@@ -259,7 +248,7 @@ def extract_wheels(zip_path: Path, dest: Path, *, what: str) -> list[Path]:
     with archive:
         infos = archive.infolist()
         for info in infos:
-            reason = _unsafe(info)
+            reason = unsafe_member(info)
             if reason:
                 raise ArtifactRefused(f"{what}: member {info.filename!r} {reason}; refused (nothing extracted)")
         wanted = [i for i in infos if not i.is_dir() and i.filename.endswith((".whl", ".whl.metadata"))]
