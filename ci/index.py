@@ -835,28 +835,3 @@ def summarize(site: Site, files: Iterable[str]) -> IndexSummary:
         fetches=site.fetches,
         fetched_bytes=site.fetched_bytes,
     )
-
-
-def generate_index(
-    releases: Iterable[Release],
-    out_dir: Path,
-    *,
-    base_url: str,
-    default_world: str | None,
-    fetch: Fetch | None = None,
-    cache: DigestCache | None = None,
-    yanked: Mapping[str, str] | None = None,
-    site_name: str = "wheelhouse",
-) -> IndexSummary:
-    """Build the whole site into the empty directory ``out_dir``; return what was written."""
-    site, files = site_files(
-        releases,
-        base_url=base_url,
-        default_world=default_world,
-        fetch=fetch,
-        cache=cache,
-        yanked=yanked,
-        site_name=site_name,
-    )
-    write_files(files, out_dir)
-    return summarize(site, files)

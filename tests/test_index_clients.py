@@ -22,7 +22,7 @@ from index_helpers import (
 )
 
 from ci.digest import sha256_file
-from ci.index import generate_index
+from ci.pages import DirectoryTarget, publish_index
 from ci.store.model import Release
 
 WORLD = "cu130/torch2.13"
@@ -71,14 +71,14 @@ def served(tmp_path, wheels):
     root.mkdir()
     with CountingServer(root) as server:
         releases = _serve_tree(root, wheels, server.url, index_base=server.url)
-        summary = generate_index(
+        summary = publish_index(
             releases,
-            root / "index",
+            DirectoryTarget(root / "index"),
             base_url=f"{server.url}/index",
             default_world=WORLD,
             fetch=file_fetch(server.url, root),
             yanked={YANKED: "broken build"},
-        )
+        ).summary
         assert summary.warnings == ()
         server.log.reset()
         yield server, root, f"{server.url}/index/{WORLD}/simple/"
@@ -198,13 +198,13 @@ def test_pip_installs_from_a_file_url_index(tmp_path, wheels):
     root = tmp_path / "store"
     base = root.as_uri()
     releases = _serve_tree(root, wheels, base, index_base=base)
-    summary = generate_index(
+    summary = publish_index(
         releases,
-        root / "index",
+        DirectoryTarget(root / "index"),
         base_url=f"{base}/index",
         default_world=WORLD,
         fetch=file_fetch(base, root),
-    )
+    ).summary
     assert summary.warnings == ()
     for index in (f"{base}/index/{WORLD}/simple/", f"{base}/index/simple/"):
         target = tmp_path / ("t" + str(len(index)))
@@ -252,7 +252,8 @@ def test_large_wheel_resolves_through_metadata_only(tmp_path, big_wheel, uv_venv
         )
         without = Release(with_meta.tag, with_meta.title, assets=(with_meta.asset(big_wheel.name),))
         for label, rel in (("with", with_meta), ("without", without)):
-            summary = generate_index([rel], root / label, base_url=f"{server.url}/{label}", default_world=WORLD)
+            summary = publish_index([rel], DirectoryTarget(root / label), base_url=f"{server.url}/{label}",
+                                    default_world=WORLD).summary
             assert summary.warnings == ()
 
         def compile_with(label: str, ranges: bool) -> None:
