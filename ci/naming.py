@@ -21,7 +21,6 @@ DEFAULT_ARCH = "x86_64"
 MANIFEST_ASSET = "wheelhouse-build-manifest.json"
 
 _UNSAFE_REF_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-_NAME_SEPARATORS = re.compile(r"[-_.]+")
 _TITLE_SEGMENT = re.compile(
     r"^(?:(?P<arch>\S+)\s+)?cu(?P<cuda>[\w.]+)\s+py(?P<python>[\w.]+)\s+torch(?P<torch>[\w.+]+)$"
 )
@@ -32,11 +31,6 @@ def sanitize_ref(ref: str) -> str:
     """A git ref made safe for a tag: runs of other characters become '-'."""
     cleaned = _UNSAFE_REF_CHARS.sub("-", ref).strip("-.")
     return cleaned or "unknown"
-
-
-def normalize_package_name(name: str) -> str:
-    """PEP 503 normalisation."""
-    return _NAME_SEPARATORS.sub("-", name).lower()
 
 
 def version_key(text: str) -> tuple[int, Version | str]:

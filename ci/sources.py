@@ -19,6 +19,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from ci import naming
 from ci.digest import sha256_file
 from ci.errors import WheelhouseError
@@ -133,7 +135,7 @@ def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expect
             f"sdist {archive.name}: sha256 {sha256} does not match source.sha256 {expected_sha256}; "
             "the release changed or the pin is wrong"
         )
-    target = cache_dir / "sources" / "unpacked" / f"{naming.normalize_package_name(name)}-{version}-{sha256[:12]}"
+    target = cache_dir / "sources" / "unpacked" / f"{canonicalize_name(name)}-{version}-{sha256[:12]}"
     if not target.is_dir():
         staging = target.with_name(target.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
