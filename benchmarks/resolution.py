@@ -26,7 +26,7 @@ WORLD = "cu130/torch2.13"
 
 
 def _big_wheel(ctx: Context) -> Path:
-    from tests.index_helpers import make_wheel
+    from tests.wheel_factory import build_wheel
 
     size = 1 * MiB if ctx.toy else 210 * MiB
     out = ctx.cache / f"resolution-wheel-{size}"
@@ -34,7 +34,7 @@ def _big_wheel(ctx: Context) -> Path:
     if not (wheel.exists() and Path(str(wheel) + ".metadata").exists()):
         staging = out.with_name(out.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
-        make_wheel(staging, "bigpkg", "1.0", requires_python=">=3.8", big_member_bytes=size)
+        build_wheel(staging, name="bigpkg", version="1.0", tags="py3-none-any", requires_python=">=3.8", random_member_bytes=size, sidecar=True)
         shutil.rmtree(out, ignore_errors=True)
         staging.rename(out)
     return wheel

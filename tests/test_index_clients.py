@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from wheel_factory import build_wheel
 from index_helpers import (
     REPO,
     UV,
     CountingServer,
     client_env,
     file_fetch,
-    make_wheel,
     pip_install,
     publish_release_files,
     release_of,
@@ -37,12 +37,12 @@ def wheels(tmp_path_factory) -> dict[str, list[Path]]:
     out = tmp_path_factory.mktemp("wheels")
     return {
         "tinypure-v1-py3-torch2.13.0": [
-            make_wheel(out / "a", "tinypure", "1.0", requires_python=">=3.8"),
-            make_wheel(out / "a", "tinypure", "1.1"),
-            make_wheel(out / "a", "tinypure", "2.0", requires_python=">=3.99"),
+            build_wheel(out / "a", name="tinypure", version="1.0", tags="py3-none-any", requires_python=">=3.8", sidecar=True),
+            build_wheel(out / "a", name="tinypure", version="1.1", tags="py3-none-any", requires_python=None, sidecar=True),
+            build_wheel(out / "a", name="tinypure", version="2.0", tags="py3-none-any", requires_python=">=3.99", sidecar=True),
         ],
         f"tinyext-v1-py{PY}-torch2.13.0": [
-            make_wheel(out / "b", "tinyext", "1.0", tag=f"{CP}-{CP}-linux_x86_64", requires=["tinypure>=1.0"]),
+            build_wheel(out / "b", name="tinyext", version="1.0", tags=f"{CP}-{CP}-linux_x86_64", requires_python=None, requires=["tinypure>=1.0"], sidecar=True),
         ],
     }
 
@@ -227,7 +227,7 @@ def big_wheel() -> Path:
     if not (wheel.exists() and Path(str(wheel) + ".metadata").exists() and wheel.stat().st_size >= BIG_BYTES):
         staging = out.with_name(out.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
-        make_wheel(staging, "bigpkg", "1.0", requires_python=">=3.8", big_member_bytes=BIG_BYTES)
+        build_wheel(staging, name="bigpkg", version="1.0", tags="py3-none-any", requires_python=">=3.8", random_member_bytes=BIG_BYTES, sidecar=True)
         shutil.rmtree(out, ignore_errors=True)
         staging.rename(out)
     return wheel
