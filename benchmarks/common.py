@@ -382,14 +382,6 @@ def _expand_tags(tags: str) -> list[str]:
     return [f"{i}-{a}-{p}" for i in interp.split(".") for a in abi.split(".") for p in plat.split(".")]
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(MiB), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # ----------------------------------------------------------------------------- GitHub test server
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ci import credentials, fingerprint, log, matrix, sources, toolchain
+from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
@@ -396,7 +397,7 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         "compiler_cache_stats": cache_stats,
         "durations": durations,
         "checks": checks,
-        "wheels": [{"name": w.name, "sha256": _sha256(w), "size": w.stat().st_size} for w in wheels],
+        "wheels": [{"name": w.name, "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels],
     }
     result = _place(row, wheels, record, options.dist_root / row.world)
     shutil.rmtree(build_dir, ignore_errors=True)
@@ -548,12 +549,6 @@ def _run_with_timeout(command: list[str], *, cwd: Path, env: dict, timeout_s: in
         os.killpg(process.pid, signal.SIGTERM)
         process.wait()
         raise
-
-
-def _sha256(path: Path) -> str:
-    from ci.store.local import sha256_file
-
-    return sha256_file(path)
 
 
 def _check_wheels(row: MatrixRow, wheels: list[Path], python: str) -> dict:

@@ -19,16 +19,13 @@ import hashlib
 import json
 from pathlib import Path
 
+from ci.digest import sha256_file
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT
 
 FINGERPRINT_SCHEMA = 2
 SHARED_INPUTS = ("build_scripts/lib", "build_scripts/provision", "build_scripts/nvcc-arch-filter")
 """Paths under the repository whose every file is an input of every row."""
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def shared_inputs(repo_root: Path = REPO_ROOT) -> list[Path]:
@@ -45,7 +42,7 @@ def build_inputs(row: MatrixRow, repo_root: Path = REPO_ROOT) -> list[dict]:
     files = [repo_root / "build_scripts" / f"{row.settings.builder}.sh", *shared_inputs(repo_root)]
     files += [repo_root / patch for patch in row.settings.patches]
     unique = sorted({f.resolve() for f in files if f.is_file()})
-    return [{"path": str(f.relative_to(repo_root.resolve())), "sha256": _sha256(f)} for f in unique]
+    return [{"path": str(f.relative_to(repo_root.resolve())), "sha256": sha256_file(f)} for f in unique]
 
 
 def build_config(row: MatrixRow, source_revision: str | None, repo_root: Path = REPO_ROOT, *,

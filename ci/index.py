@@ -85,7 +85,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from ci.errors import UsageError, WheelhouseError
-from ci.naming import parse_title, world_path
+from ci.naming import parse_title, version_key, world_path
 from ci.store.model import Asset, Release, newest_by_name
 
 Fetch = Callable[[Asset], Iterable[bytes]]
@@ -147,16 +147,9 @@ def derive_worlds(release: Release) -> ReleaseWorlds:
         if world not in torch:
             worlds.append(world)
             torch[world] = segment.torch
-        elif _version_key(segment.torch) > _version_key(torch[world]):
+        elif version_key(segment.torch) > version_key(torch[world]):
             torch[world] = segment.torch
     return ReleaseWorlds(tuple(worlds), torch)
-
-
-def _version_key(text: str) -> tuple[int, Version | str]:
-    try:
-        return (1, Version(text))
-    except InvalidVersion:
-        return (0, text)
 
 
 def check_world(world: str) -> str:
@@ -576,7 +569,7 @@ def build_site(
                     chosen[key] = candidate
                     continue
                 keep, drop = sorted(
-                    (previous, candidate), key=lambda c: (_version_key(c.torch), c.release.tag), reverse=True
+                    (previous, candidate), key=lambda c: (version_key(c.torch), c.release.tag), reverse=True
                 )
                 chosen[key] = keep
                 builder.warn(
@@ -842,28 +835,3 @@ def summarize(site: Site, files: Iterable[str]) -> IndexSummary:
         fetches=site.fetches,
         fetched_bytes=site.fetched_bytes,
     )
-
-
-def generate_index(
-    releases: Iterable[Release],
-    out_dir: Path,
-    *,
-    base_url: str,
-    default_world: str | None,
-    fetch: Fetch | None = None,
-    cache: DigestCache | None = None,
-    yanked: Mapping[str, str] | None = None,
-    site_name: str = "wheelhouse",
-) -> IndexSummary:
-    """Build the whole site into the empty directory ``out_dir``; return what was written."""
-    site, files = site_files(
-        releases,
-        base_url=base_url,
-        default_world=default_world,
-        fetch=fetch,
-        cache=cache,
-        yanked=yanked,
-        site_name=site_name,
-    )
-    write_files(files, out_dir)
-    return summarize(site, files)

@@ -109,10 +109,6 @@ def _row(component: Component, entry: MatrixEntry, bundle: tuple[str, ...] = ())
     )
 
 
-def _python_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def component_rows(versions: Versions, component: Component) -> list[MatrixRow]:
     entries = [entry for entry in versions.build_matrix if component.builds(entry)]
     if not component.bundle_pythons:
@@ -122,8 +118,8 @@ def component_rows(versions: Versions, component: Component) -> list[MatrixRow]:
         groups.setdefault((entry.arch, entry.cuda, entry.torch), []).append(entry)
     rows = []
     for group in groups.values():
-        pythons = tuple(sorted({entry.python for entry in group}, key=_python_key))
-        builder = max(group, key=lambda entry: _python_key(entry.python))
+        pythons = tuple(sorted({entry.python for entry in group}, key=naming.version_key))
+        builder = max(group, key=lambda entry: naming.version_key(entry.python))
         rows.append(_row(component, builder, pythons))
     return rows
 
@@ -157,7 +153,7 @@ def session_rows(versions: Versions) -> list[MatrixRow]:
                     sorted(
                         {e.python for e in versions.build_matrix if component.builds(e) and e.arch == entry.arch
                          and e.torch == entry.torch and e.cuda == entry.cuda},
-                        key=_python_key,
+                        key=naming.version_key,
                     )
                 )
             rows.append(_row(component, entry, bundle))
@@ -180,7 +176,7 @@ def select(
         rows = [row for row in rows if row.component == component]
     checks = (
         ("arch", arch, sorted({e.arch for e in versions.build_matrix})),
-        ("python", python, sorted({e.python for e in versions.build_matrix}, key=_python_key)),
+        ("python", python, sorted({e.python for e in versions.build_matrix}, key=naming.version_key)),
         ("torch", torch, sorted({e.torch for e in versions.build_matrix})),
     )
     for field_name, wanted, known in checks:

@@ -17,11 +17,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from packaging.version import InvalidVersion, Version
+
 DEFAULT_ARCH = "x86_64"
 MANIFEST_ASSET = "wheelhouse-build-manifest.json"
 
 _UNSAFE_REF_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-_NAME_SEPARATORS = re.compile(r"[-_.]+")
 _TITLE_SEGMENT = re.compile(
     r"^(?:(?P<arch>\S+)\s+)?(?:cu(?P<cuda>[\w.]+)|cpu)\s+py(?P<python>[\w.]+)\s+torch(?P<torch>[\w.+]+)$"
 )
@@ -34,9 +35,16 @@ def sanitize_ref(ref: str) -> str:
     return cleaned or "unknown"
 
 
-def normalize_package_name(name: str) -> str:
-    """PEP 503 normalisation."""
-    return _NAME_SEPARATORS.sub("-", name).lower()
+def version_key(text: str) -> tuple[int, Version | str]:
+    """Sort key for a Python, torch or CUDA version as names and titles write it (``3.9`` < ``3.10``).
+
+    packaging's version order; a text that is not a version (a hand-made title) sorts before every
+    version, by its text, so sorting never fails.
+    """
+    try:
+        return (1, Version(text))
+    except InvalidVersion:
+        return (0, text)
 
 
 def cuda_label(cuda: str) -> str:

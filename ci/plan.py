@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from ci import fingerprint, manifest, matrix, naming, sources
+from ci import fingerprint, manifest, matrix, sources
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.store.model import Release, ReleaseStore
@@ -158,11 +158,11 @@ def _decide_row(versions: Versions, row: MatrixRow, release: Release | None, sto
         if found.sha256 != wheel.sha256:
             return build(f"wheel {wheel.name} differs from the checked build (sha256)", size)
     present = {
-        naming.normalize_package_name(w.name.split("-", 1)[0])
+        canonicalize_name(w.name.split("-", 1)[0])
         for w in stored.wheels
         if wheel_covers_arch(w.name, row.arch)
     }
-    missing = [p for p in row.settings.wheel_packages if naming.normalize_package_name(p) not in present]
+    missing = [p for p in row.settings.wheel_packages if canonicalize_name(p) not in present]
     if missing:
         return build(f"missing wheel package(s) for {row.arch}: {', '.join(missing)}", size)
     return Decision(row, False, f"complete: fingerprint {wanted[:12]}, {len(stored.wheels)} wheel(s) match by digest"), size

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ci import log, manifest, matrix
+from ci.digest import sha256_file
 from ci.errors import ConfigError, WheelhouseError
 from ci.matrix import MatrixRow
-from ci.store.local import sha256_file
 from ci.store.model import ReleaseStore
 from ci.versions import Versions
 

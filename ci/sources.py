@@ -19,9 +19,13 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from ci import log, naming
+from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.versions import REPO_ROOT, Component
+from ci.wheels.archive import unsafe_member
 
 FETCH_ATTEMPTS = 4
 # No prompts (a build must never wait for a password). The user's and the system's git
@@ -163,13 +167,13 @@ def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expect
                 f"version, or put the archive into {downloads}"
             ))
     archive = archives[0]
-    sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
+    sha256 = sha256_file(archive)
     if expected_sha256 and sha256 != expected_sha256:
         raise WheelhouseError(
             f"sdist {archive.name}: sha256 {sha256} does not match source.sha256 {expected_sha256}; "
             "the release changed or the pin is wrong"
         )
-    target = cache_dir / "sources" / "unpacked" / f"{naming.normalize_package_name(name)}-{version}-{sha256[:12]}"
+    target = cache_dir / "sources" / "unpacked" / f"{canonicalize_name(name)}-{version}-{sha256[:12]}"
     if not target.is_dir():
         staging = target.with_name(target.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
@@ -190,9 +194,11 @@ def _unpack(archive: Path, dest: Path) -> None:
     dest = dest.resolve()
     if archive.name.endswith(".zip"):
         with zipfile.ZipFile(archive) as zf:
-            for member in zf.namelist():
-                if not (dest / member).resolve().is_relative_to(dest):
-                    raise WheelhouseError(f"{archive.name}: member {member} escapes the extraction directory; refusing it")
+            for info in zf.infolist():
+                reason = unsafe_member(info)
+                if reason:
+                    raise WheelhouseError(f"{archive.name}: member {info.orig_filename!r} {reason}; refusing the "
+                                          "archive (nothing extracted)")
             zf.extractall(dest)
         return
     with tarfile.open(archive) as tf:

@@ -28,7 +28,7 @@ import jsonschema
 import yaml
 
 from ci.errors import ConfigError
-from ci.naming import cuda_label
+from ci.naming import cuda_label, version_key
 from ci.wheels.archs import parse_arch_list
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -399,7 +399,7 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:
             )
         seen[key] = index
     matrix_arches = sorted({e.arch for e in versions.build_matrix})
-    matrix_pythons = sorted({e.python for e in versions.build_matrix}, key=_python_key)
+    matrix_pythons = sorted({e.python for e in versions.build_matrix}, key=version_key)
 
     for component in versions.components.values():
         where = f"{name}: components.{component.name}"
@@ -494,7 +494,3 @@ def _check_arch_list(where: str, value: str | None) -> None:
         raise ConfigError(f"{where}: {exc}") from None
     if not parsed.archs:
         raise ConfigError(f"{where}: names no CUDA arch; write e.g. \"8.0;9.0\", or null when the component sets its own")
-
-
-def _python_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))

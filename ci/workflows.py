@@ -84,6 +84,14 @@ TRANSFER_TIMEOUT = f"${{{{ {SELF_HOSTED} && 120 || 30 }}}}"
 
 PLAN_MARKER = "<!-- wheelhouse-build-plan -->"
 
+# Steps longer than one command run a script of this folder (shellcheck-clean, run by `nox -s lint`);
+# their inputs come as env variables, never as ${{ }} text inside a script.
+SCRIPTS_DIR = "build_scripts/ci"
+
+
+def _script(name: str, *args: str) -> str:
+    return " ".join(["bash", f"{SCRIPTS_DIR}/{name}", *args]) + "\n"
+
 # _build.yml inputs: (name = MatrixRow.to_json key, type, description). Callers pass ${{ matrix.<name> }}.
 ROW_INPUTS: tuple[tuple[str, str, str], ...] = (
     ("component", "string", "component name in versions.yaml"),
@@ -198,16 +206,12 @@ def _check_row_keys(versions: Versions, rows: list[matrix.MatrixRow]) -> None:
 # --- choices derived from versions.yaml ----------------------------------------------------------
 
 
-def _python_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def arch_choices(rows: Iterable[matrix.MatrixRow]) -> list[str]:
     return ["all", *sorted({row.arch for row in rows})]
 
 
 def python_choices(rows: Iterable[matrix.MatrixRow]) -> list[str]:
-    return ["all", *sorted({python for row in rows for python in row.pythons}, key=_python_key)]
+    return ["all", *sorted({python for row in rows for python in row.pythons}, key=naming.version_key)]
 
 
 # --- pieces --------------------------------------------------------------------------------------
@@ -330,19 +334,13 @@ def build_workflow() -> dict[str, Any]:
     inputs_hash = _expr("hashFiles(" + ", ".join(f"'{pattern}'" for pattern in CACHE_INPUT_FILES) + ")")
     attempt = _expr("github.run_id") + "-" + _expr("github.run_attempt")
     cc_key = cc_prefix + inputs_hash + "-" + attempt + "-py" + row["python"]
-    stamp = "$RUNNER_TEMP/wheelhouse-cache-restored"
+    cache_env = {"BUILD_DIRS": BUILD_DIRS_PATH, "COMPILER_CACHE": COMPILER_CACHE_PATH}
 
     steps: list[dict[str, Any]] = [
         {
             "name": "Verify the runner architecture",
             "env": {"WANT_ARCH": row["arch"]},
-            "run": (
-                'have="$(uname -m)"\n'
-                'if [ "$have" != "$WANT_ARCH" ]; then\n'
-                '  echo "::error::this row builds $WANT_ARCH but the runner is $have; fix runs_on in versions.yaml"\n'
-                "  exit 1\n"
-                "fi\n"
-            ),
+            "run": _script("check_runner_arch.sh"),
         },
         _checkout(),
         {
@@ -353,39 +351,19 @@ def build_workflow() -> dict[str, Any]:
         {
             "name": "Free disk space",
             "if": GITHUB_HOSTED,
-            "run": (
-                "sudo rm -rf /usr/share/dotnet /opt/ghc /opt/hostedtoolcache/CodeQL /usr/local/lib/android\n"
-                "df -h /\n"
-            ),
+            "run": _script("free_disk_space.sh"),
         },
         {
             "name": "Set up swap",
             "if": GITHUB_HOSTED,
-            "run": (
-                "sudo swapoff -a\n"
-                "sudo rm -f /swapfile\n"
-                "sudo fallocate -l 10G /swapfile\n"
-                "sudo chmod 600 /swapfile\n"
-                "sudo mkswap /swapfile\n"
-                "sudo swapon /swapfile\n"
-                "swapon --show\n"
-            ),
+            "run": _script("setup_swap.sh"),
         },
         {
             # A bundle row builds with its newest Python and needs the others installed too.
             "name": "List the Pythons to install",
             "id": "pythons",
             "env": {"PYTHON": row["python"], "BUNDLE": row["bundle_pythons"]},
-            "run": (
-                "{\n"
-                "  echo 'versions<<EOF'\n"
-                "  for version in $BUNDLE; do\n"
-                '    if [ "$version" != "$PYTHON" ]; then echo "$version"; fi\n'
-                "  done\n"
-                '  echo "$PYTHON"\n'
-                "  echo 'EOF'\n"
-                '} >> "$GITHUB_OUTPUT"\n'
-            ),
+            "run": _script("list_pythons.sh"),
         },
         {
             "name": "Set up Python",
@@ -439,7 +417,8 @@ def build_workflow() -> dict[str, Any]:
         },
         {
             "name": "Mark the restored build directories",
-            "run": f'mkdir -p {" ".join(CACHE_PATHS)}\ntouch "{stamp}"\n',
+            "env": dict(cache_env),
+            "run": _script("build_cache.sh", "mark"),
         },
         {
             "name": "Build wheel",
@@ -452,23 +431,8 @@ def build_workflow() -> dict[str, Any]:
             "name": "Keep only the build directories worth resuming",
             "id": "prune",
             "if": "always() && steps.build.outcome != 'skipped'",
-            "env": {"OUTCOME": _expr("steps.build.outcome")},
-            "run": (
-                f'stamp="{stamp}"\n'
-                'if [ "$OUTCOME" = success ]; then\n'
-                "  # the finished build removed its directory; the rest are other build inputs\n"
-                "  find .cache/builds -mindepth 1 -maxdepth 1 -exec rm -rf {} +\n"
-                'elif [ -n "$(find .cache/builds -mindepth 1 -maxdepth 1 -newer "$stamp" -print -quit)" ]; then\n'
-                "  # this job's directory is the one to resume; the untouched ones are other build inputs\n"
-                '  find .cache/builds -mindepth 1 -maxdepth 1 ! -newer "$stamp" -exec rm -rf {} +\n'
-                "fi\n"
-                'if [ -n "$(find .cache/builds -mindepth 1 -print -quit)" ]; then\n'
-                '  echo "save=true" >> "$GITHUB_OUTPUT"\n'
-                "fi\n"
-                'if [ -n "$(find .cache/compiler-cache -mindepth 1 -print -quit)" ]; then\n'
-                '  echo "save_compiler_cache=true" >> "$GITHUB_OUTPUT"\n'
-                "fi\n"
-            ),
+            "env": {**cache_env, "OUTCOME": _expr("steps.build.outcome")},
+            "run": _script("build_cache.sh", "prune"),
         },
         {
             # run_attempt too: a re-run keeps run_id, and a cache key cannot be written twice.
@@ -539,14 +503,6 @@ def publish_workflow() -> dict[str, Any]:
     which needs the row's torch) before ``invoke release`` sees them. Only this job can write.
     """
     row = {name: _expr(f"inputs.{name}") for name, _, _ in PUBLISH_INPUTS}
-    recheck = (
-        'pythons="${BUNDLE:-$PYTHON}"\n'
-        "archs=()\n"
-        'if [ "$VERIFY_ARCHS" = true ] && [ -n "$ARCH_LIST" ] && [ "$CUDA" != cpu ]; then\n'
-        '  archs=(--require-archs "$ARCH_LIST")\n'
-        "fi\n"
-        'invoke check-wheel "dist/$WORLD/*.whl" --pythons "${pythons// /,}" "${archs[@]}"\n'
-    )
     steps: list[dict[str, Any]] = [
         *_control_setup(),
         {
@@ -562,7 +518,7 @@ def publish_workflow() -> dict[str, Any]:
             "env": {"WORLD": row["world"], "PYTHON": row["python"], "BUNDLE": row["bundle_pythons"],
                     "CUDA": row["cuda"], "ARCH_LIST": row["torch_cuda_arch_list"],
                     "VERIFY_ARCHS": row["verify_wheel_archs"]},
-            "run": recheck,
+            "run": _script("recheck_wheels.sh"),
         },
         {
             "name": "Publish to the release",
@@ -574,10 +530,7 @@ def publish_workflow() -> dict[str, Any]:
                 "TORCH": row["torch"],
                 "ARCH": row["arch"],
             },
-            "run": (
-                'invoke release --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH" --arch "$ARCH"\n'
-                'echo "published=true" >> "$GITHUB_OUTPUT"\n'
-            ),
+            "run": _script("publish_row.sh"),
         },
     ]
     return {
@@ -731,18 +684,6 @@ def publish_index_workflow() -> dict[str, Any]:
 
 def plan_workflow() -> dict[str, Any]:
     """plan.yml: a pull request gets one comment, updated in place, saying what a merge would build."""
-    comment = (
-        f"marker='{PLAN_MARKER}'\n"
-        'body="$(printf \'%s\\n\\n%s\\n\' "$marker" "$(cat plan.md)")"\n'
-        'ids="$(gh api --paginate "repos/$REPO/issues/$PR/comments" \\\n'
-        '  --jq ".[] | select(.user.login == \\"github-actions[bot]\\" and (.body | startswith(\\"$marker\\"))) | .id")"\n'
-        "comment_id=\"${ids%%$'\\n'*}\"\n"
-        'if [ -n "$comment_id" ]; then\n'
-        '  gh api --method PATCH "repos/$REPO/issues/comments/$comment_id" -f body="$body" > /dev/null\n'
-        "else\n"
-        '  gh api --method POST "repos/$REPO/issues/$PR/comments" -f body="$body" > /dev/null\n'
-        "fi\n"
-    )
     return {
         "name": "build plan",
         "on": {
@@ -765,8 +706,9 @@ def plan_workflow() -> dict[str, Any]:
                     {
                         "name": "Plan the builds",
                         "env": dict(STORE_ENV),
-                        "run": 'invoke plan --component all --markdown plan.md\ncat plan.md >> "$GITHUB_STEP_SUMMARY"\n',
+                        "run": "invoke plan --component all --markdown plan.md\n",
                     },
+                    {"name": "Show the plan in the job summary", "run": 'cat plan.md >> "$GITHUB_STEP_SUMMARY"\n'},
                     {
                         # A fork's token cannot comment; its plan is in the job summary.
                         "name": "Comment the plan on the pull request",
@@ -775,8 +717,10 @@ def plan_workflow() -> dict[str, Any]:
                             "GH_TOKEN": "${{ secrets.GITHUB_TOKEN }}",
                             "REPO": _expr("github.repository"),
                             "PR": _expr("github.event.pull_request.number"),
+                            "MARKER": PLAN_MARKER,
+                            "PLAN": "plan.md",
                         },
-                        "run": comment,
+                        "run": _script("plan_comment.sh"),
                     },
                 ],
             }

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import re
 import shutil
@@ -18,82 +16,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from ci.digest import sha256_file
 from ci.store.model import Asset, Release
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 UV = shutil.which("uv", path=str(VENV_BIN)) or shutil.which("uv")
-
-
-def _b64(digest: bytes) -> str:
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
-def metadata_text(name: str, version: str, requires_python: str | None = None, requires: Sequence[str] = ()) -> str:
-    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
-    if requires_python:
-        lines.append(f"Requires-Python: {requires_python}")
-    lines += [f"Requires-Dist: {req}" for req in requires]
-    return "\n".join(lines) + "\n\n"
-
-
-def make_wheel(
-    out_dir: Path,
-    name: str,
-    version: str,
-    *,
-    tag: str = "py3-none-any",
-    requires_python: str | None = None,
-    requires: Sequence[str] = (),
-    big_member_bytes: int = 0,
-    sidecar: bool = True,
-) -> Path:
-    """A valid wheel (RECORD with hashes) importing as ``name``; with ``sidecar`` also ``<wheel>.metadata``.
-
-    ``big_member_bytes`` adds a stored (uncompressed) member of random bytes.
-    """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    module = name.replace("-", "_")
-    dist_info = f"{module}-{version}.dist-info"
-    meta = metadata_text(name, version, requires_python, requires)
-    files: list[tuple[str, bytes]] = [
-        (f"{module}/__init__.py", f'VERSION = "{version}"\n'.encode()),
-        (f"{dist_info}/METADATA", meta.encode()),
-        (
-            f"{dist_info}/WHEEL",
-            f"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: {'true' if tag.endswith('any') else 'false'}\nTag: {tag}\n".encode(),
-        ),
-    ]
-    path = out_dir / f"{module}-{version}-{tag}.whl"
-    record: list[str] = []
-    # package files first, .dist-info last: the layout bdist_wheel writes, so a client
-    # without PEP 658 has to read the end of the archive (range request or full download)
-    package_files, dist_files = files[:1], files[1:]
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for arcname, data in package_files:
-            zf.writestr(arcname, data)
-            record.append(f"{arcname},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}")
-        if big_member_bytes:
-            arcname = f"{module}/blob.bin"
-            digest = hashlib.sha256()
-            info = zipfile.ZipInfo(arcname, date_time=(2020, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_STORED
-            with zf.open(info, "w", force_zip64=True) as member:
-                left = big_member_bytes
-                while left:
-                    chunk = os.urandom(min(left, 8 << 20))
-                    member.write(chunk)
-                    digest.update(chunk)
-                    left -= len(chunk)
-            record.append(f"{arcname},sha256={_b64(digest.digest())},{big_member_bytes}")
-        for arcname, data in dist_files:
-            zf.writestr(arcname, data)
-            record.append(f"{arcname},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}")
-        record.append(f"{dist_info}/RECORD,,")
-        zf.writestr(f"{dist_info}/RECORD", "\n".join(record) + "\n")
-    if sidecar:
-        Path(str(path) + ".metadata").write_bytes(meta.encode())
-    return path
 
 
 def tamper(wheel: Path) -> None:
@@ -102,14 +30,6 @@ def tamper(wheel: Path) -> None:
     with zipfile.ZipFile(wheel, "a") as zf:
         zf.comment = b"changed after indexing"
     assert sha256_file(wheel) != before
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def file_asset(path: Path, url: str, *, digest: bool = True, asset_id: int | None = None) -> Asset:

@@ -11,10 +11,8 @@ The slow test imports the torch extension in 3.10, 3.12 and 3.13 against torch
 
 from __future__ import annotations
 
-import base64
 import csv
 import email.parser
-import hashlib
 import io
 import json
 import os
@@ -25,6 +23,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from wheel_factory import record_hash
 
 from ci.wheels.check import check_wheels
 
@@ -92,7 +91,7 @@ def record_problems(wheel: Path) -> list[str]:
             if name == record_name:
                 continue
             data = zf.read(name)
-            digest = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            digest = record_hash(data)
             if rows[name] != [digest, str(len(data))]:
                 problems.append(f"{name}: RECORD says {rows[name]}, content is {digest}, {len(data)}")
         problems += [f"{name} in RECORD but not in the wheel" for name in rows if name not in names]

@@ -17,10 +17,10 @@ from ci.index import (
     DigestCache,
     build_site,
     derive_worlds,
-    generate_index,
     render_site,
     site_files,
 )
+from ci.pages import DirectoryTarget, publish_index
 from ci.store.model import Asset, Release
 
 BASE = "https://owner.github.io/repo"
@@ -550,10 +550,12 @@ def test_output_is_deterministic():
     assert a == b and list(a) == sorted(a)
 
 
-def test_generate_index_writes_and_summarizes(tmp_path):
+def test_publish_index_writes_and_summarizes(tmp_path):
     releases, blobs = _many_releases(6)
     out = tmp_path / "_site"
-    summary = generate_index(releases, out, base_url=BASE, default_world="cu130/torch2.13", fetch=MemoryFetch(blobs))
+    outcome = publish_index(releases, DirectoryTarget(out), base_url=BASE, default_world="cu130/torch2.13",
+                            fetch=MemoryFetch(blobs))
+    summary = outcome.summary
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert written == list(summary.files)
     assert CACHE_FILE in summary.files and "index.html" in summary.files
@@ -561,8 +563,12 @@ def test_generate_index_writes_and_summarizes(tmp_path):
     assert sum(w.links for w in summary.worlds) == 6 * 6 and summary.warnings == ()
     assert summary.fetches == 36
     assert summary.line().startswith("Indexed 36 wheel link(s) across 3 world(s)")
-    with pytest.raises(WheelhouseError, match="not empty"):
-        generate_index(releases, out, base_url=BASE, default_world=None)
+    assert outcome.warnings == ()
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("not a site")
+    with pytest.raises(WheelhouseError, match="is not empty and holds no published site"):
+        publish_index(releases, DirectoryTarget(stray), base_url=BASE, default_world=None)
 
 
 def test_render_site_is_pure():

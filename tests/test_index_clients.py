@@ -7,22 +7,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from wheel_factory import build_wheel
 from index_helpers import (
     REPO,
     UV,
     CountingServer,
     client_env,
     file_fetch,
-    make_wheel,
     pip_install,
     publish_release_files,
     release_of,
     run,
-    sha256_file,
     tamper,
 )
 
-from ci.index import generate_index
+from ci.digest import sha256_file
+from ci.pages import DirectoryTarget, publish_index
 from ci.store.model import Release
 
 WORLD = "cu130/torch2.13"
@@ -37,12 +37,12 @@ def wheels(tmp_path_factory) -> dict[str, list[Path]]:
     out = tmp_path_factory.mktemp("wheels")
     return {
         "tinypure-v1-py3-torch2.13.0": [
-            make_wheel(out / "a", "tinypure", "1.0", requires_python=">=3.8"),
-            make_wheel(out / "a", "tinypure", "1.1"),
-            make_wheel(out / "a", "tinypure", "2.0", requires_python=">=3.99"),
+            build_wheel(out / "a", name="tinypure", version="1.0", tags="py3-none-any", requires_python=">=3.8", sidecar=True),
+            build_wheel(out / "a", name="tinypure", version="1.1", tags="py3-none-any", requires_python=None, sidecar=True),
+            build_wheel(out / "a", name="tinypure", version="2.0", tags="py3-none-any", requires_python=">=3.99", sidecar=True),
         ],
         f"tinyext-v1-py{PY}-torch2.13.0": [
-            make_wheel(out / "b", "tinyext", "1.0", tag=f"{CP}-{CP}-linux_x86_64", requires=["tinypure>=1.0"]),
+            build_wheel(out / "b", name="tinyext", version="1.0", tags=f"{CP}-{CP}-linux_x86_64", requires_python=None, requires=["tinypure>=1.0"], sidecar=True),
         ],
     }
 
@@ -71,14 +71,14 @@ def served(tmp_path, wheels):
     root.mkdir()
     with CountingServer(root) as server:
         releases = _serve_tree(root, wheels, server.url, index_base=server.url)
-        summary = generate_index(
+        summary = publish_index(
             releases,
-            root / "index",
+            DirectoryTarget(root / "index"),
             base_url=f"{server.url}/index",
             default_world=WORLD,
             fetch=file_fetch(server.url, root),
             yanked={YANKED: "broken build"},
-        )
+        ).summary
         assert summary.warnings == ()
         server.log.reset()
         yield server, root, f"{server.url}/index/{WORLD}/simple/"
@@ -198,13 +198,13 @@ def test_pip_installs_from_a_file_url_index(tmp_path, wheels):
     root = tmp_path / "store"
     base = root.as_uri()
     releases = _serve_tree(root, wheels, base, index_base=base)
-    summary = generate_index(
+    summary = publish_index(
         releases,
-        root / "index",
+        DirectoryTarget(root / "index"),
         base_url=f"{base}/index",
         default_world=WORLD,
         fetch=file_fetch(base, root),
-    )
+    ).summary
     assert summary.warnings == ()
     for index in (f"{base}/index/{WORLD}/simple/", f"{base}/index/simple/"):
         target = tmp_path / ("t" + str(len(index)))
@@ -227,7 +227,7 @@ def big_wheel() -> Path:
     if not (wheel.exists() and Path(str(wheel) + ".metadata").exists() and wheel.stat().st_size >= BIG_BYTES):
         staging = out.with_name(out.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
-        make_wheel(staging, "bigpkg", "1.0", requires_python=">=3.8", big_member_bytes=BIG_BYTES)
+        build_wheel(staging, name="bigpkg", version="1.0", tags="py3-none-any", requires_python=">=3.8", random_member_bytes=BIG_BYTES, sidecar=True)
         shutil.rmtree(out, ignore_errors=True)
         staging.rename(out)
     return wheel
@@ -252,7 +252,8 @@ def test_large_wheel_resolves_through_metadata_only(tmp_path, big_wheel, uv_venv
         )
         without = Release(with_meta.tag, with_meta.title, assets=(with_meta.asset(big_wheel.name),))
         for label, rel in (("with", with_meta), ("without", without)):
-            summary = generate_index([rel], root / label, base_url=f"{server.url}/{label}", default_world=WORLD)
+            summary = publish_index([rel], DirectoryTarget(root / label), base_url=f"{server.url}/{label}",
+                                    default_world=WORLD).summary
             assert summary.warnings == ()
 
         def compile_with(label: str, ranges: bool) -> None:

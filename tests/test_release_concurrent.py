@@ -15,7 +15,7 @@ from pathlib import Path
 from wheel_factory import build_wheel
 
 from ci import manifest, matrix
-from ci.store.local import sha256_file
+from ci.digest import sha256_file
 from ci.versions import load
 from tests.github_server import GitHubTestServer
 

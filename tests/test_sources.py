@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,27 @@ def test_sdist_is_unpacked_from_the_cache_without_downloading(cached_sdist):
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     checkout = sources.fetch_sdist("demo", "1.0", cache, python="/nonexistent/python", expected_sha256=digest)
     assert (checkout.path / "setup.py").is_file() and checkout.revision == digest
+
+
+@pytest.mark.parametrize(("member", "mode", "reason"), [
+    ("demo-1.0/../../escaped.py", 0o100644, "contains a '..' path component"),
+    ("/tmp/escaped.py", 0o100644, "has an absolute path"),
+    ("demo-1.0/link", 0o120777, "is a symbolic link"),
+])
+def test_sdist_zip_with_an_unsafe_member_is_refused_before_extracting(tmp_path, member, mode, reason):
+    cache = tmp_path / "cache"
+    downloads = cache / "sources" / "sdist"
+    downloads.mkdir(parents=True)
+    archive = downloads / "demo-1.0.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("demo-1.0/setup.py", "from setuptools import setup\nsetup()\n")
+        info = zipfile.ZipInfo("placeholder")
+        info.filename, info.external_attr = member, mode << 16
+        zf.writestr(info, "/etc/passwd")
+    with pytest.raises(WheelhouseError) as refused:
+        sources.fetch_sdist("demo", "1.0", cache, python="/nonexistent/python")
+    assert str(refused.value) == f"demo-1.0.zip: member {member!r} {reason}; refusing the archive (nothing extracted)"
+    assert not (cache / "sources" / "unpacked").exists() or not any((cache / "sources" / "unpacked").rglob("*.py"))
 
 
 # A URL or ref that git would read as an option must stay a URL or ref: `--upload-pack=<command>` runs the command.

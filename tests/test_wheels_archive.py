@@ -39,6 +39,14 @@ def test_rejects_absolute_member(tmp_path: Path) -> None:
     )
 
 
+def test_rejects_drive_relative_member(tmp_path: Path) -> None:
+    # On Windows os.path.join(site_packages, "C:evil.pth") is "C:evil.pth": the member leaves the target.
+    wheel = raw_zip(tmp_path / WHEEL, [("C:evil.pth", b"import os")])
+    assert _reject(wheel) == (
+        f"{WHEEL}: member 'C:evil.pth' has an absolute path; rebuild the wheel with relative member paths"
+    )
+
+
 def test_rejects_symlink_member(tmp_path: Path) -> None:
     info = zipfile.ZipInfo("demo_pkg/link")
     info.external_attr = 0o120777 << 16

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import io
@@ -12,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from wheel_factory import build_wheel, reversion_wheel
+from wheel_factory import build_wheel, record_hash, reversion_wheel
 
 from ci.errors import CheckFailed
 from ci.wheels.rewrite import strip_local_version
@@ -40,7 +39,7 @@ def _validate_record(wheel: Path) -> None:
             if path == record_name:
                 continue
             data = zf.read(path)
-            expected = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            expected = record_hash(data)
             assert (digest, int(size)) == (expected, len(data)), path
 
 
@@ -165,3 +164,33 @@ def test_command_line_refuses_inputs_that_strip_to_one_name(tmp_path: Path) -> N
                             capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in same.glob("*.whl")) == ["pkg-1.0-cp311-cp311-linux_x86_64.whl"]
+
+
+def test_add_members_copies_the_rest_raw_and_records_the_new_files(tmp_path: Path) -> None:
+    """Bundle mode's writer: new files before .dist-info, WHEEL replaced, RECORD right, other bytes as they were."""
+    from ci.wheels.archive import open_wheel
+    from ci.wheels.record import check_record
+    from ci.wheels.rewrite import add_members
+
+    wheel = build_wheel(tmp_path / "in", {"demo_pkg/__init__.py": b"x = 1\n" * 1000, "demo_pkg/_C.cpython-311.so": b"311"})
+    module = tmp_path / "_C.cpython-312.so"
+    module.write_bytes(b"\x7fELF" + bytes(range(256)) * 64)
+    wheel_file = b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\nTag: cp312-cp312-linux_x86_64\n"
+    bundled = wheel.with_name("demo_pkg-1.0-cp311.cp312-cp311.cp312-linux_x86_64.whl")
+    target = add_members(wheel, bundled,
+                         {"demo_pkg/_C.cpython-312.so": module}, {"demo_pkg-1.0.dist-info/WHEEL": wheel_file})
+    with open_wheel(target) as archive:
+        assert check_record(archive) == []
+        assert archive.names() == ("demo_pkg/__init__.py", "demo_pkg/_C.cpython-311.so", "demo_pkg/_C.cpython-312.so",
+                                   "demo_pkg-1.0.dist-info/METADATA", "demo_pkg-1.0.dist-info/WHEEL",
+                                   "demo_pkg-1.0.dist-info/RECORD")
+        assert archive.read_small("demo_pkg/_C.cpython-312.so") == module.read_bytes()
+        assert archive.read_small("demo_pkg-1.0.dist-info/WHEEL") == wheel_file
+        assert archive.zipfile.getinfo("demo_pkg/_C.cpython-312.so").external_attr >> 16 == 0o100755
+    with zipfile.ZipFile(wheel) as before, zipfile.ZipFile(target) as after:
+        for name in ("demo_pkg/__init__.py", "demo_pkg-1.0.dist-info/METADATA"):
+            old, new = before.getinfo(name), after.getinfo(name)
+            with open(wheel, "rb") as a, open(target, "rb") as b:
+                a.seek(old.header_offset + 30 + len(name))
+                b.seek(new.header_offset + 30 + len(name))
+                assert a.read(old.compress_size) == b.read(new.compress_size), name

@@ -70,6 +70,16 @@ def _text(value: Any) -> str:
     return yaml.safe_dump(value, sort_keys=True, width=10000)
 
 
+def _script(name: str) -> str:
+    return (REPO_ROOT / workflows.SCRIPTS_DIR / name).read_text(encoding="utf-8")
+
+
+def _run_script(name: str, env: dict[str, str], *args: str, path: Path | None = None) -> subprocess.CompletedProcess:
+    base = {"PATH": os.environ["PATH"] if path is None else f"{path}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(["bash", str(REPO_ROOT / workflows.SCRIPTS_DIR / name), *args], env={**base, **env},
+                          capture_output=True, text=True, timeout=60, cwd=env.get("PWD"))
+
+
 def _build_workflows(docs: dict[str, dict]) -> list[str]:
     """Every workflow that builds or publishes (all but the PR plan)."""
     return [path for path in docs if not path.endswith("/plan.yml")]
@@ -267,7 +277,8 @@ def test_secrets_reach_only_the_steps_that_use_them(docs):
                 token_steps.add((path.split("/")[-1], step["name"]))
                 # given through env only, and only to steps that talk to the GitHub API
                 assert not re.search(r"secrets\.|github\.token", _text({k: v for k, v in step.items() if k != "env"})), where
-                assert re.match(r"(invoke (release|plan|publish-index)|marker=)", step["run"]), where
+                assert re.match(r"(invoke (release|plan|publish-index)|bash build_scripts/ci/(publish_row|plan_comment)\.sh)",
+                                step["run"]), where
             if "EGRESS_PROXY" in text:
                 proxy_steps.add((path.split("/")[-1], step["name"]))
                 assert path == BUILD, where
@@ -307,6 +318,24 @@ def test_run_scripts_take_values_from_env_only(docs):
         for _, step in _steps(doc):
             if "run" in step:
                 assert "${{" not in step["run"], f"{path}: {step['name']}"
+
+
+def test_every_run_is_one_short_command(docs):
+    """Anything longer than one command is a script in build_scripts/ci/ (shellcheck-clean, linted by
+    `nox -s lint`) that the step calls with its inputs in env; no script text lives in the YAML."""
+    used = set()
+    for path, doc in docs.items():
+        for _, step in _steps(doc):
+            if "run" not in step:
+                continue
+            run = step["run"]
+            assert run.endswith("\n") and "\n" not in run[:-1], f"{path}: {step['name']}: {run!r}"
+            assert len(run) <= 100, f"{path}: {step['name']}: {run!r}"
+            for script in re.findall(r"\b(build_scripts/\S+\.sh)\b", run):
+                assert (REPO_ROOT / script).is_file(), f"{path}: {step['name']}: no {script}"
+                used.add(script)
+    ours = {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / workflows.SCRIPTS_DIR).glob("*.sh")}
+    assert ours and ours <= used, f"scripts no workflow calls: {sorted(ours - used)}"
 
 
 def test_checkouts_leave_no_credentials(docs):
@@ -378,7 +407,9 @@ def test_build_job_runs_the_local_commands(docs, versions):
     steps = {step["name"]: step for step in job["steps"]}
     assert job["timeout-minutes"] == "${{ inputs.job_timeout_minutes }}"
     assert job["runs-on"] == "${{ fromJSON(inputs.runs_on) }}"
-    assert job["steps"][0]["name"] == "Verify the runner architecture" and "uname -m" in job["steps"][0]["run"]
+    assert job["steps"][0]["name"] == "Verify the runner architecture"
+    assert job["steps"][0]["run"] == "bash build_scripts/ci/check_runner_arch.sh\n"
+    assert job["steps"][0]["env"] == {"WANT_ARCH": "${{ inputs.arch }}"}
     assert steps["Build wheel"]["run"] == 'nox -s "$SESSION" -- --arch "$ARCH" --torch "$TORCH"\n'
     assert steps["Build wheel"]["env"]["SESSION"] == "${{ inputs.session }}"
     assert steps["Install cuDNN"]["if"] == "inputs.requires_cudnn"
@@ -423,13 +454,16 @@ def test_publish_runs_no_upstream_code_and_checks_the_wheels_again(docs):
     assert download["uses"] == workflows.ACTIONS["download-artifact"]
     assert download["with"]["name"] == build["Upload wheel artifact"]["with"]["name"]
     assert download["with"]["path"] == build["Upload wheel artifact"]["with"]["path"] == "dist/${{ inputs.world }}/"
-    recheck = by_name["Check the wheels again"]["run"]
+    assert by_name["Check the wheels again"]["run"] == "bash build_scripts/ci/recheck_wheels.sh\n"
+    recheck = _script("recheck_wheels.sh")
     assert 'invoke check-wheel "dist/$WORLD/*.whl" --pythons' in recheck and "--require-archs" in recheck
-    text = _text(job)
+    # our own scripts (build_scripts/ci/) are not the builders
+    text = _text(job).replace("build_scripts/ci/", "")
     for upstream in ("nox", "build_scripts", "setup.py", "pip wheel"):
         assert upstream not in text, upstream
     release = by_name["Publish to the release"]
-    assert release["run"].startswith("invoke release --component")
+    assert release["run"] == "bash build_scripts/ci/publish_row.sh\n"
+    assert 'invoke release --component "$COMPONENT"' in _script("publish_row.sh")
     assert job["outputs"]["published"] == "${{ steps.release.outputs.published }}"
     assert _on(docs[PUBLISH])["workflow_call"]["outputs"]["published"]["value"] == "${{ jobs.publish.outputs.published }}"
 
@@ -484,12 +518,12 @@ def test_plan_comment_is_updated_in_place_and_skipped_for_forks(docs):
     job = doc["jobs"]["plan"]
     assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
     steps = {step["name"]: step for step in job["steps"]}
-    assert steps["Plan the builds"]["run"].startswith("invoke plan --component all --markdown plan.md\n")
+    assert steps["Plan the builds"]["run"] == "invoke plan --component all --markdown plan.md\n"
+    assert steps["Show the plan in the job summary"]["run"] == 'cat plan.md >> "$GITHUB_STEP_SUMMARY"\n'
     comment = steps["Comment the plan on the pull request"]
     assert comment["if"] == "github.event.pull_request.head.repo.full_name == github.repository"
-    assert workflows.PLAN_MARKER in comment["run"]
-    assert "--method PATCH" in comment["run"] and "--method POST" in comment["run"]
-    assert "--paginate" in comment["run"]
+    assert comment["run"] == "bash build_scripts/ci/plan_comment.sh\n"
+    assert comment["env"]["MARKER"] == workflows.PLAN_MARKER and comment["env"]["PLAN"] == "plan.md"
 
 
 def test_invoke_workflows_check_names_the_stale_file(tmp_path):
@@ -528,3 +562,72 @@ def test_sequential_pythons_builds_the_rows_of_a_component_one_at_a_time(tmp_pat
     data["components"]["flash-mla"]["sequential_pythons"] = "yes"
     with pytest.raises(ConfigError, match=r"^versions\.yaml: components\.flash-mla\.sequential_pythons: "):
         _write_versions(tmp_path, data)
+
+
+# --- the scripts the steps call, run for real ----------------------------------------------------
+
+
+def test_runner_arch_check_fails_on_another_arch():
+    here = os.uname().machine
+    assert _run_script("check_runner_arch.sh", {"WANT_ARCH": here}).returncode == 0
+    wrong = _run_script("check_runner_arch.sh", {"WANT_ARCH": "sparc64"})
+    assert wrong.returncode == 1
+    assert wrong.stdout.strip() == (f"::error::this row builds sparc64 but the runner is {here}; "
+                                    "fix runs_on in versions.yaml")
+
+
+def test_python_list_puts_the_build_python_last(tmp_path):
+    out = tmp_path / "output"
+    assert _run_script("list_pythons.sh", {"PYTHON": "3.13", "BUNDLE": "3.11 3.12 3.13",
+                                           "GITHUB_OUTPUT": str(out)}).returncode == 0
+    assert out.read_text() == "versions<<EOF\n3.11\n3.12\n3.13\nEOF\n"
+    out.unlink()
+    assert _run_script("list_pythons.sh", {"PYTHON": "3.12", "BUNDLE": "", "GITHUB_OUTPUT": str(out)}).returncode == 0
+    assert out.read_text() == "versions<<EOF\n3.12\nEOF\n"
+
+
+@pytest.mark.parametrize(("outcome", "kept", "saves"), [
+    ("success", [], ["save_compiler_cache=true"]),
+    ("failure", ["resumed"], ["save=true", "save_compiler_cache=true"]),
+])
+def test_build_cache_keeps_only_the_directory_worth_resuming(tmp_path, outcome, kept, saves):
+    env = {"BUILD_DIRS": ".cache/builds/", "COMPILER_CACHE": ".cache/compiler-cache/", "RUNNER_TEMP": str(tmp_path),
+           "PWD": str(tmp_path), "GITHUB_OUTPUT": str(tmp_path / "output"), "OUTCOME": outcome}
+    builds = tmp_path / ".cache" / "builds"
+    builds.mkdir(parents=True)
+    (builds / "other-inputs").mkdir()
+    os.utime(builds / "other-inputs", (1, 1))  # restored from the cache: older than the stamp
+    assert _run_script("build_cache.sh", env, "mark").returncode == 0
+    assert (tmp_path / "wheelhouse-cache-restored").is_file() and (tmp_path / ".cache" / "compiler-cache").is_dir()
+    os.utime(tmp_path / "wheelhouse-cache-restored", (100, 100))  # the build ran after it, not in the same tick
+    if outcome == "success":
+        (builds / "finished").mkdir()  # a successful build removes its own; say one was left
+    else:
+        (builds / "resumed").mkdir()
+    (tmp_path / ".cache" / "compiler-cache" / "obj").write_text("o")
+    pruned = _run_script("build_cache.sh", env, "prune")
+    assert pruned.returncode == 0, pruned.stderr
+    assert sorted(p.name for p in builds.iterdir()) == kept
+    assert (tmp_path / "output").read_text().split() == saves
+    assert _run_script("build_cache.sh", env, "sweep").returncode == 2
+
+
+def test_plan_comment_edits_the_marked_comment_or_creates_one(tmp_path):
+    """gh (GitHub's CLI) is replaced by a recorder that answers the comment listing with ``IDS``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> "$GH_LOG"\n'
+                                'if [[ "$*" == *--paginate* ]]; then printf "%b" "$IDS"; fi\n')
+    (bin_dir / "gh").chmod(0o755)
+    (tmp_path / "plan.md").write_text("| row | build |\n")
+    log = tmp_path / "gh.log"
+    env = {"REPO": "o/r", "PR": "7", "MARKER": workflows.PLAN_MARKER, "PLAN": str(tmp_path / "plan.md"),
+           "GH_LOG": str(log)}
+    assert _run_script("plan_comment.sh", {**env, "IDS": "41\\n52\\n"}, path=bin_dir).returncode == 0
+    listing, edit = log.read_text().splitlines()[:2]
+    assert listing.startswith("api --paginate repos/o/r/issues/7/comments --jq ")
+    assert f'startswith(\"{workflows.PLAN_MARKER}\")' in listing and "github-actions[bot]" in listing
+    assert edit.startswith("api --method PATCH repos/o/r/issues/comments/41 -f body=" + workflows.PLAN_MARKER)
+    log.unlink()
+    assert _run_script("plan_comment.sh", {**env, "IDS": ""}, path=bin_dir).returncode == 0
+    assert log.read_text().splitlines()[1].startswith("api --method POST repos/o/r/issues/7/comments -f body=")

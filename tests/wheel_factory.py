@@ -10,11 +10,13 @@ import base64
 import csv
 import hashlib
 import io
+import os
 import shutil
 import struct
 import subprocess
+import sys
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -42,28 +44,44 @@ void calls_torch() { c10::needs_string(std::string("x")); PyLong_AsLong(nullptr)
 """
 
 
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
 def record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return "sha256=" + _b64(hashlib.sha256(data).digest())
 
 
 def build_wheel(
     out_dir: Path,
-    files: dict[str, bytes],
+    files: dict[str, bytes] | None = None,
     *,
     name: str = "demo_pkg",
     version: str = "1.0",
     tags: str = "cp311-cp311-linux_x86_64",
     compression: int = zipfile.ZIP_DEFLATED,
     requires_python: str | None = ">=3.10",
+    requires: Sequence[str] = (),
+    random_member_bytes: int = 0,
+    sidecar: bool = False,
 ) -> Path:
-    """A valid wheel holding ``files`` plus METADATA, WHEEL and RECORD."""
+    """A valid wheel holding ``files`` plus METADATA, WHEEL and RECORD.
+
+    ``requires``: ``Requires-Dist`` lines. ``random_member_bytes``: a stored (uncompressed) member
+    ``<name>/blob.bin`` of that many random bytes, streamed (for wheels of hundreds of MB).
+    ``sidecar``: also ``<wheel>.metadata`` (PEP 658), written by the wheelhouse's own extract_metadata.
+    Without ``files``, the package is one ``<name>/__init__.py`` saying its version.
+    """
+    if files is None:
+        files = {f"{name}/__init__.py": f'VERSION = "{version}"\n'.encode()}
     out_dir.mkdir(parents=True, exist_ok=True)
     dist_info = f"{name}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     if requires_python:
         metadata += f"Requires-Python: {requires_python}\n"
-    wheel_meta = "Wheel-Version: 1.0\nGenerator: wheel-factory\nRoot-Is-Purelib: false\n"
+    metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     interp, abi, plat = tags.split("-")
+    wheel_meta = f"Wheel-Version: 1.0\nGenerator: wheel-factory\nRoot-Is-Purelib: {str(plat == 'any').lower()}\n"
     for i in interp.split("."):
         for a in abi.split("."):
             for p in plat.split("."):
@@ -73,18 +91,45 @@ def build_wheel(
     members[f"{dist_info}/WHEEL"] = wheel_meta.encode()
     record = io.StringIO()
     writer = csv.writer(record, lineterminator="\n")
-    for path, data in members.items():
-        writer.writerow([path, record_hash(data), len(data)])
-    writer.writerow([f"{dist_info}/RECORD", "", ""])
-    members[f"{dist_info}/RECORD"] = record.getvalue().encode()
     target = out_dir / f"{name}-{version}-{tags}.whl"
     with zipfile.ZipFile(target, "w", compression) as zf:
+        # package files first, .dist-info last: the layout bdist_wheel writes, so a client without
+        # PEP 658 has to read the end of the archive (range request or full download)
         for path, data in members.items():
+            if path == f"{dist_info}/METADATA" and random_member_bytes:
+                writer.writerow(_random_member(zf, f"{name}/blob.bin", random_member_bytes))
             info = zipfile.ZipInfo(path, date_time=(2024, 1, 1, 0, 0, 0))
             info.external_attr = 0o100644 << 16
             info.compress_type = compression
             zf.writestr(info, data)
+            writer.writerow([path, record_hash(data), len(data)])
+        writer.writerow([f"{dist_info}/RECORD", "", ""])
+        info = zipfile.ZipInfo(f"{dist_info}/RECORD", date_time=(2024, 1, 1, 0, 0, 0))
+        info.external_attr = 0o100644 << 16
+        info.compress_type = compression
+        zf.writestr(info, record.getvalue().encode())
+    if sidecar:
+        sys.path.insert(0, str(REPO))
+        from ci.wheels.metadata import extract_metadata
+
+        extract_metadata(target)
     return target
+
+
+def _random_member(zf: zipfile.ZipFile, arcname: str, size: int) -> list[str | int]:
+    """Stream ``size`` random bytes into a stored zip64 member; its RECORD row."""
+    digest = hashlib.sha256()
+    info = zipfile.ZipInfo(arcname, date_time=(2024, 1, 1, 0, 0, 0))
+    info.external_attr = 0o100644 << 16
+    info.compress_type = zipfile.ZIP_STORED
+    with zf.open(info, "w", force_zip64=True) as member:
+        left = size
+        while left:
+            chunk = os.urandom(min(left, 8 << 20))
+            member.write(chunk)
+            digest.update(chunk)
+            left -= len(chunk)
+    return [arcname, "sha256=" + _b64(digest.digest()), size]
 
 
 def raw_zip(path: Path, entries: Iterable[tuple[zipfile.ZipInfo | str, bytes]]) -> Path:

@@ -28,9 +28,12 @@ setup.py reads must still be exported). It:
 3. requires the same set of extension modules as the wheel already holds for
    the build interpreter (a module missing for one Python, or one the wheel
    does not have, is an error naming both);
-4. rewrites the wheel: the new modules next to the existing ones, RECORD with
-   their hashes and sizes, one ``Tag:`` per Python in WHEEL, and the
-   filename's tags compressed (``cp310.cp311.cp312.cp313``). Prints the path.
+4. rewrites the wheel with the wheelhouse's raw-copy writer
+   (``ci.wheels.rewrite.add_members``, imported from this repository): the new
+   modules next to the existing ones, RECORD with their hashes and sizes, one
+   ``Tag:`` per Python in WHEEL, and the filename's tags compressed
+   (``cp310.cp311.cp312.cp313``); every other member's bytes are copied as they
+   are. Prints the path.
 
 Limits: the extension must be a setuptools ``Extension`` (torch's
 ``CppExtension``/``CUDAExtension`` included) built by ``build_ext``; a
@@ -44,10 +47,6 @@ latter has another ABI tag.
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
-import io
 import json
 import os
 import re
@@ -298,72 +297,50 @@ def bundle(wheel: Path, src: Path, interpreters: list[str], work_root: Path | No
 # --- the wheel rewrite -------------------------------------------------------------------------------
 
 
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+def _rewrite_library():
+    """The wheelhouse's wheel reader and raw-copy writer (ci/wheels/), from this repository.
 
+    Imported only here, in the parent: the per-target child puts the project's checkout first on
+    sys.path, and a checkout may have a ``ci`` package of its own.
+    """
+    root = str(Path(__file__).resolve().parents[2])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from ci.errors import CheckFailed
+    from ci.wheels import archive, rewrite
 
-_WHEEL_RE = re.compile(
-    r"^(?P<dist>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
-)
-_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+    return archive, rewrite, CheckFailed
 
 
 def merge(wheel: Path, extra: dict[str, Path], tags: list[str]) -> Path:
-    """Rewrite ``wheel`` with ``extra`` members (arcname -> file) and CPython ``tags``; return the new path."""
-    match = _WHEEL_RE.match(wheel.name)
-    if not match:
-        raise BundleError(f"{wheel.name} is not a wheel filename")
-    plat = match["plat"]
-    if "." in plat:
-        raise BundleError(f"{wheel.name}: several platform tags ({plat}); bundle a single-platform wheel")
-    tags = sorted(set(tags), key=lambda t: int(t[2:]))
-    joined = ".".join(tags)
-    build = f"-{match['build']}" if match["build"] else ""
-    target = wheel.with_name(f"{match['dist']}-{match['version']}{build}-{joined}-{joined}-{plat}.whl")
-    with zipfile.ZipFile(wheel) as src:
-        names = src.namelist()
-        dist_info = next((n.split("/")[0] for n in names if n.endswith(".dist-info/WHEEL") and n.count("/") == 1), None)
-        if dist_info is None:
-            raise BundleError(f"{wheel.name} has no .dist-info/WHEEL")
-        wheel_name, record_name = f"{dist_info}/WHEEL", f"{dist_info}/RECORD"
-        if record_name not in names:
-            raise BundleError(f"{wheel.name} has no {record_name}")
+    """Rewrite ``wheel`` with ``extra`` members (arcname -> file) and CPython ``tags``; return the new path.
+
+    ci.wheels.rewrite.add_members writes it: the wheel's members are copied raw, the modules added
+    before .dist-info, WHEEL's ``Tag:`` lines replaced, and RECORD updated for both.
+    """
+    archive, rewrite, CheckFailed = _rewrite_library()
+    try:
+        with archive.open_wheel(wheel) as opened:
+            name, dist_info = opened.wheel_name, opened.dist_info
+            wheel_name = f"{dist_info}/WHEEL"
+            if wheel_name not in opened.names():
+                raise BundleError(f"{wheel.name} has no {wheel_name}")
+            wheel_text = opened.read_small(wheel_name).decode()
+        platforms = sorted({tag.platform for tag in name.tags})
+        if len(platforms) != 1:
+            raise BundleError(f"{wheel.name}: several platform tags ({'.'.join(platforms)}); "
+                              "bundle a single-platform wheel")
+        plat = platforms[0]
+        tags = sorted(set(tags), key=lambda t: int(t[2:]))
+        joined = ".".join(tags)
+        build = f"-{name.build}" if name.build else ""
+        target = wheel.with_name(f"{name.distribution}-{name.version}{build}-{joined}-{joined}-{plat}.whl")
         # Blank lines dropped too: in this email-header format one would end the headers before the tags.
-        wheel_lines = [
-            line for line in src.read(wheel_name).decode().splitlines() if line.strip() and not line.startswith("Tag:")
-        ]
-        wheel_lines += [f"Tag: {tag}-{tag}-{plat}" for tag in tags]
-        new_wheel_file = ("\n".join(wheel_lines) + "\n").encode()
-        rows = [row for row in csv.reader(io.StringIO(src.read(record_name).decode())) if row]
-        rows = [row for row in rows if row[0] not in (wheel_name, record_name) and row[0] not in extra]
-        tmp = target.with_name(target.name + ".partial")
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as dst:
-            kept = [i for i in src.infolist() if i.filename not in (wheel_name, record_name, *extra)]
-            # Package files first, then the new modules, then .dist-info (WHEEL and RECORD last).
-            for info in kept:
-                if not info.filename.startswith(f"{dist_info}/"):
-                    dst.writestr(info, src.read(info.filename), compress_type=info.compress_type)
-            for arcname, path in sorted(extra.items()):
-                data = path.read_bytes()
-                info = zipfile.ZipInfo(arcname, date_time=_FIXED_TIME)
-                info.external_attr = 0o755 << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                dst.writestr(info, data)
-                rows.append([arcname, _record_hash(data), str(len(data))])
-            for info in kept:
-                if info.filename.startswith(f"{dist_info}/"):
-                    dst.writestr(info, src.read(info.filename), compress_type=info.compress_type)
-            info = zipfile.ZipInfo(wheel_name, date_time=_FIXED_TIME)
-            info.external_attr = 0o644 << 16
-            dst.writestr(info, new_wheel_file, compress_type=zipfile.ZIP_DEFLATED)
-            rows.append([wheel_name, _record_hash(new_wheel_file), str(len(new_wheel_file))])
-            rows.append([record_name, "", ""])
-            out = io.StringIO()
-            csv.writer(out, lineterminator="\n").writerows(rows)
-            info = zipfile.ZipInfo(record_name, date_time=_FIXED_TIME)
-            info.external_attr = 0o644 << 16
-            dst.writestr(info, out.getvalue().encode(), compress_type=zipfile.ZIP_DEFLATED)
-    tmp.replace(target)
+        lines = [line for line in wheel_text.splitlines() if line.strip() and not line.startswith("Tag:")]
+        lines += [f"Tag: {tag}-{tag}-{plat}" for tag in tags]
+        rewrite.add_members(wheel, target, extra, {wheel_name: ("\n".join(lines) + "\n").encode()})
+    except CheckFailed as exc:
+        raise BundleError(str(exc)) from None
     if target != wheel:
         wheel.unlink()
     return target

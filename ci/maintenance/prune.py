@@ -119,19 +119,15 @@ def _delete_reason(versions: Versions, release: Release) -> tuple[bool, str]:
         return True, (f"dropped torch {', '.join(dropped)}: no build_matrix row of {parsed.component} builds it "
                       f"(now: {', '.join(sorted(torches))})")
     built = {p for r in rows for p in r.pythons}
-    pythons = sorted({s.python for s in parsed.segments}, key=_python_key)
+    pythons = sorted({s.python for s in parsed.segments}, key=naming.version_key)
     missing = [p for p in pythons if p not in built]
     if missing:
         return True, (f"dropped Python {', '.join(missing)}: no build_matrix row of {parsed.component} builds it "
-                      f"(now: {', '.join(sorted(built, key=_python_key))})")
+                      f"(now: {', '.join(sorted(built, key=naming.version_key))})")
     if "-".join(pythons) not in {r.release_python for r in rows}:
         return False, (f"holds Python {'+'.join(pythons)} in one release (an older scheme); delete it by hand once "
                        "the current releases are published")
     return False, "matches the current component, ref, Python and torch under an old tag; run migrate-tags"
-
-
-def _python_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".") if p.isdigit())
 
 
 def age_text(age: timedelta) -> str:

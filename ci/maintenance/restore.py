@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import stat
 import subprocess
 import tempfile
 import zipfile
@@ -40,10 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ci import log, manifest, matrix, naming
+from ci.digest import sha256_file
 from ci.errors import ConfigError, WheelhouseError
 from ci.plan import wheel_covers_arch
 from ci.store.artifacts import Artifact, ArtifactSource
 from ci.store.model import Release, ReleaseStore
+from ci.wheels.archive import unsafe_member
 from ci.versions import REPO_ROOT, Versions
 
 ARTIFACT_NAME = re.compile(
@@ -235,17 +236,6 @@ def plan(versions: Versions, listings: Mapping[str, Sequence[Artifact]], *, torc
 # --------------------------------------------------------------------------- safe extraction
 
 
-def _unsafe(info: zipfile.ZipInfo) -> str | None:
-    name = info.filename
-    if stat.S_ISLNK(info.external_attr >> 16):
-        return "is a symbolic link"
-    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
-        return "has an absolute path"
-    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
-        return "contains a '..' path component"
-    return None
-
-
 def extract_wheels(zip_path: Path, dest: Path, *, what: str) -> list[Path]:
     """The ``*.whl`` / ``*.whl.metadata`` members of an artifact zip, copied (streamed) into ``dest``.
 
@@ -258,7 +248,7 @@ def extract_wheels(zip_path: Path, dest: Path, *, what: str) -> list[Path]:
     with archive:
         infos = archive.infolist()
         for info in infos:
-            reason = _unsafe(info)
+            reason = unsafe_member(info)
             if reason:
                 raise ArtifactRefused(f"{what}: member {info.filename!r} {reason}; refused (nothing extracted)")
         wanted = [i for i in infos if not i.is_dir() and i.filename.endswith((".whl", ".whl.metadata"))]
@@ -325,14 +315,6 @@ class _Outcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def notes(restore: RestorePlan) -> str:
     return (f"Restored from the workflow artifacts of run(s) {', '.join(restore.runs)} (versions.yaml at "
             f"{restore.versions_ref}). Each arch's wheelhouse-build-manifest-<arch>.json is marked restored: the "
@@ -370,7 +352,7 @@ def _fetch(group: ReleaseRestore, source: ArtifactSource, tmp: Path, out: _Outco
             _check_restored(what, wheels, [p for p in extracted if p.name.endswith(".whl.metadata")])
             staged = []
             for p in extracted:
-                f = _File(p.name, p, _sha256(p), p.stat().st_size, item.arch, item)
+                f = _File(p.name, p, sha256_file(p), p.stat().st_size, item.arch, item)
                 prior = files.get(p.name)
                 if prior is not None and prior.sha256 != f.sha256:
                     raise ArtifactRefused(f"{what}: {p.name} is also in {prior.item.artifact.name} with other "

@@ -16,7 +16,6 @@ instead of making it; ``store.plan`` is the list of lines, e.g.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import mimetypes
@@ -29,6 +28,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, quote, urlsplit
 
 from ci import log
+from ci.digest import sha256_file
 from ci.errors import RemoteError
 from ci.store.http import (
     ProgressFn,
@@ -77,14 +77,6 @@ def _page_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     if extra:
         kw["query_"] = extra
     return kw
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return f"sha256:{h.hexdigest()}"
 
 
 class GitHubStore:
@@ -422,7 +414,7 @@ class GitHubStore:
         url = f"{upload_url}?{query}"
         if self.dry_run or not upload_url:
             size = path.stat().st_size
-            self._record(f"POST {urlsplit(url).path}?{query} ({size} bytes, {sha256_file(path)})")
+            self._record(f"POST {urlsplit(url).path}?{query} ({size} bytes, sha256:{sha256_file(path)})")
             return None
         ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
         if name.endswith(".whl"):
@@ -611,7 +603,7 @@ class GitHubStore:
         if not _SAFE_NAME.fullmatch(name):
             raise RemoteError(f"asset name {name!r} has characters GitHub would rename (allowed: letters, digits, "
                               "'.', '_', '-', '+'; no leading or trailing '.'): rename the file")
-        digest = sha256_file(path)
+        digest = f"sha256:{sha256_file(path)}"
         raw = self._get_raw(tag)
         if raw is None:
             raise RemoteError(f"release {tag} not found in {self.owner}/{self.name}: create it (ensure_release) first")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -39,6 +38,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from ci.digest import sha256_file
 from ci.errors import RemoteError
 from ci.store.model import Asset, Release
 
@@ -49,14 +49,6 @@ _TEMP_MARK = ".new-"
 _FILE_MODE = 0o644
 """Assets and records are world-readable, so a web server running as another user can serve a store."""
 _SAFE_NAME = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-+")
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _check_name(kind: str, name: str) -> None:

@@ -92,13 +92,27 @@ def parse_filename(path: Path | str) -> WheelName:
     )
 
 
-def _unsafe_reason(name: str) -> str | None:
-    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", name):
+def unsafe_path(name: str) -> str | None:
+    """Why extracting a member named ``name`` could write outside the target directory, or None.
+
+    ``/x``, ``\\x`` and ``C:x`` are absolute (a drive-relative ``C:x`` leaves the target on
+    Windows: ``os.path.join(target, "C:x")`` is ``C:x``); ``..`` is a component with either slash.
+    """
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
         return "has an absolute path"
-    parts = PurePosixPath(name.replace("\\", "/")).parts
-    if ".." in parts:
+    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
         return "contains a '..' path component"
     return None
+
+
+def is_symlink(info: zipfile.ZipInfo) -> bool:
+    """Whether the member's Unix mode (zip external attributes) makes it a symbolic link."""
+    return stat.S_ISLNK(info.external_attr >> 16)
+
+
+def unsafe_member(info: zipfile.ZipInfo) -> str | None:
+    """Why a member of an untrusted zip must not be extracted (see :func:`unsafe_path`), or None."""
+    return unsafe_path(info.orig_filename) or ("is a symbolic link" if is_symlink(info) else None)
 
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
@@ -119,11 +133,6 @@ def _local_header_name(raw: IO[bytes], info: zipfile.ZipInfo) -> str | None:
     if signature != b"PK\x03\x04" or len(encoded) != name_length:
         return None
     return encoded.decode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")
-
-
-def _is_symlink(info: zipfile.ZipInfo) -> bool:
-    mode = info.external_attr >> 16
-    return stat.S_ISLNK(mode)
 
 
 class WheelArchive:
@@ -156,7 +165,7 @@ class WheelArchive:
 
     def _validate_member(self, label: str, info: zipfile.ZipInfo, raw: IO[bytes], members: dict[str, Member]) -> None:
         name = info.filename
-        reason = _unsafe_reason(info.orig_filename)
+        reason = unsafe_path(info.orig_filename)
         if reason:
             raise CheckFailed(f"{label}: member {info.orig_filename!r} {reason}; rebuild the wheel with relative "
                               "member paths")
@@ -169,7 +178,7 @@ class WheelArchive:
         if local != name:
             shown = "has no readable local header" if local is None else f"has the local header name {local!r}"
             raise CheckFailed(f"{label}: member {name!r} of the central directory {shown}; rebuild the wheel")
-        if _is_symlink(info):
+        if is_symlink(info):
             raise CheckFailed(f"{label}: member {name!r} is a symbolic link; wheels must hold regular files only")
         if name in members:
             raise CheckFailed(f"{label}: member {name!r} occurs more than once; rebuild the wheel")
@@ -276,15 +285,6 @@ class WheelArchive:
 def open_wheel(path: Path | str) -> WheelArchive:
     """Open and validate a wheel (see the module docstring for what is rejected)."""
     return WheelArchive(path)
-
-
-def sha256_file(path: Path | str, chunk: int = CHUNK) -> str:
-    """Hex sha256 of a file, streamed."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def is_shared_object_name(name: str) -> bool:

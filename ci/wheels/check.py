@@ -26,7 +26,8 @@ from ci.wheels.abi import (
     scan_torch_exports,
     static_libstdcxx_problem,
 )
-from ci.wheels.archive import open_wheel, sha256_file
+from ci.digest import sha256_file
+from ci.wheels.archive import open_wheel
 from ci.wheels.archs import ArchList, format_archs, parse_arch_list
 from ci.wheels.audit import AuditResult, audit_show
 from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ci.errors import ConfigError
+from ci.naming import version_key
 from ci.wheels.archive import WheelArchive, WheelName
 
 _SOABI_MODULE = re.compile(
@@ -59,10 +60,6 @@ class CoverageResult:
         return tuple(sorted({m.stem for m in self.modules}))
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def parse_pythons(spec: str | Iterable[str] | None) -> tuple[str, ...]:
     """``"3.10,3.11"`` (or an iterable of ``3.X``/``cp3X``/``3X``) -> ``("3.10", "3.11")``."""
     if spec is None:
@@ -79,7 +76,7 @@ def parse_pythons(spec: str | Iterable[str] | None) -> tuple[str, ...]:
             result.add(f"{token[0]}.{token[1:]}")
         else:
             raise ConfigError(f"--pythons: {raw!r} is not a Python version; write e.g. 3.10,3.11")
-    return tuple(sorted(result, key=_version_key))
+    return tuple(sorted(result, key=version_key))
 
 
 def claimed_pythons(name: WheelName) -> tuple[tuple[str, ...], bool]:
@@ -91,7 +88,7 @@ def claimed_pythons(name: WheelName) -> tuple[tuple[str, ...], bool]:
         if match:
             versions.add(f"{match['major']}.{match['minor']}")
         abi3 = abi3 or tag.abi == "abi3"
-    return tuple(sorted(versions, key=_version_key)), abi3
+    return tuple(sorted(versions, key=version_key)), abi3
 
 
 def tags_admit(name: WheelName, version: str) -> bool:
@@ -172,7 +169,7 @@ def check_coverage(archive: WheelArchive, pythons: str | Iterable[str] | None = 
             tags = ".".join(sorted({t.interpreter for t in name.tags}))
             problems.append(f"{label}: tags ({tags}) do not claim Python {version}, which is required; build for it")
         elif version not in claimed:  # py3, or abi3: the wheel serves it without naming it
-            claimed = tuple(sorted({*claimed, version}, key=_version_key))
+            claimed = tuple(sorted({*claimed, version}, key=version_key))
     problems.extend(requires_python_problems(label, requires_python, required))
 
     machines = _platform_machines(name)
@@ -192,11 +189,11 @@ def check_coverage(archive: WheelArchive, pythons: str | Iterable[str] | None = 
     if modules and not claimed and not abi3:
         problems.append(f"{label}: has extension modules but its tags claim no CPython; tag it cpXY")
 
-    lowest = min(claimed, key=_version_key) if claimed else None
-    for version in sorted(set(claimed) | set(required), key=_version_key):
+    lowest = min(claimed, key=version_key) if claimed else None
+    for version in sorted(set(claimed) | set(required), key=version_key):
         for stem, builds in sorted(by_stem.items()):
             covered = any(b.python == version for b in builds) or any(
-                b.python is None and lowest is not None and _version_key(version) >= _version_key(lowest)
+                b.python is None and lowest is not None and version_key(version) >= version_key(lowest)
                 for b in builds
             )
             if covered:

@@ -11,12 +11,34 @@ import base64
 import csv
 import hashlib
 import io
+from pathlib import Path
 
-from ci.wheels.archive import WheelArchive
+from ci.wheels.archive import CHUNK, WheelArchive
 
 # PEP 427: sha256 or stronger; md5 and sha1 are not accepted.
 ALGORITHMS = ("sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s")
 _UNHASHED = ("RECORD", "RECORD.jws", "RECORD.p7s")
+
+
+def encode_digest(digest: bytes) -> str:
+    """A digest as RECORD writes it: urlsafe base64 without ``=`` padding (PEP 376)."""
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def record_hash(data: bytes) -> str:
+    """RECORD's hash field for ``data``: ``sha256=<digest>``."""
+    return "sha256=" + encode_digest(hashlib.sha256(data).digest())
+
+
+def file_record_hash(path: Path | str) -> tuple[str, int]:
+    """RECORD's hash field and the size of the file at ``path``, read in blocks."""
+    hasher = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(CHUNK):
+            hasher.update(block)
+            size += len(block)
+    return "sha256=" + encode_digest(hasher.digest()), size
 
 
 def check_record(archive: WheelArchive) -> list[str]:
@@ -65,7 +87,7 @@ def _check_member(archive: WheelArchive, path: str, digest: str, size: str) -> s
     for chunk in archive.iter_chunks(path):  # a corrupt member raises its own CheckFailed line
         hasher.update(chunk)
         total += len(chunk)
-    actual = base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode()
+    actual = encode_digest(hasher.digest())
     if actual != expected.rstrip("="):
         return f"member {path!r} does not match its RECORD hash ({algorithm}={actual}, RECORD says {expected})"
     if size and size != str(total):

@@ -16,15 +16,16 @@ new timestamps (a new sha256 on every run). Instead:
 - the central directory is written here (zip64 records where sizes or offsets
   need them).
 
+:func:`add_members` is the same writer for bundle mode (build_scripts/lib/bundle_pythons.py):
+it adds files and replaces small members (WHEEL), updating RECORD, and copies the rest raw.
+
 The same input therefore gives the same output bytes, and a member's
 compressed bytes are never touched.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
 import io
 import re
 import shutil
@@ -32,15 +33,17 @@ import struct
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from packaging.version import InvalidVersion, Version
 
+from ci.digest import sha256_file
 from ci.errors import CheckFailed
 from ci.wheels.archive import CHUNK, open_wheel
+from ci.wheels.record import file_record_hash, record_hash
 
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
@@ -102,10 +105,6 @@ def _encode_name(name: str, flag_bits: int) -> tuple[bytes, int]:
         return name.encode("utf-8"), flag_bits | 0x800
 
 
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
 def _copy_exact(src: BinaryIO, dst: BinaryIO, size: int, label: str) -> None:
     remaining = size
     while remaining:
@@ -163,17 +162,54 @@ def strip_local_version(wheel: Path | str, out_dir: Path | str) -> Path:
         metadata = archive.read_small(metadata_name)
         new_metadata = _rewrite_metadata(name.filename, metadata, version, public)
         record = archive.read_small(record_name)
-        new_record = _rewrite_record(name.filename, record, rename, metadata_name, new_metadata)
+        new_record = _rewrite_record(name.filename, record, rename,
+                                     {metadata_name: (record_hash(new_metadata), len(new_metadata))}, {}, record_name)
         replaced = {metadata_name: new_metadata, record_name: new_record}
-
-        with tempfile.TemporaryDirectory(prefix=".wheelhouse-strip-", dir=out_dir) as tmp:
-            partial = Path(tmp) / target.name
-            with open(wheel, "rb") as src, open(partial, "wb") as dst:
-                _write_archive(archive.zipfile, src, dst, rename, replaced, name.filename)
-            with open_wheel(partial):  # the output passes the same archive validation as the input
-                pass
-            partial.replace(target)
+        _write_checked(archive.zipfile, wheel, target, rename, replaced, {}, "", name.filename)
     return target
+
+
+def add_members(wheel: Path | str, target: Path | str, added: Mapping[str, Path], replaced: Mapping[str, bytes]) -> Path:
+    """Write ``wheel`` as ``target`` with the files ``added`` (arcname -> path) and new bytes for the small
+    members ``replaced``, RECORD updated to match; every other member is copied raw.
+
+    Added files are deflated with the fixed timestamp and mode 0755, in name order, before the
+    ``.dist-info`` directory (an added name the wheel holds already is replaced where it stands); each
+    gets a RECORD line before RECORD's own. A replaced member must be listed in RECORD already.
+    ``target`` may be ``wheel``: the output is written beside it and moved over it.
+    """
+    wheel, target = Path(wheel), Path(target)
+    with open_wheel(wheel) as archive:
+        label = archive.wheel_name.filename
+        record_name = f"{archive.dist_info}/RECORD"
+        if record_name not in archive.names():
+            raise CheckFailed(f"{label}: has no {record_name}; rebuild the wheel")
+        if record_name in replaced or record_name in added:
+            raise CheckFailed(f"{label}: {record_name} is written from the other members, not given")
+        new_record = _rewrite_record(
+            label, archive.read_small(record_name), _same,
+            {name: (record_hash(data), len(data)) for name, data in replaced.items()},
+            {name: file_record_hash(path) for name, path in added.items()}, record_name,
+        )
+        _write_checked(archive.zipfile, wheel, target, _same, {**replaced, record_name: new_record}, added,
+                       f"{archive.dist_info}/", label)
+    return target
+
+
+def _same(path: str) -> str:
+    return path
+
+
+def _write_checked(zin: zipfile.ZipFile, wheel: Path, target: Path, rename: Callable[[str], str],
+                   replaced: Mapping[str, bytes], added: Mapping[str, Path], added_before: str, label: str) -> None:
+    """Write the new archive beside ``target``, validate it as any input is, then move it into place."""
+    with tempfile.TemporaryDirectory(prefix=".wheelhouse-rewrite-", dir=target.parent) as tmp:
+        partial = Path(tmp) / target.name
+        with open(wheel, "rb") as src, open(partial, "wb") as dst:
+            _write_archive(zin, src, dst, rename, replaced, label, added, added_before)
+        with open_wheel(partial):  # the output passes the same archive validation as the input
+            pass
+        partial.replace(target)
 
 
 def _rewrite_metadata(label: str, metadata: bytes, version: str, public: str) -> bytes:
@@ -196,27 +232,38 @@ def _rewrite_metadata(label: str, metadata: bytes, version: str, public: str) ->
 
 
 def _rewrite_record(
-    label: str, record: bytes, rename: Callable[[str], str], metadata_name: str, new_metadata: bytes
+    label: str,
+    record: bytes,
+    rename: Callable[[str], str],
+    changed: Mapping[str, tuple[str, int]],
+    added: Mapping[str, tuple[str, int]],
+    record_name: str,
 ) -> bytes:
+    """RECORD with new (hash, size) for the ``changed`` members (each must be listed) and the ``added``
+    ones (updated where listed, else new lines before RECORD's own), every path passed through ``rename``."""
     try:
         text = record.decode("utf-8")
     except UnicodeDecodeError:
         raise CheckFailed(f"{label}: RECORD is not UTF-8; rebuild the wheel") from None
     terminator = "\r\n" if "\r\n" in text else "\n"
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator=terminator)
-    seen_metadata = False
+    fields = {**changed, **added}
+    rows, seen = [], set()
     for row in csv.reader(io.StringIO(text)):
         if not row:
             continue
         path = row[0]
-        if path == metadata_name:
-            row = [path, _record_hash(new_metadata), str(len(new_metadata))]
-            seen_metadata = True
+        if path in fields:
+            row = [path, fields[path][0], str(fields[path][1])]
+            seen.add(path)
         row[0] = rename(path)
-        writer.writerow(row)
-    if not seen_metadata:
-        raise CheckFailed(f"{label}: RECORD has no line for {metadata_name}; rebuild the wheel")
+        rows.append(row)
+    missing = [path for path in changed if path not in seen]
+    if missing:
+        raise CheckFailed(f"{label}: RECORD has no line for {missing[0]}; rebuild the wheel")
+    new = [[path, digest, str(size)] for path, (digest, size) in sorted(added.items()) if path not in seen]
+    at = next((i for i, row in enumerate(rows) if row[0] == rename(record_name)), len(rows))
+    out = io.StringIO()
+    csv.writer(out, lineterminator=terminator).writerows(rows[:at] + new + rows[at:])
     return out.getvalue().encode("utf-8")
 
 
@@ -225,44 +272,73 @@ def _write_archive(
     src: BinaryIO,
     dst: BinaryIO,
     rename: Callable[[str], str],
-    replaced: dict[str, bytes],
+    replaced: Mapping[str, bytes],
     label: str,
+    added: Mapping[str, Path] | None = None,
+    added_before: str = "",
 ) -> None:
+    """Members in order: ``replaced`` ones deflated afresh, the others copied raw; the ``added`` files
+    not already members go before the first member under ``added_before`` (at the end when none is)."""
+    added = added or {}
+    pending = sorted(name for name in added if name not in {info.filename for info in zin.infolist()})
     entries: list[_Entry] = []
+
+    def write_pending() -> None:
+        for name in pending:
+            entries.append(_write_fresh(dst, name, added[name], None, dst.tell(), label))
+        pending.clear()
+
     for info in zin.infolist():
+        if pending and added_before and info.filename.startswith(added_before):
+            write_pending()
         new_name = rename(info.filename)
         offset = dst.tell()
         if info.filename in replaced:
-            entries.append(_write_fresh(dst, new_name, replaced[info.filename], info, offset))
-            continue
-        entries.append(_copy_raw(src, dst, info, new_name, offset, label))
+            entries.append(_write_fresh(dst, new_name, replaced[info.filename], info, offset, label))
+        elif info.filename in added:
+            entries.append(_write_fresh(dst, new_name, added[info.filename], None, offset, label))
+        else:
+            entries.append(_copy_raw(src, dst, info, new_name, offset, label))
+    write_pending()
     _write_central_directory(dst, entries, zin.comment)
 
 
-def _write_fresh(dst: BinaryIO, name: str, data: bytes, like: zipfile.ZipInfo, offset: int) -> _Entry:
-    compressor = zlib.compressobj(6, zlib.DEFLATED, -15)
-    body = compressor.compress(data) + compressor.flush()
-    crc = zlib.crc32(data)
+def _write_fresh(
+    dst: BinaryIO, name: str, data: bytes | Path, like: zipfile.ZipInfo | None, offset: int, label: str
+) -> _Entry:
+    """Deflate ``data`` (bytes, or a file streamed in blocks) as a new member with the fixed timestamp.
+
+    Its mode is ``like``'s (a replaced member keeps its permissions), else 0755 for an added file.
+    """
     raw_name, flags = _encode_name(name, 0)
     dostime, dosdate = _dos(_FIXED_DATE_TIME)
-    dst.write(
-        _LOCAL_HEADER.pack(
-            _SIG_LOCAL,
-            20,
-            0,
-            flags,
-            zipfile.ZIP_DEFLATED,
-            dostime,
-            dosdate,
-            crc,
-            len(body),
-            len(data),
-            len(raw_name),
-            0,
-        )
-    )
+
+    def header(crc: int, compressed: int, size: int) -> bytes:
+        return _LOCAL_HEADER.pack(_SIG_LOCAL, 20, 0, flags, zipfile.ZIP_DEFLATED, dostime, dosdate, crc,
+                                  compressed, size, len(raw_name), 0)
+
+    dst.write(header(0, 0, 0))
     dst.write(raw_name)
+    compressor = zlib.compressobj(6, zlib.DEFLATED, -15)
+    crc = size = compressed = 0
+    with open(data, "rb") if isinstance(data, Path) else io.BytesIO(data) as source:
+        while block := source.read(CHUNK):
+            crc = zlib.crc32(block, crc)
+            size += len(block)
+            body = compressor.compress(block)
+            dst.write(body)
+            compressed += len(body)
+    body = compressor.flush()
     dst.write(body)
+    compressed += len(body)
+    if size >= _LIMIT32 or compressed >= _LIMIT32:
+        raise CheckFailed(f"{label}: {name} is 4 GiB or more; a member added here must be smaller")
+    end = dst.tell()
+    dst.seek(offset)
+    dst.write(header(crc, compressed, size))  # the sizes and crc are known only now
+    dst.seek(end)
+    external_attr = like.external_attr if like is not None and like.external_attr else (
+        (0o100644 if like is not None else 0o100755) << 16)
     return _Entry(
         name=raw_name,
         create_version=20,
@@ -273,12 +349,12 @@ def _write_fresh(dst: BinaryIO, name: str, data: bytes, like: zipfile.ZipInfo, o
         compress_type=zipfile.ZIP_DEFLATED,
         date_time=_FIXED_DATE_TIME,
         crc=crc,
-        compress_size=len(body),
-        file_size=len(data),
+        compress_size=compressed,
+        file_size=size,
         extra=b"",
         comment=b"",
         internal_attr=0,
-        external_attr=like.external_attr or (0o100644 << 16),
+        external_attr=external_attr,
         header_offset=offset,
     )
 
@@ -438,9 +514,9 @@ def check_strip_collisions(wheels: list[Path], out_dir: Path | None) -> None:
             digests = {}
             for i, wheel in enumerate(group):
                 stripped = strip_local_version(wheel, Path(tmp) / str(i))
-                digests[wheel] = hashlib.sha256(stripped.read_bytes()).hexdigest()
+                digests[wheel] = sha256_file(stripped)
             for existing in others:
-                digests[existing] = hashlib.sha256(existing.read_bytes()).hexdigest()
+                digests[existing] = sha256_file(existing)
         if len(set(digests.values())) > 1:
             names = ", ".join(str(p) for p in digests)
             raise CheckFailed(

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# _publish.yml "Publish to the release": the row's wheels to its release, then the step output
+# `published=true` (what tells the caller to refresh the index).
+# Env: COMPONENT, PYTHON, TORCH, ARCH, WHEELHOUSE_STORE, GITHUB_TOKEN, GITHUB_OUTPUT.
+set -euo pipefail
+: "${COMPONENT:?}" "${PYTHON:?}" "${TORCH:?}" "${ARCH:?}" "${GITHUB_OUTPUT:?}"
+
+invoke release --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH" --arch "$ARCH"
+echo "published=true" >>"$GITHUB_OUTPUT"
