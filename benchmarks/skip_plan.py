@@ -147,7 +147,7 @@ def seed(gh, ctx: Context, versions, rows) -> dict[str, int]:
                     gh.state.add_asset(rel, n, data, digest=digest)
             if repo == "o/ours":
                 for row in tag_rows:
-                    config = fingerprint.build_config(row, REVISION)
+                    config = fingerprint.declared_config(versions, row, REVISION)
                     entries = tuple(manifest.WheelEntry(n, wheels[n][3].split(":", 1)[1], wheels[n][1])
                                     for n in per_arch[row.arch])
                     text = manifest.Manifest(

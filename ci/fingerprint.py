@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ci.digest import sha256_file
 from ci.matrix import MatrixRow
-from ci.versions import REPO_ROOT
+from ci.versions import REPO_ROOT, Versions
 
 FINGERPRINT_SCHEMA = 2
 SHARED_INPUTS = ("build_scripts/lib", "build_scripts/provision", "build_scripts/nvcc-arch-filter")
@@ -78,6 +78,13 @@ def build_config(row: MatrixRow, source_revision: str | None, repo_root: Path = 
     if submodules is not None:
         config["source_submodules"] = list(submodules)
     return config
+
+
+def declared_config(versions: Versions, row: MatrixRow, source_revision: str | None) -> dict:
+    """:func:`build_config` with the submodule selection the component declares: what a build of that
+    revision records, for plans that fetch nothing."""
+    selection = versions.component(row.component).source.selected_submodules
+    return build_config(row, source_revision, submodules=selection)
 
 
 def fingerprint(config: dict) -> str:

@@ -141,8 +141,7 @@ def _decide_row(versions: Versions, row: MatrixRow, release: Release | None, sto
     except WheelhouseError as error:
         return build(f"manifest unreadable: {error}")
     size = len(data)
-    selection = versions.component(row.component).source.selected_submodules
-    wanted = fingerprint.fingerprint(fingerprint.build_config(row, revision, submodules=selection))
+    wanted = fingerprint.fingerprint(fingerprint.declared_config(versions, row, revision))
     if stored.restored:
         return build("release was restored from artifacts; rebuild to attach a build manifest", size)
     if stored.fingerprint != wanted:

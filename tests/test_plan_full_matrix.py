@@ -48,8 +48,7 @@ def seed_complete_releases(gh: GitHubTestServer, versions) -> dict[int, str]:
                 digest = hashlib.sha256(name.encode()).hexdigest()
                 synthetic.append((name, size, f"sha256:{digest}"))
                 entries.append(manifest.WheelEntry(name, digest, size))
-            selection = versions.component(row.component).source.selected_submodules
-            config = fingerprint.build_config(row, REVISION, submodules=selection)  # as the build records it
+            config = fingerprint.declared_config(versions, row, REVISION)  # as the build records it
             stored = manifest.Manifest(
                 component=row.component, release_tag=tag, arch=row.arch, pythons=row.pythons, torch=row.torch,
                 fingerprint=fingerprint.fingerprint(config), build_config=config, wheels=tuple(entries),

@@ -25,6 +25,7 @@ from ci.maintenance import restore
 from ci.store.artifacts import GitHubArtifacts, LocalArtifacts
 from ci.store.github import GitHubStore
 from ci.store.local import LocalStore
+from ci.wheels.contents import FLASHINFER_HEADERS
 from tests.github_server import GitHubTestServer
 from tests.github_server.pytest_plugin import github_server as server  # noqa: F401 (fixture)
 from tests.github_server.schemas import DATA, errors
@@ -109,8 +110,10 @@ def wheel_bytes(row: matrix.MatrixRow, run: int) -> bytes:
 def _wheel_bytes(dist: str, filename: str, run: int) -> bytes:
     tags = filename.removeprefix(f"{dist}-1.0-").removesuffix(".whl")
     with tempfile.TemporaryDirectory() as tmp:
-        wheel = build_wheel(Path(tmp), {f"{dist}/__init__.py": f"RUN = {run}\n".encode()}, name=dist, version="1.0",
-                            tags=tags)
+        files = {f"{dist}/__init__.py": f"RUN = {run}\n".encode()}
+        if dist == "flashinfer_python":  # the wheel checks refuse one without the headers its JIT compiles with
+            files.update(dict.fromkeys(FLASHINFER_HEADERS, b""))
+        wheel = build_wheel(Path(tmp), files, name=dist, version="1.0", tags=tags)
         return wheel.read_bytes()
 
 
