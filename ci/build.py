@@ -250,11 +250,12 @@ def builder_environment(versions: Versions, row: MatrixRow, options: BuildOption
         variables["WHEELHOUSE_NVCC_ARCHS"] = row.settings.torch_cuda_arch_list or ""
         variables["PYTORCH_NVCC"] = str(filter_bin / "nvcc")
     if cache_tool:
-        # torch's extension builder prefixes c++ and nvcc with sccache/ccache found on PATH
-        # by itself; only an explicit PYTORCH_NVCC (the arch filter) needs the prefix here.
         variables.update(cache_env)
-        if "PYTORCH_NVCC" in variables:
-            variables["PYTORCH_NVCC"] = f"{cache_tool} {variables['PYTORCH_NVCC']}"
+        if nvcc is not None and row.cuda != "cpu":
+            # torch 2.13's extension builder puts a compiler cache found on PATH before c++ and nvcc, but
+            # takes PYTORCH_NVCC as given; torch 2.11's puts it before neither (a flash-attention build on
+            # the GPU machine made 0 compile requests). Naming it here caches nvcc under both.
+            variables["PYTORCH_NVCC"] = f"{cache_tool} {variables.get('PYTORCH_NVCC', str(nvcc))}"
     variables["PATH"] = builder_path(filter_bin, Path(python), cache_tool, inherited_path)
     return BuilderEnvironment(variables, cache_tool, filter_bin)
 
@@ -313,8 +314,7 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
         site_packages = venv / "lib" / f"python{row.python}" / "site-packages"
     # The plan fetches nothing, so its build directory is keyed by the ref as written; the build
     # itself keys it by the revision the ref resolves to.
-    config = fingerprint.build_config(row, row.ref, submodules=component.source.selected_submodules)
-    build_dir = _build_dir(options, row, config)
+    build_dir = _build_dir(options, row, fingerprint.declared_config(versions, row, row.ref))
     bundle = tuple(f"<python{p}>" for p in row.bundle_pythons)
     environment = builder_environment(versions, row, options, index=index, python=python, build_dir=build_dir,
                                       site_packages=site_packages, port="<a free port>", bundle=bundle,

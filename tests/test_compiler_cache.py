@@ -102,3 +102,25 @@ def test_pythons_of_a_row_build_at_one_path_one_at_a_time(tmp_path):
     again, lock = build._claim(dirs["3.12"], row312)
     assert again == dirs["3.12"]
     lock.close()
+
+
+@pytest.mark.skipif(_sccache() is None, reason="needs sccache")
+def test_nvcc_goes_through_the_compiler_cache_with_or_without_the_arch_filter(tmp_path):
+    """torch 2.11's extension builder never prefixed nvcc with the cache found on PATH, so a build without
+    the arch filter compiled every kernel afresh; PYTORCH_NVCC names the cache for every CUDA row."""
+    from ci import matrix
+    from ci.versions import load
+
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    nvcc.chmod(0o755)
+    environ = {"PATH": f"{nvcc.parent}:{Path(_sccache()).parent}:/usr/bin:/bin"}
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ=environ)
+    for versions_file, component, wrapped in (("versions.yaml", "flash-attention", str(nvcc)),
+                                              ("tests/fixtures/versions-device.yaml", "causal-conv1d", "nvcc-filter-bin/nvcc")):
+        versions = load(build.REPO_ROOT / versions_file)
+        row = next(r for r in matrix.expand(versions) if r.component == component and r.arch == "x86_64")
+        assert row.settings.arch_filter == (component == "causal-conv1d")
+        command = build.plan(versions, row, options).env["PYTORCH_NVCC"]
+        assert command.startswith(f"{_sccache()} ") and command.endswith(wrapped), command
