@@ -108,7 +108,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=False, default=False)
 def lint(session: nox.Session) -> None:
-    """ruff over the Python code, shellcheck over build_scripts/."""
+    """mypy over ci/, tasks.py and noxfile.py; ruff over the Python code; shellcheck over build_scripts/."""
+    session.run(sys.executable, "-m", "mypy", external=True)  # what it checks: [tool.mypy] in pyproject.toml
     session.run(sys.executable, "-m", "ruff", "check", "ci", "tests", "benchmarks", "noxfile.py", "tasks.py",
                 external=True)
     scripts = sorted(str(p) for p in [*Path("build_scripts").rglob("*.sh"), *Path("tests").rglob("*.sh")])

@@ -78,7 +78,7 @@ class _StderrHandler(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> IO[str]:
         return sys.stderr
 
@@ -94,7 +94,7 @@ def configure(*, github_actions: bool = False, stream: IO[str] | None = None,
     logger = logging.getLogger(ROOT)
     for old in [h for h in logger.handlers if getattr(h, "wheelhouse", False)]:
         logger.removeHandler(old)
-    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
+    handler: logging.Handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.wheelhouse = True  # type: ignore[attr-defined]
     handler.setFormatter(_Formatter(github_actions))
     logger.addHandler(handler)

@@ -465,8 +465,10 @@ def index_target(*, store_root: Path | None, github_repo: str | None, out: str |
         target: PagesTarget = GitBranchTarget(remote or origin_url(repo_root), branch=push_branch)
     elif pages_artifact:
         target = ArtifactTarget(Path(pages_artifact), store_root=store_root)
-    elif out is not None or store_root is not None:
-        target = DirectoryTarget(Path(out) if out else store_root / "site", store_root=store_root)
+    elif out:
+        target = DirectoryTarget(Path(out), store_root=store_root)
+    elif store_root is not None:
+        target = DirectoryTarget(store_root / "site", store_root=store_root)
     else:
         return None
     if base_url is None:
@@ -547,7 +549,7 @@ def _check_shrink(target: PagesTarget, files: Mapping[str, bytes]) -> None:
     before = site_links(target.published_root())
     if not before:
         return
-    after = set()
+    after: set[str] = set()
     for rel, data in files.items():
         parts = rel.split("/")
         if len(parts) == 5 and parts[2] == "simple" and parts[4] == "index.html":

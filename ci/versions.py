@@ -283,8 +283,8 @@ def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:
         missing = [name for name in error.validator_value if name not in value]
         return parts, f"missing required key '{missing[0]}'; add it (see versions.schema.json)"
     if kind == "type":
-        wanted = error.validator_value
-        wanted = " or ".join(_TYPE_NAMES.get(w, w) for w in (wanted if isinstance(wanted, list) else [wanted]))
+        types: list[str] = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        wanted = " or ".join(_TYPE_NAMES.get(w, w) for w in types)
         hint = ""
         if parts and parts[-1] in ("python",) or (len(parts) >= 2 and parts[-2] == "python_versions"):
             hint = f'; quote it: "{value}" (YAML reads 3.10 as the number 3.1)'
@@ -437,9 +437,9 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:
         for arch in sorted({entry.arch for entry in rows}):
             settings = component.settings_for(arch)
             if arch != "x86_64" and any(label.strip().lower() == "self-hosted" for label in settings.runs_on_labels):
-                key = "arch_overrides." + arch + ".runs_on" if "runs_on" in component.arch_overrides.get(arch, {}) else "runs_on"
+                runs_on_key = "arch_overrides." + arch + ".runs_on" if "runs_on" in component.arch_overrides.get(arch, {}) else "runs_on"
                 raise ConfigError(
-                    f"{where}.{key}: the {arch} build points at a self-hosted runner (the self-hosted machine is x86_64); "
+                    f"{where}.{runs_on_key}: the {arch} build points at a self-hosted runner (the self-hosted machine is x86_64); "
                     f"set arch_overrides.{arch}.runs_on to a GitHub-hosted runner such as ubuntu-24.04-arm"
                 )
             if settings.arch_filter and not settings.torch_cuda_arch_list:

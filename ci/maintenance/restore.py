@@ -199,7 +199,8 @@ def plan(versions: Versions, listings: Mapping[str, Sequence[Artifact]], *, torc
     groups: dict[str, dict] = {}
     for a in chosen:
         m = ARTIFACT_NAME.match(a.name)
-        assert m is not None
+        if m is None:  # chosen holds only names ARTIFACT_NAME matched above
+            raise RuntimeError(f"artifact {a.name!r} no longer matches ARTIFACT_NAME")
         component = versions.components.get(m["component"])
         if component is None:
             skipped.append(f"{a.name} (run {a.run_id}): component {m['component']} is not in versions.yaml at "
