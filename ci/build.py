@@ -510,8 +510,8 @@ def _marked_config(marker: Path) -> dict | None:
 
 def _repair(wheels: list[Path], tag: str, dist: Path) -> list[Path]:
     """auditwheel repair to ``tag``; torch, CUDA, NCCL and NVSHMEM libraries stay outside the wheel."""
-    from ci.wheels import audit
     from ci.errors import CheckFailed
+    from ci.wheels import audit
 
     repaired = []
     for wheel in wheels:

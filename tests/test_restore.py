@@ -15,7 +15,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from wheel_factory import build_wheel
 
 from ci import manifest, matrix, naming

@@ -44,8 +44,8 @@ from ci.errors import ConfigError, WheelhouseError
 from ci.plan import wheel_covers_arch
 from ci.store.artifacts import Artifact, ArtifactSource
 from ci.store.model import Release, ReleaseStore
-from ci.wheels.archive import unsafe_member
 from ci.versions import REPO_ROOT, Versions
+from ci.wheels.archive import unsafe_member
 
 ARTIFACT_NAME = re.compile(
     r"^wheel-(?P<component>.+)-(?P<arch>x86_64|aarch64)-cu(?P<cuda>[\w.]+)-py(?P<python>[\w.]+)"

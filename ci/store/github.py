@@ -22,8 +22,8 @@ import mimetypes
 import random
 import re
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, quote, urlsplit
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ci.errors import CheckFailed
 from ci.digest import sha256_file
+from ci.errors import CheckFailed
 from ci.wheels.archive import WheelArchive, open_wheel
 
 
