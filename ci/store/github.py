@@ -22,9 +22,9 @@ import mimetypes
 import random
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from ci import log
@@ -141,7 +141,7 @@ class GitHubStore:
     def close(self) -> None:
         self._api.transport.close()
 
-    def __enter__(self) -> "GitHubStore":
+    def __enter__(self) -> GitHubStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

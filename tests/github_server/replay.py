@@ -67,7 +67,7 @@ class ReplayServer:
             "https://api.github.com", self.api_url).replace("https://github.com", self.api_url)
         return json.loads(text)
 
-    def __enter__(self) -> "ReplayServer":
+    def __enter__(self) -> ReplayServer:
         replay = self
         for role in ("api", "uploads"):
             class Handler(BaseHTTPRequestHandler):

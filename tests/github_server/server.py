@@ -22,9 +22,9 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from .names import normalize_asset_name
@@ -161,7 +161,7 @@ class GitHubTestServer:
         self.uploads_url = ""
 
     # ---- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> "GitHubTestServer":
+    def start(self) -> GitHubTestServer:
         for role, port in zip(("api", "uploads"), self._ports):
             handler = type(f"{role.title()}Handler", (_Handler,), {"gh": self, "role": role})
             srv = ThreadingHTTPServer((self.host, port), handler)
@@ -188,7 +188,7 @@ class GitHubTestServer:
         self._servers.clear()
         self._threads.clear()
 
-    def __enter__(self) -> "GitHubTestServer":
+    def __enter__(self) -> GitHubTestServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
