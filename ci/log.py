@@ -181,7 +181,7 @@ def stream(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path |
             held = b"\r" if pending.endswith(b"\r") else b""  # it may be the first half of \r\n
             *segments, pending = re.split(rb"(\r\n|\r|\n)", pending[:len(pending) - len(held)])
             pending += held
-            for text, sep in zip(segments[::2], segments[1::2]):
+            for text, sep in zip(segments[::2], segments[1::2], strict=True):
                 line = text.decode("utf-8", "replace").rstrip()
                 if not line:
                     continue

@@ -198,9 +198,9 @@ def test_token_never_leaks(tmp_path: Path, caplog: pytest.LogCaptureFixture, cap
         st = GitHubStore("o/r", token=SECRET, api_url=gh.api_url, logger=log, sleep=lambda s: None,
                          progress=lambda *a: progress.append(repr(a)), retry=RetryPolicy(attempts=2))
         for i in range(10):
-            attempt(lambda: st.ensure_release(f"t{i}", "t", ""))
-            attempt(lambda: st.upload_asset(f"t{i}", wheel(tmp_path, "w.whl", b"w" * 10)))
-            attempt(lambda: st.read_asset(f"t{i}", "missing.whl"))
+            attempt(lambda i=i: st.ensure_release(f"t{i}", "t", ""))
+            attempt(lambda i=i: st.upload_asset(f"t{i}", wheel(tmp_path, "w.whl", b"w" * 10)))
+            attempt(lambda i=i: st.read_asset(f"t{i}", "missing.whl"))
     # connection refused
     st = GitHubStore("o/r", token=SECRET, api_url="http://127.0.0.1:9", logger=log, sleep=lambda s: None,
                      retry=RetryPolicy(attempts=2))

@@ -259,7 +259,7 @@ def extract_wheels(zip_path: Path, dest: Path, *, what: str) -> list[Path]:
             raise ArtifactRefused(f"{what}: {', '.join(dupes)} occur(s) twice in the zip; refused")
         dest.mkdir(parents=True, exist_ok=True)
         out = []
-        for info, name in zip(wanted, names):
+        for info, name in zip(wanted, names, strict=True):
             target = dest / name
             try:
                 with archive.open(info) as src, target.open("wb") as handle:

@@ -162,7 +162,7 @@ class GitHubTestServer:
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self) -> GitHubTestServer:
-        for role, port in zip(("api", "uploads"), self._ports):
+        for role, port in zip(("api", "uploads"), self._ports, strict=True):
             handler = type(f"{role.title()}Handler", (_Handler,), {"gh": self, "role": role})
             srv = ThreadingHTTPServer((self.host, port), handler)
             srv.daemon_threads = True
@@ -392,7 +392,7 @@ class _Handler(BaseHTTPRequestHandler):
         gh = self.gh
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
-        for role, m, rx, template in _COMPILED:
+        for role, m, rx, template in _COMPILED:  # noqa: B007 - the matching route's template is used below
             if role != self.role or m != method:
                 continue
             match = rx.fullmatch(url.path)
