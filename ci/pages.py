@@ -31,6 +31,7 @@ plan (files added, changed, removed) and writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -160,10 +161,8 @@ def _prune_empty_dirs(root: Path) -> None:
         path = Path(dirpath)
         if path == root or _GIT_DIR in path.relative_to(root).parts:
             continue
-        try:
+        with contextlib.suppress(OSError):
             path.rmdir()
-        except OSError:
-            pass
 
 
 def sync_tree(site_dir: Path, dest: Path, *, dry_run: bool = False, skip_git: bool = False) -> SiteChanges:

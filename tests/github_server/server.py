@@ -13,6 +13,7 @@ rate limits, and injectable faults (5xx, dropped connections, slow answers).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
@@ -379,14 +380,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _drop(self) -> None:
         self.close_connection = True
-        try:
+        with contextlib.suppress(OSError):
             self.wfile.flush()
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
     def _dispatch(self, method: str) -> None:
         gh = self.gh
@@ -417,17 +414,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self._finish(method, url.path, query, key, _Resp(401, {
                     "message": "Bad credentials", "documentation_url": DOCS, "status": "401"}), {})
                 return
-            if template != "/rate_limit":
-                if not gh._charge():
-                    if method in ("POST", "PATCH", "PUT"):
-                        self._body()
-                    with gh._meta:
-                        extra = gh._rate_headers()
-                    self._finish(method, url.path, query, key, _Resp(403, {
-                        "message": "API rate limit exceeded for user ID 1.",
-                        "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api",
-                        "status": "403"}), extra)
-                    return
+            if template != "/rate_limit" and not gh._charge():
+                if method in ("POST", "PATCH", "PUT"):
+                    self._body()
+                with gh._meta:
+                    extra = gh._rate_headers()
+                self._finish(method, url.path, query, key, _Resp(403, {
+                    "message": "API rate limit exceeded for user ID 1.",
+                    "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api",
+                    "status": "403"}), extra)
+                return
             with gh._meta:
                 extra = gh._rate_headers()
             if method in _MUTATING:
