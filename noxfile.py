@@ -22,10 +22,10 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import build, log, matrix, naming  # noqa: E402
-from ci.environment import Environment, on_github_actions  # noqa: E402
-from ci.errors import WheelhouseError  # noqa: E402
-from ci.versions import load  # noqa: E402
+from ci import build, log, matrix, naming
+from ci.environment import Environment, on_github_actions
+from ci.errors import WheelhouseError
+from ci.versions import load
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["tests"]

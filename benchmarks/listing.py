@@ -84,13 +84,13 @@ def _ours_store(api_url: str):
 
     store = GitHubStore(REPO_NAME, token=TOKEN, api_url=api_url)
     calls = {"n": 0}
-    inner = store._call  # noqa: SLF001 - count the requests the store makes
+    inner = store._call  # count the requests the store makes
 
     def counting(what, op, **kwargs):
         calls["n"] += 1
         return inner(what, op, **kwargs)
 
-    store._call = counting  # type: ignore[method-assign]  # noqa: SLF001
+    store._call = counting  # type: ignore[method-assign]
     return store, calls
 
 

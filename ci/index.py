@@ -389,7 +389,7 @@ class _Builder:
             return None, "no digest and no fetch to compute one"
         try:
             _, hexdigest, size = self._download(asset)
-        except Exception as exc:  # noqa: BLE001 - fetch is injected: any failure only costs the hash
+        except Exception as exc:  # fetch is injected: any failure only costs the hash
             return None, f"download failed ({_one_line(exc)})"
         if size != asset.size:
             return None, f"downloaded {size} bytes but the asset says {asset.size}"
@@ -420,7 +420,7 @@ class _Builder:
             return True, expected, None
         try:
             data, actual, size = self._download(sidecar, limit=MAX_METADATA_BYTES)
-        except Exception as exc:  # noqa: BLE001 - fetch is injected: any failure only costs requires-python
+        except Exception as exc:  # fetch is injected: any failure only costs requires-python
             self.warn(f"{where}: download failed ({_one_line(exc)}), so data-requires-python is left out")
             return True, expected, None
         if data is None:

@@ -343,7 +343,7 @@ class GitBranchTarget:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._worktree: Path | None = None
 
-    def __enter__(self) -> GitBranchTarget:  # noqa: PYI034 - Python 3.10 has no typing.Self
+    def __enter__(self) -> GitBranchTarget:  # Python 3.10 has no typing.Self
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -540,7 +540,7 @@ def published_cache(base_url: str, get: Callable[[str], bytes | None]) -> tuple[
     url = f"{base_url.rstrip('/')}/{CACHE_FILE}"
     try:
         return get(url), None
-    except Exception as exc:  # noqa: BLE001 - the cache only saves downloads; its absence costs time
+    except Exception as exc:  # the cache only saves downloads; its absence costs time
         return None, f"could not read the published {CACHE_FILE} at {url} ({exc}); hashing without it"
 
 

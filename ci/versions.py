@@ -217,7 +217,7 @@ def _read_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot be read ({exc}); it must be a UTF-8 YAML file") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "somewhere"
@@ -278,7 +278,7 @@ def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:
         known = sorted(schema.get("properties", {}))
         extra = sorted(set(value) - set(known))
         key = extra[0]
-        return parts + [key], f"unknown key{_did_you_mean(key, known)}; known keys: {', '.join(known)}"
+        return [*parts, key], f"unknown key{_did_you_mean(key, known)}; known keys: {', '.join(known)}"
     if kind == "required":
         missing = [name for name in error.validator_value if name not in value]
         return parts, f"missing required key '{missing[0]}'; add it (see versions.schema.json)"
@@ -286,7 +286,7 @@ def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:
         types: list[str] = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
         wanted = " or ".join(_TYPE_NAMES.get(w, w) for w in types)
         hint = ""
-        if parts and parts[-1] in ("python",) or (len(parts) >= 2 and parts[-2] == "python_versions"):
+        if (parts and parts[-1] in ("python",)) or (len(parts) >= 2 and parts[-2] == "python_versions"):
             hint = f'; quote it: "{value}" (YAML reads 3.10 as the number 3.1)'
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and "string" in str(error.validator_value):
             hint = f'; quote it: "{value}"'
@@ -326,7 +326,7 @@ def _check_schema(path: Path, data: Any) -> None:
         parts = list(error.absolute_path)
         bad = error.instance
         raise ConfigError(
-            f"{path.name}: {_key_path(parts + [bad])}: invalid name{_did_you_mean(bad, _name_choices(parts))}; "
+            f"{path.name}: {_key_path([*parts, bad])}: invalid name{_did_you_mean(bad, _name_choices(parts))}; "
             f"{_name_rule(parts)}"
         )
     parts, message = _schema_message(error)

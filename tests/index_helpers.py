@@ -210,7 +210,7 @@ class CountingServer:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def __enter__(self) -> CountingServer:  # noqa: PYI034 - Python 3.10 has no typing.Self
+    def __enter__(self) -> CountingServer:  # Python 3.10 has no typing.Self
         self._thread.start()
         return self
 

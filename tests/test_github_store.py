@@ -161,7 +161,7 @@ def test_rate_limits_are_waited_out(tmp_path: Path) -> None:
         assert st.get_release("x") is None
         assert slept == [7.0, 7.0] and st.stats["secondary"] == 2
         gh.exhaust_primary(reset_in=10_000)
-        with pytest.raises(RemoteError, match="rate limit used up until .*re-run after"):
+        with pytest.raises(RemoteError, match=r"rate limit used up until .*re-run after"):
             make(gh, sleep=sleep, clock=lambda: now[0], retry=RetryPolicy(max_rate_limit_wait=600)).list_releases()
 
 

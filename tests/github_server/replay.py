@@ -74,7 +74,7 @@ class ReplayServer:
                 protocol_version = "HTTP/1.1"
                 host_role = role
 
-                def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                def log_message(self, format: str, *args: object) -> None:
                     pass
 
                 def _any(self) -> None:

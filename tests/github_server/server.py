@@ -317,7 +317,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "GitHub.com"
     sys_version = ""
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+    def log_message(self, format: str, *args: object) -> None:  # quiet
         pass
 
     def setup(self) -> None:
@@ -691,7 +691,7 @@ class _Handler(BaseHTTPRequestHandler):
                                                              query: dict) -> _Resp:
         st = self.gh.state
         with st.lock:
-            repo, rel, a = self._asset(owner, name, aid)
+            _repo, rel, a = self._asset(owner, name, aid)
             if a is None or rel is None:
                 return _not_found()
             del rel.assets[a.id]
