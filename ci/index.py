@@ -520,7 +520,7 @@ def _wheel_project_checked(asset: Asset) -> tuple[str, None] | tuple[None, str]:
 _asset_name = operator.attrgetter("name")
 
 
-def build_site(
+def build_site(  # noqa: C901 - three passes whose rules interact; the module docstring is their spec
     releases: Iterable[Release],
     *,
     default_world: str | None,

@@ -385,7 +385,7 @@ class _Handler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
 
-    def _dispatch(self, method: str) -> None:
+    def _dispatch(self, method: str) -> None:  # noqa: C901 - GitHub's checks in the order GitHub applies them
         gh = self.gh
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
@@ -825,7 +825,7 @@ class _Handler(BaseHTTPRequestHandler):
                                              "content-disposition": f"attachment; filename={a.name}"})
         return _Resp(404, b"<Error><Code>NoSuchKey</Code></Error>", {"content-type": "application/xml"})
 
-    def _h_POST_repos_owner_repo_releases_release_id_assets(self, owner: str, name: str, rid: str, *, query: dict,
+    def _h_POST_repos_owner_repo_releases_release_id_assets(self, owner: str, name: str, rid: str, *, query: dict,  # noqa: C901 - one endpoint's documented cases, in order
                                                             fault: str | None, after: bool = False,
                                                             retry_after: int = 1) -> _Resp:
         gh, st = self.gh, self.gh.state
