@@ -22,10 +22,10 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import build, log, matrix, naming  # noqa: E402
-from ci.environment import Environment, on_github_actions  # noqa: E402
-from ci.errors import WheelhouseError  # noqa: E402
-from ci.versions import load  # noqa: E402
+from ci import build, log, matrix, naming
+from ci.environment import Environment, on_github_actions
+from ci.errors import WheelhouseError
+from ci.versions import load
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["tests"]
@@ -108,7 +108,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=False, default=False)
 def lint(session: nox.Session) -> None:
-    """ruff over the Python code, shellcheck over build_scripts/."""
+    """mypy over ci/, tasks.py and noxfile.py; ruff over the Python code; shellcheck over build_scripts/."""
+    session.run(sys.executable, "-m", "mypy", external=True)  # what it checks: [tool.mypy] in pyproject.toml
     session.run(sys.executable, "-m", "ruff", "check", "ci", "tests", "benchmarks", "noxfile.py", "tasks.py",
                 external=True)
     scripts = sorted(str(p) for p in [*Path("build_scripts").rglob("*.sh"), *Path("tests").rglob("*.sh")])

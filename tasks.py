@@ -24,14 +24,12 @@ from invoke import Exit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import log  # noqa: E402
-from ci import matrix as matrix_module  # noqa: E402
-from ci import naming  # noqa: E402
-from ci import workflows as workflows_module  # noqa: E402
-from ci.environment import Environment, on_github_actions  # noqa: E402
-from ci.errors import UsageError, WheelhouseError  # noqa: E402
-from ci.versions import load  # noqa: E402
-
+from ci import log, naming
+from ci import matrix as matrix_module
+from ci import workflows as workflows_module
+from ci.environment import Environment, on_github_actions
+from ci.errors import UsageError, WheelhouseError
+from ci.versions import load
 
 # No automatic short flags: invoke derives them from each task's option names, so `-r`, `-a` or `-s`
 # meant different things per task, and `prune`'s `-h` (push_branch) hid `-h` for help.

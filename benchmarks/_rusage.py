@@ -21,7 +21,7 @@ def main() -> int:
     if args[:1] == ["--cwd"]:
         cwd, args = args[1], args[2:]
     started = time.perf_counter()
-    proc = subprocess.run(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, check=False)
     wall = time.perf_counter() - started
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(json.dumps({

@@ -406,7 +406,7 @@ def metered_server(**kwargs):
     gh = GitHubTestServer(**kwargs)
     gh.bytes_out = Counter()  # type: ignore[attr-defined]
     gh.start()
-    for srv in gh._servers:  # noqa: SLF001 - a measuring wrapper around the test server's handlers
+    for srv in gh._servers:  # a measuring wrapper around the test server's handlers
         base = srv.RequestHandlerClass
 
         def setup(self, _base=base) -> None:
@@ -415,7 +415,7 @@ def metered_server(**kwargs):
 
             def count(n: int) -> None:
                 kind = "objects" if "/_objects/" in getattr(path_holder, "path", "") else "api"
-                with gh._meta:  # noqa: SLF001
+                with gh._meta:
                     gh.bytes_out[kind] += n
 
             self.wfile = _CountingWriter(self.wfile, count)

@@ -84,13 +84,13 @@ def _ours_store(api_url: str):
 
     store = GitHubStore(REPO_NAME, token=TOKEN, api_url=api_url)
     calls = {"n": 0}
-    inner = store._call  # noqa: SLF001 - count the requests the store makes
+    inner = store._call  # count the requests the store makes
 
     def counting(what, op, **kwargs):
         calls["n"] += 1
         return inner(what, op, **kwargs)
 
-    store._call = counting  # type: ignore[method-assign]  # noqa: SLF001
+    store._call = counting  # type: ignore[method-assign]
     return store, calls
 
 
@@ -112,12 +112,12 @@ def run(ctx: Context) -> Figure:
             store, calls = _ours_store(api_url)
             results: dict[str, object] = {}
 
-            def ours() -> None:
+            def ours(store=store, calls=calls, results=results) -> None:
                 calls["n"] = 0
                 results["ours"] = store.list_releases()
                 results["ours_requests"] = calls["n"]
 
-            def anchor_run() -> None:
+            def anchor_run(api_url=api_url, results=results) -> None:
                 results["anchor"] = anchor.list_releases(api_url, REPO_NAME, TOKEN)
 
             times = interleaved(reps, {"ours": ours, "anchor": anchor_run}, ctx.log)
@@ -146,10 +146,10 @@ def run(ctx: Context) -> Figure:
                            for r in titled]
         site: dict[str, object] = {}
 
-        def ours_site() -> None:
+        def ours_site(site=site, titled=titled) -> None:
             site["ours"] = site_files(titled, base_url="https://example.invalid/wheelhouse", default_world=WORLD)
 
-        def anchor_site() -> None:
+        def anchor_site(site=site, anchor_releases=anchor_releases) -> None:
             site["anchor"] = anchor.render_site(anchor_releases, WORLD)
 
         site_times = interleaved(reps, {"ours": ours_site, "anchor": anchor_site}, ctx.log)

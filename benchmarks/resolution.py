@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import MiB, Context, Figure, Samples, Table, human_bytes, ratio
+from benchmarks.common import Context, Figure, MiB, Samples, Table, human_bytes, ratio
 
 NAME = "resolution"
 TITLE = "5. Resolution bytes: uv pip compile with and without .metadata"

@@ -95,10 +95,8 @@ def _downloaded_by_anchor(row) -> bool:
     return bool(row.settings.verify_wheel_archs and row.settings.torch_cuda_arch_list)
 
 
-def seed(gh, ctx: Context, versions, rows) -> dict[str, int]:
-    """Both repositories; returns the wheel size used per downloaded package."""
-    from ci import fingerprint, manifest, matrix
-
+def _wheel_blobs(ctx: Context, rows) -> tuple[dict[str, tuple[bytes, str]], dict[str, int]]:
+    """(package -> (wheel bytes, digest), package -> size) for every package the anchor downloads."""
     scale = _scale(ctx)
     blobs: dict[str, tuple[bytes, str]] = {}
     sizes: dict[str, int] = {}
@@ -116,7 +114,14 @@ def seed(gh, ctx: Context, versions, rows) -> dict[str, int]:
             data = path.read_bytes()
             blobs[package] = (data, "sha256:" + hashlib.sha256(data).hexdigest())
             sizes[package] = len(data)
+    return blobs, sizes
 
+
+def seed(gh, ctx: Context, versions, rows) -> dict[str, int]:
+    """Both repositories; returns the wheel size used per downloaded package."""
+    from ci import fingerprint, manifest, matrix
+
+    blobs, sizes = _wheel_blobs(ctx, rows)
     by_tag: dict[str, list] = {}
     for row in rows:
         by_tag.setdefault(row.release_tag, []).append(row)

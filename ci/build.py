@@ -35,6 +35,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from ci import credentials, fingerprint, log, matrix, sources, toolchain
 from ci.digest import sha256_file
@@ -200,7 +201,7 @@ def _build_dir(options: BuildOptions, row: MatrixRow, config: dict) -> Path:
     return options.cache_dir / "builds" / f"{row.component}-{row.arch}-torch{row.torch}-{digest[:16]}"
 
 
-def _claim(build_dir: Path, row: MatrixRow) -> tuple[Path, object]:
+def _claim(build_dir: Path, row: MatrixRow) -> tuple[Path, IO[str]]:
     """(``build_dir``, its lock) or, while another Python's build holds it, a directory of this Python's
     own (which the compiler cache cannot share with the other Pythons). The lock ends with the process
     or when the returned file is closed."""
@@ -427,7 +428,7 @@ def _fetch_sources(versions: Versions, row: MatrixRow, options: BuildOptions, py
 
 
 def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.Checkout,
-                       config: dict) -> tuple[Path, object]:
+                       config: dict) -> tuple[Path, IO[str]]:
     """(build directory, its lock): the interrupted build of this config resumed, else a fresh copy of the
     sources; an empty ``dist/`` either way (wheels of an interrupted attempt are never trusted)."""
     build_dir, lock = _claim(_build_dir(options, row, config), row)
@@ -459,7 +460,7 @@ def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict
                                  timeout_s=parse_timeout(row.settings.build_timeout))
     finally:
         cache_stats = None
-        if "SCCACHE_SERVER_PORT" in environment.variables:  # this build's own server: its counts are this build's
+        if cache_tool is not None and "SCCACHE_SERVER_PORT" in environment.variables:  # this build's own server: its counts are this build's
             cache_stats = sccache_stats(cache_tool, full_env)
             subprocess.run([cache_tool, "--stop-server"], env=full_env, capture_output=True)
     if cache_stats:
@@ -509,8 +510,8 @@ def _marked_config(marker: Path) -> dict | None:
 
 def _repair(wheels: list[Path], tag: str, dist: Path) -> list[Path]:
     """auditwheel repair to ``tag``; torch, CUDA, NCCL and NVSHMEM libraries stay outside the wheel."""
-    from ci.wheels import audit
     from ci.errors import CheckFailed
+    from ci.wheels import audit
 
     repaired = []
     for wheel in wheels:

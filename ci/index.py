@@ -352,7 +352,8 @@ class _Builder:
 
     def _download(self, asset: Asset, limit: int | None = None) -> tuple[bytes | None, str, int]:
         """(bytes if kept, sha256 hex, size); bytes are kept only when ``limit`` is given."""
-        assert self.fetch is not None
+        if self.fetch is None:
+            raise RuntimeError("_download needs a fetch function; callers check self.fetch first")
         self.fetches += 1
         digest = hashlib.sha256()
         size = 0
@@ -388,7 +389,7 @@ class _Builder:
             return None, "no digest and no fetch to compute one"
         try:
             _, hexdigest, size = self._download(asset)
-        except Exception as exc:  # noqa: BLE001 - fetch is injected: any failure only costs the hash
+        except Exception as exc:  # fetch is injected: any failure only costs the hash
             return None, f"download failed ({_one_line(exc)})"
         if size != asset.size:
             return None, f"downloaded {size} bytes but the asset says {asset.size}"
@@ -419,10 +420,11 @@ class _Builder:
             return True, expected, None
         try:
             data, actual, size = self._download(sidecar, limit=MAX_METADATA_BYTES)
-        except Exception as exc:  # noqa: BLE001 - fetch is injected: any failure only costs requires-python
+        except Exception as exc:  # fetch is injected: any failure only costs requires-python
             self.warn(f"{where}: download failed ({_one_line(exc)}), so data-requires-python is left out")
             return True, expected, None
-        assert data is not None
+        if data is None:
+            raise RuntimeError("_download with a limit returned no bytes")
         if expected is not None and actual != expected:
             self.warn(f"{where}: its bytes do not match its digest, so it is not advertised; upload it again")
             return False, None, None
@@ -518,7 +520,7 @@ def _wheel_project_checked(asset: Asset) -> tuple[str, None] | tuple[None, str]:
 _asset_name = operator.attrgetter("name")
 
 
-def build_site(
+def build_site(  # noqa: C901 - three passes whose rules interact; the module docstring is their spec
     releases: Iterable[Release],
     *,
     default_world: str | None,
@@ -733,15 +735,15 @@ def render_site(site: Site, *, base_url: str, site_name: str = "wheelhouse") -> 
             files[f"{world.path}/{rel}"] = data
     if site.default_world is not None:
         alias = f"(alias of {site.default_world})"
-        world = site.world(site.default_world)
-        if world is None:
+        default = site.world(site.default_world)
+        if default is None:
             files.update(render_world(None, label=alias, site_name=site_name))
         else:
             # Package pages do not name their world: the alias reuses the world's bytes, only its root page differs.
-            files["simple/index.html"] = _root_page(world.packages, label=alias, site_name=site_name)
-            for package in world.packages:
+            files["simple/index.html"] = _root_page(default.packages, label=alias, site_name=site_name)
+            for package in default.packages:
                 rel = f"simple/{package.name}/index.html"
-                files[rel] = files[f"{world.path}/{rel}"]
+                files[rel] = files[f"{default.path}/{rel}"]
     return dict(sorted(files.items()))
 
 

@@ -78,7 +78,7 @@ class _StderrHandler(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> IO[str]:
         return sys.stderr
 
@@ -94,7 +94,7 @@ def configure(*, github_actions: bool = False, stream: IO[str] | None = None,
     logger = logging.getLogger(ROOT)
     for old in [h for h in logger.handlers if getattr(h, "wheelhouse", False)]:
         logger.removeHandler(old)
-    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
+    handler: logging.Handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.wheelhouse = True  # type: ignore[attr-defined]
     handler.setFormatter(_Formatter(github_actions))
     logger.addHandler(handler)
@@ -181,7 +181,7 @@ def stream(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path |
             held = b"\r" if pending.endswith(b"\r") else b""  # it may be the first half of \r\n
             *segments, pending = re.split(rb"(\r\n|\r|\n)", pending[:len(pending) - len(held)])
             pending += held
-            for text, sep in zip(segments[::2], segments[1::2]):
+            for text, sep in zip(segments[::2], segments[1::2], strict=True):
                 line = text.decode("utf-8", "replace").rstrip()
                 if not line:
                     continue

@@ -147,7 +147,7 @@ def session_rows(versions: Versions) -> list[MatrixRow]:
             if not component.builds(entry) or entry.python in seen:
                 continue
             seen.add(entry.python)
-            bundle = ()
+            bundle: tuple[str, ...] = ()
             if component.bundle_pythons:
                 bundle = tuple(
                     sorted(

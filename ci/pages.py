@@ -31,6 +31,7 @@ plan (files added, changed, removed) and writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -160,10 +161,8 @@ def _prune_empty_dirs(root: Path) -> None:
         path = Path(dirpath)
         if path == root or _GIT_DIR in path.relative_to(root).parts:
             continue
-        try:
+        with contextlib.suppress(OSError):
             path.rmdir()
-        except OSError:
-            pass
 
 
 def sync_tree(site_dir: Path, dest: Path, *, dry_run: bool = False, skip_git: bool = False) -> SiteChanges:
@@ -344,7 +343,7 @@ class GitBranchTarget:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._worktree: Path | None = None
 
-    def __enter__(self) -> GitBranchTarget:  # noqa: PYI034 - Python 3.10 has no typing.Self
+    def __enter__(self) -> GitBranchTarget:  # Python 3.10 has no typing.Self
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -465,8 +464,10 @@ def index_target(*, store_root: Path | None, github_repo: str | None, out: str |
         target: PagesTarget = GitBranchTarget(remote or origin_url(repo_root), branch=push_branch)
     elif pages_artifact:
         target = ArtifactTarget(Path(pages_artifact), store_root=store_root)
-    elif out is not None or store_root is not None:
-        target = DirectoryTarget(Path(out) if out else store_root / "site", store_root=store_root)
+    elif out:
+        target = DirectoryTarget(Path(out), store_root=store_root)
+    elif store_root is not None:
+        target = DirectoryTarget(store_root / "site", store_root=store_root)
     else:
         return None
     if base_url is None:
@@ -539,7 +540,7 @@ def published_cache(base_url: str, get: Callable[[str], bytes | None]) -> tuple[
     url = f"{base_url.rstrip('/')}/{CACHE_FILE}"
     try:
         return get(url), None
-    except Exception as exc:  # noqa: BLE001 - the cache only saves downloads; its absence costs time
+    except Exception as exc:  # the cache only saves downloads; its absence costs time
         return None, f"could not read the published {CACHE_FILE} at {url} ({exc}); hashing without it"
 
 
@@ -547,7 +548,7 @@ def _check_shrink(target: PagesTarget, files: Mapping[str, bytes]) -> None:
     before = site_links(target.published_root())
     if not before:
         return
-    after = set()
+    after: set[str] = set()
     for rel, data in files.items():
         parts = rel.split("/")
         if len(parts) == 5 and parts[2] == "simple" and parts[4] == "index.html":

@@ -33,10 +33,17 @@ class Step:
     title: str = ""
     body: str = ""
 
+    @property
+    def file(self) -> Path:
+        """The file an upload step without ``data`` sends."""
+        if self.path is None:
+            raise RuntimeError(f"upload step for {self.name}: neither data nor a path")
+        return self.path
+
     def render(self) -> str:
         if self.action == "ensure-release":
             return f"ensure release {self.tag} (title: {self.title!r}, make_latest: false)"
-        size = len(self.data) if self.data is not None else self.path.stat().st_size
+        size = len(self.data) if self.data is not None else self.file.stat().st_size
         return f"upload {self.name} to {self.tag} ({size} bytes)"
 
 
@@ -119,7 +126,7 @@ def _refuse_replacements(release_plan: ReleasePlan, store: ReleaseStore) -> None
         asset = existing.asset(step.name)
         if asset is None or asset.sha256 is None:  # nothing there, or no digest to compare: the store decides
             continue
-        ours = hashlib.sha256(step.data).hexdigest() if step.data is not None else sha256_file(step.path)
+        ours = hashlib.sha256(step.data).hexdigest() if step.data is not None else sha256_file(step.file)
         if asset.sha256 != ours:
             raise WheelhouseError(f"release {tag}: asset {step.name} exists with other bytes (sha256 "
                                   f"{asset.sha256[:12]}…, this build {ours[:12]}…); drop --no-clobber to replace "
@@ -146,4 +153,4 @@ def _apply_step(step: Step, store: ReleaseStore, *, clobber: bool) -> None:
             path.write_bytes(step.data)
             store.upload_asset(step.tag, path, name=step.name, clobber=clobber)
     else:
-        store.upload_asset(step.tag, step.path, name=step.name, clobber=clobber)
+        store.upload_asset(step.tag, step.file, name=step.name, clobber=clobber)

@@ -48,7 +48,7 @@ class Checkout:
     """git: the only submodules checked out, when the component names them."""
 
     def describe(self) -> dict:
-        described = {"kind": self.kind, "location": self.location, "ref": self.ref, "revision": self.revision}
+        described: dict[str, object] = {"kind": self.kind, "location": self.location, "ref": self.ref, "revision": self.revision}
         if self.submodules is not None:
             described["submodules"] = list(self.submodules)
         return described
@@ -113,7 +113,7 @@ def fetch_git(url: str, ref: str, cache_dir: Path, *, submodules: bool | tuple[s
     # A cached checkout may hold submodules that another selection fetched: start from none.
     _git(["submodule", "deinit", "-q", "--force", "--all"], path)
     named = isinstance(submodules, tuple)
-    selected = _selected_submodules(path, submodules, url, ref, component) if named else ()
+    selected = _selected_submodules(path, submodules, url, ref, component) if isinstance(submodules, tuple) else ()
     if submodules:
         _git(["submodule", "sync", "-q", "--recursive"], path)
         _LOG.info(f"fetching the submodules of {url} {ref}" + (f": {', '.join(selected)}" if selected else ""))

@@ -167,11 +167,12 @@ def find_python(version: str, *, uv: str | None = None) -> Path:
     candidates = [shutil.which(f"python{version}")]
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     if pyenv_root.is_dir():
-        candidates += sorted(
+        pyenv_pythons = sorted(
             (str(p) for p in pyenv_root.glob(f"{version}.*/bin/python{version}") if p.is_file()),
             key=lambda p: [int(x) if x.isdigit() else 0 for x in Path(p).parent.parent.name.split(".")],
             reverse=True,
         )
+        candidates += pyenv_pythons
     for candidate in candidates:
         if candidate and _runs_as(candidate, version):
             return Path(candidate)

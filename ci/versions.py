@@ -217,7 +217,7 @@ def _read_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot be read ({exc}); it must be a UTF-8 YAML file") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "somewhere"
@@ -278,15 +278,15 @@ def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:
         known = sorted(schema.get("properties", {}))
         extra = sorted(set(value) - set(known))
         key = extra[0]
-        return parts + [key], f"unknown key{_did_you_mean(key, known)}; known keys: {', '.join(known)}"
+        return [*parts, key], f"unknown key{_did_you_mean(key, known)}; known keys: {', '.join(known)}"
     if kind == "required":
         missing = [name for name in error.validator_value if name not in value]
         return parts, f"missing required key '{missing[0]}'; add it (see versions.schema.json)"
     if kind == "type":
-        wanted = error.validator_value
-        wanted = " or ".join(_TYPE_NAMES.get(w, w) for w in (wanted if isinstance(wanted, list) else [wanted]))
+        types: list[str] = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        wanted = " or ".join(_TYPE_NAMES.get(w, w) for w in types)
         hint = ""
-        if parts and parts[-1] in ("python",) or (len(parts) >= 2 and parts[-2] == "python_versions"):
+        if (parts and parts[-1] in ("python",)) or (len(parts) >= 2 and parts[-2] == "python_versions"):
             hint = f'; quote it: "{value}" (YAML reads 3.10 as the number 3.1)'
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and "string" in str(error.validator_value):
             hint = f'; quote it: "{value}"'
@@ -326,7 +326,7 @@ def _check_schema(path: Path, data: Any) -> None:
         parts = list(error.absolute_path)
         bad = error.instance
         raise ConfigError(
-            f"{path.name}: {_key_path(parts + [bad])}: invalid name{_did_you_mean(bad, _name_choices(parts))}; "
+            f"{path.name}: {_key_path([*parts, bad])}: invalid name{_did_you_mean(bad, _name_choices(parts))}; "
             f"{_name_rule(parts)}"
         )
     parts, message = _schema_message(error)
@@ -388,7 +388,7 @@ def _build(path: Path, data: dict) -> Versions:
 # --- semantic pass -------------------------------------------------------------------------------
 
 
-def _check_semantics(versions: Versions, repo_root: Path | None) -> None:
+def _check_semantics(versions: Versions, repo_root: Path | None) -> None:  # noqa: C901 - a flat list of independent rules
     name = versions.path.name
     seen: dict[tuple, int] = {}
     for index, entry in enumerate(versions.build_matrix):
@@ -437,9 +437,9 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:
         for arch in sorted({entry.arch for entry in rows}):
             settings = component.settings_for(arch)
             if arch != "x86_64" and any(label.strip().lower() == "self-hosted" for label in settings.runs_on_labels):
-                key = "arch_overrides." + arch + ".runs_on" if "runs_on" in component.arch_overrides.get(arch, {}) else "runs_on"
+                runs_on_key = "arch_overrides." + arch + ".runs_on" if "runs_on" in component.arch_overrides.get(arch, {}) else "runs_on"
                 raise ConfigError(
-                    f"{where}.{key}: the {arch} build points at a self-hosted runner (the self-hosted machine is x86_64); "
+                    f"{where}.{runs_on_key}: the {arch} build points at a self-hosted runner (the self-hosted machine is x86_64); "
                     f"set arch_overrides.{arch}.runs_on to a GitHub-hosted runner such as ubuntu-24.04-arm"
                 )
             if settings.arch_filter and not settings.torch_cuda_arch_list:

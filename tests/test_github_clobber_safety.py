@@ -139,7 +139,7 @@ def test_a_rename_that_fails_otherwise_leaves_the_old_asset_and_no_temporary_one
         gh.set_faults(FaultConfig(rate=1.0, weights={"500": 1}, after_apply=0.0, exclude=everything_but_patch))
         f.write_bytes(b"new" * 100)
         with GitHubStore("o/r", token=TOKEN, api_url=gh.api_url, sleep=lambda s: None,
-                         retry=RetryPolicy(attempts=3)) as store:
-            with pytest.raises(RemoteError, match=r"update asset \d+ failed after 3 attempts \(HTTP 500"):
-                store.upload_asset(TAG, f, clobber=True)
+                         retry=RetryPolicy(attempts=3)) as store, \
+                pytest.raises(RemoteError, match=r"update asset \d+ failed after 3 attempts \(HTTP 500"):
+            store.upload_asset(TAG, f, clobber=True)
         assert gh.snapshot()[TAG] == {NAME: (_digest(b"old" * 100), "uploaded")}

@@ -121,7 +121,7 @@ def test_a_full_release_is_refused_before_uploading_and_a_clobber_needs_a_free_s
                                                   r"a3.whl cannot be added"):
                 store.upload_asset("r", files[3])
             files[0].write_bytes(b"new bytes")
-            with pytest.raises(RemoteError, match="replacing a0.whl safely needs one free slot"):
+            with pytest.raises(RemoteError, match=r"replacing a0\.whl safely needs one free slot"):
                 store.upload_asset("r", files[0], clobber=True)
             assert gh.counters[UPLOAD] == uploads  # refused before any upload
 

@@ -64,10 +64,11 @@ def test_every_retry_and_wait_is_printed_by_a_store_given_no_logger(output: io.S
 
 
 def _built_row(tmp_path: Path):
+    from wheel_factory import build_wheel
+
     from ci import matrix
     from ci.store.local import sha256_file
     from ci.versions import load
-    from wheel_factory import build_wheel
 
     row = matrix.expand(load(FIXTURE_VERSIONS))[0]
     world = tmp_path / "dist" / row.world

@@ -4,6 +4,7 @@ tests/test_github_logging.py)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 from ci.store.github import GitHubStore
@@ -36,7 +37,7 @@ def test_a_200_asset_release_meets_no_secondary_limit(tmp_path: Path) -> None:
             stats = dict(store.pacer.stats) if hasattr(store, "pacer") else {}
         times = list(gh.write_times)
         refused = gh.fault_counts["content-limit"]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in pairwise(times)]
     print(f"\n200-asset release: {len(times)} writes in {times[-1] - times[0]:.0f} s (fake clock), peak "
           f"{peak_per_minute(times)} writes/min, {refused} secondary limits met, pacer {stats}")
     assert refused == 0

@@ -82,7 +82,7 @@ def test_high_level_upload_reads_recorded_conflict(upload_file: Path) -> None:
     without digest (recorded before digests existed) is not ours to overwrite without clobber."""
     exchanges = load_fixture(DATA / "release-assets-conflict" / "normalized-fixture.json")[:3]
     with ReplayServer(exchanges) as rp:
-        with pytest.raises(RemoteError, match="test-upload.txt in release v1.0.0 differs .*no digest.*--clobber"):
+        with pytest.raises(RemoteError, match=r"test-upload\.txt in release v1\.0\.0 differs .*no digest.*--clobber"):
             store(REPO_C, rp.api_url).upload_asset("v1.0.0", upload_file, label="test")
         assert rp.received_shapes() == rp.recorded_shapes()
 

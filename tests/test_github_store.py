@@ -161,7 +161,7 @@ def test_rate_limits_are_waited_out(tmp_path: Path) -> None:
         assert st.get_release("x") is None
         assert slept == [7.0, 7.0] and st.stats["secondary"] == 2
         gh.exhaust_primary(reset_in=10_000)
-        with pytest.raises(RemoteError, match="rate limit used up until .*re-run after"):
+        with pytest.raises(RemoteError, match=r"rate limit used up until .*re-run after"):
             make(gh, sleep=sleep, clock=lambda: now[0], retry=RetryPolicy(max_rate_limit_wait=600)).list_releases()
 
 
@@ -198,9 +198,9 @@ def test_token_never_leaks(tmp_path: Path, caplog: pytest.LogCaptureFixture, cap
         st = GitHubStore("o/r", token=SECRET, api_url=gh.api_url, logger=log, sleep=lambda s: None,
                          progress=lambda *a: progress.append(repr(a)), retry=RetryPolicy(attempts=2))
         for i in range(10):
-            attempt(lambda: st.ensure_release(f"t{i}", "t", ""))
-            attempt(lambda: st.upload_asset(f"t{i}", wheel(tmp_path, "w.whl", b"w" * 10)))
-            attempt(lambda: st.read_asset(f"t{i}", "missing.whl"))
+            attempt(lambda i=i: st.ensure_release(f"t{i}", "t", ""))
+            attempt(lambda i=i: st.upload_asset(f"t{i}", wheel(tmp_path, "w.whl", b"w" * 10)))
+            attempt(lambda i=i: st.read_asset(f"t{i}", "missing.whl"))
     # connection refused
     st = GitHubStore("o/r", token=SECRET, api_url="http://127.0.0.1:9", logger=log, sleep=lambda s: None,
                      retry=RetryPolicy(attempts=2))

@@ -130,7 +130,7 @@ def test_concurrent_jobs_create_one_release(tmp_path: Path) -> None:
             barrier = threading.Barrier(2)
             errors: list[BaseException] = []
 
-            def job(arch: str) -> None:
+            def job(arch: str, rep=rep, tag=tag, barrier=barrier, errors=errors) -> None:
                 try:
                     st = GitHubStore("o/r", token=TOKEN, api_url=gh.api_url, sleep=lambda s: None, seed=hash(arch))
                     p = tmp_path / f"{rep}-{arch}" / f"fi-{rep}.0-cp312-cp312-linux_{arch}.whl"
@@ -139,7 +139,7 @@ def test_concurrent_jobs_create_one_release(tmp_path: Path) -> None:
                     barrier.wait()
                     st.ensure_release(tag, f"flashinfer {rep}", "notes")
                     st.upload_asset(tag, p)
-                except BaseException as e:  # noqa: BLE001 - reported below
+                except BaseException as e:  # reported below
                     errors.append(e)
 
             threads = [threading.Thread(target=job, args=(a,)) for a in ("x86_64", "aarch64")]

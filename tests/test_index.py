@@ -476,7 +476,7 @@ def test_digest_cache_fetches_once_ever_and_rehashes_changed_assets():
 
 
 def test_corrupt_cache_is_a_one_line_error():
-    with pytest.raises(WheelhouseError, match="is not a digest cache.*delete it"):
+    with pytest.raises(WheelhouseError, match=r"is not a digest cache.*delete it"):
         DigestCache.from_json(b"{not json")
     with pytest.raises(WheelhouseError):
         DigestCache.from_json(b'{"version": 42}')

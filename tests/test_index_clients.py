@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from wheel_factory import build_wheel
 from index_helpers import (
     REPO,
     UV,
@@ -20,6 +19,7 @@ from index_helpers import (
     run,
     tamper,
 )
+from wheel_factory import build_wheel
 
 from ci.digest import sha256_file
 from ci.pages import DirectoryTarget, publish_index

@@ -36,7 +36,7 @@ def test_index_links_the_newest_upload(order: str) -> None:
     new = Asset(WHEEL, len(NEW), "https://example.invalid/" + WHEEL, f"sha256:{_sha(NEW)}", id=200)
     sidecar_old = Asset(WHEEL + ".metadata", 1, "https://example.invalid/" + WHEEL + ".metadata", None, id=101)
     assets = (old, new) if order == "old first" else (new, old)
-    release = Release("demo-1.0-py3.11-torch2.13.0", TITLE, assets=assets + (sidecar_old,))
+    release = Release("demo-1.0-py3.11-torch2.13.0", TITLE, assets=(*assets, sidecar_old))
     assert _link_sha([release]) == _sha(NEW)
     assert newest_by_name(assets)[WHEEL] is new
 

@@ -246,5 +246,5 @@ def test_prune_local_store_age_and_arguments(tmp_path: Path) -> None:
         with pytest.raises(WheelhouseError, match="--older-than"):
             prune.parse_age(bad)
     assert prune.parse_worlds("cu130/torch2.13, cpu/torch2.13,") == ("cu130/torch2.13", "cpu/torch2.13")
-    with pytest.raises(WheelhouseError, match="--keep-worlds: 'torch2.13'"):
+    with pytest.raises(WheelhouseError, match=r"--keep-worlds: 'torch2\.13'"):
         prune.parse_worlds("torch2.13")

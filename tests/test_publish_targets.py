@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from wheel_factory import build_wheel
 
 from ci import pages
 from ci.errors import WheelhouseError
@@ -20,7 +21,6 @@ from ci.pages import ArtifactTarget, DirectoryTarget, publish_index
 from ci.store.local import LocalStore
 from ci.store.model import Asset, Release
 from tests.crash_points import kill_at_every_step
-from wheel_factory import build_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 WORLD = "cpu/torch2.13"

@@ -101,7 +101,7 @@ def _revision(versions, row):
 
 
 def test_plan_skips_a_complete_release_and_builds_what_changed(built, tmp_path):
-    versions, row, dist, result = built
+    versions, row, dist, _result = built
     store = LocalStore(tmp_path / "store")
     assert plan.decide(versions, [row], store).decisions[0].reason == f"release {row.release_tag} does not exist"
     release.apply(release.plan(versions, row, dist), store)
@@ -156,7 +156,7 @@ def test_plan_fails_closed(built, tmp_path):
 
 
 def test_plan_markdown(built, tmp_path):
-    versions, row, dist, _ = built
+    versions, row, _dist, _ = built
     text = plan.decide(versions, [row], LocalStore(tmp_path / "s")).render_markdown()
     assert "**1 row(s) would build, 0 row(s) would be skipped.**" in text
     assert "| wheelhouse-fixture | `0.1.0` | x86_64 | cpu | 3.11 | 2.13.0 | :hammer: build |" in text

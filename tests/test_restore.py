@@ -15,7 +15,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from wheel_factory import build_wheel
 
 from ci import manifest, matrix, naming
@@ -378,7 +377,7 @@ def test_nothing_to_restore_and_bad_versions_ref(tmp_path: Path) -> None:
         restore.versions_text_at("no-such-ref-anywhere")
     assert "\n" not in str(bad.value) and "git fetch origin no-such-ref-anywhere" in str(bad.value)
     assert "build_matrix" in restore.versions_text_at("HEAD")
-    with pytest.raises(ConfigError, match="versions.yaml at abc: "):
+    with pytest.raises(ConfigError, match=r"versions\.yaml at abc: "):
         restore.versions_from_text("components: {}\n", ref="abc")
 
 

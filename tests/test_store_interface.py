@@ -39,9 +39,9 @@ def _page(path: str, query: tuple[str, ...], link: str) -> Exchange:
 def test_a_link_header_that_points_back_is_one_line_not_a_loop():
     again = '<https://api.github.com/repos/o/r/releases?per_page=100&page=1>; rel="next"'
     with ReplayServer([_page("/repos/o/r/releases", ("page", "per_page"), again)] * 3) as rp:
-        with GitHubStore("o/r", token=TOKEN, api_url=rp.api_url, sleep=lambda s: None) as store:
-            with pytest.raises(RemoteError) as info:
-                store.list_releases()
+        with GitHubStore("o/r", token=TOKEN, api_url=rp.api_url, sleep=lambda s: None) as store, \
+                pytest.raises(RemoteError) as info:
+            store.list_releases()
         assert len(rp.received) == 1
     assert str(info.value) == ("list releases of o/r: the Link header points back to a page already read, or past "
                                "10000 pages; check api_url")

@@ -15,7 +15,7 @@ SO = b"\x7fELF not really"
 TWO = "cp311.cp312-cp311.cp312-linux_x86_64"
 
 
-def _coverage(wheel: Path, pythons: str | None = None):  # noqa: ANN202
+def _coverage(wheel: Path, pythons: str | None = None):
     with open_wheel(wheel) as archive:
         return check_coverage(archive, pythons)
 

@@ -134,9 +134,9 @@ def test_strip_refuses_a_local_header_name_it_did_not_validate(tmp_path: Path) -
         strip_local_version(wheel, out)
     assert not any(out.iterdir())
     # the raw copy refuses on its own too, should it ever be given an unvalidated archive
-    with zipfile.ZipFile(wheel) as zin, open(wheel, "rb") as src, open(tmp_path / "raw.zip", "wb") as dst:
-        with pytest.raises(CheckFailed, match="has another name in its local header"):
-            rewrite._write_archive(zin, src, dst, lambda name: name, {}, wheel.name)
+    with zipfile.ZipFile(wheel) as zin, open(wheel, "rb") as src, open(tmp_path / "raw.zip", "wb") as dst, \
+            pytest.raises(CheckFailed, match="has another name in its local header"):
+        rewrite._write_archive(zin, src, dst, lambda name: name, {}, wheel.name)
 
 
 def test_command_line_refuses_inputs_that_strip_to_one_name(tmp_path: Path) -> None:

@@ -270,7 +270,7 @@ def test_secrets_reach_only_the_steps_that_use_them(docs):
             if "secrets" in job:
                 assert job["uses"] == f"./{BUILD}", f"{path}: {job_id} passes secrets to {job['uses']}"
                 assert job["secrets"] == {"EGRESS_PROXY": "${{ secrets.EGRESS_PROXY }}"}
-        for job_id, step in _steps(doc):
+        for _job_id, step in _steps(doc):
             text = _text(step)
             where = f"{path}: {step['name']}"
             if re.search(r"GITHUB_TOKEN|github\.token|secrets\.GITHUB_TOKEN", text):

@@ -94,7 +94,8 @@ def wheel_cuda_archs(wheel: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     archs = wheel_cuda_archs(argv[0])
-    hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    with open("/proc/self/status") as status:
+        hwm = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
     print(json.dumps({"archs": archs, "base_archs": sorted({base_arch(a) for a in archs}), "vmhwm_kb": hwm}))
     return 0
 

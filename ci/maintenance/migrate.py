@@ -236,7 +236,8 @@ def apply(migration: MigrationPlan, store: ReleaseStore) -> MigrationResult:
         raise refusal
     renamed = []
     for e in migration.renames:
-        assert e.target is not None
+        if e.target is None:
+            raise RuntimeError(f"migration plan: rename of {e.tag} has no target tag")
         store.retag_release(e.tag, e.target)  # idempotent: done before -> returns the moved release
         renamed.append((e.tag, e.target))
     deleted: list[str] = []

@@ -150,7 +150,7 @@ def plan(versions: Versions, releases: Sequence[Release], *, keep_worlds: Sequen
     if keep_worlds:
         policy.append(f"keep releases in the world(s) {', '.join(keep_worlds)}")
     policy.append("delete releases of retired components, superseded refs, dropped torch versions and Pythons")
-    if cutoff is not None:
+    if cutoff is not None and older_than is not None:  # one is set exactly when the other is
         policy.append(f"but only those published before {cutoff:%Y-%m-%d %H:%M} UTC (older than {age_text(older_than)}); "
                       "a release of unknown age is kept")
     decisions = []
@@ -168,7 +168,7 @@ def plan(versions: Versions, releases: Sequence[Release], *, keep_worlds: Sequen
             decisions.append(keep(f"in kept world {', '.join(kept_world)}"))
             continue
         delete, reason = _delete_reason(versions, release)
-        if delete and cutoff is not None:
+        if delete and cutoff is not None and older_than is not None:
             published = _parse_time(release.created_at)
             if published is None:
                 delete, reason = False, f"{reason}; but its age is unknown, and --older-than is set"

@@ -44,8 +44,8 @@ from ci.errors import ConfigError, WheelhouseError
 from ci.plan import wheel_covers_arch
 from ci.store.artifacts import Artifact, ArtifactSource
 from ci.store.model import Release, ReleaseStore
-from ci.wheels.archive import unsafe_member
 from ci.versions import REPO_ROOT, Versions
+from ci.wheels.archive import unsafe_member
 
 ARTIFACT_NAME = re.compile(
     r"^wheel-(?P<component>.+)-(?P<arch>x86_64|aarch64)-cu(?P<cuda>[\w.]+)-py(?P<python>[\w.]+)"
@@ -199,7 +199,8 @@ def plan(versions: Versions, listings: Mapping[str, Sequence[Artifact]], *, torc
     groups: dict[str, dict] = {}
     for a in chosen:
         m = ARTIFACT_NAME.match(a.name)
-        assert m is not None
+        if m is None:  # chosen holds only names ARTIFACT_NAME matched above
+            raise RuntimeError(f"artifact {a.name!r} no longer matches ARTIFACT_NAME")
         component = versions.components.get(m["component"])
         if component is None:
             skipped.append(f"{a.name} (run {a.run_id}): component {m['component']} is not in versions.yaml at "
@@ -258,7 +259,7 @@ def extract_wheels(zip_path: Path, dest: Path, *, what: str) -> list[Path]:
             raise ArtifactRefused(f"{what}: {', '.join(dupes)} occur(s) twice in the zip; refused")
         dest.mkdir(parents=True, exist_ok=True)
         out = []
-        for info, name in zip(wanted, names):
+        for info, name in zip(wanted, names, strict=True):
             target = dest / name
             try:
                 with archive.open(info) as src, target.open("wb") as handle:

@@ -22,9 +22,9 @@ import mimetypes
 import random
 import re
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from collections.abc import Iterator
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from ci import log
@@ -141,7 +141,7 @@ class GitHubStore:
     def close(self) -> None:
         self._api.transport.close()
 
-    def __enter__(self) -> "GitHubStore":
+    def __enter__(self) -> GitHubStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -267,7 +267,7 @@ class GitHubStore:
             out += self._releases_past_the_cap({r.get("tag_name") for r in out if not r.get("draft")})
         return out
 
-    def _releases_past_the_cap(self, listed: set[str]) -> list[dict[str, Any]]:
+    def _releases_past_the_cap(self, listed: set[str | None]) -> list[dict[str, Any]]:
         self._info(f"list releases of {self.owner}/{self.name}: past GitHub's listing cap; reading the rest by tag")
         found = []
         for tag in self.list_tag_names():
@@ -319,7 +319,7 @@ class GitHubStore:
 
     def read_asset(self, tag: str, name: str, *, asset: Asset | None = None) -> bytes:
         if asset is not None and asset.name == name and isinstance(asset.id, int) and asset.state == "uploaded":
-            aid = asset.id  # from a listing the caller already made: no second lookup of the release
+            aid: int | str | None = asset.id  # from a listing the caller already made: no second lookup of the release
         else:
             raw = self._get_raw(tag)
             if raw is None:
@@ -740,7 +740,8 @@ class GitHubStore:
         if self._rename_onto_taken is not False:
             try:
                 resp = self.update_asset(new["id"], name=name)
-                assert resp is not None
+                if resp is None:  # only a dry run answers None, and it returned above
+                    raise RuntimeError(f"rename {tmp} to {name}: no response outside a dry run")
                 if resp.status not in (200, 422):
                     raise self._fail(f"rename {tmp} to {name}", resp)
             except RemoteError:
@@ -757,7 +758,8 @@ class GitHubStore:
         # names are unique: delete, then rename at once (the window is this one round trip)
         self.delete_asset_id(old["id"])
         resp = self.update_asset(new["id"], name=name)
-        assert resp is not None
+        if resp is None:  # only a dry run answers None, and it returned above
+            raise RuntimeError(f"rename {tmp} to {name}: no response outside a dry run")
         if resp.status == 200:
             return self._check_uploaded(resp.json(), name, digest)
         # The name is free now: upload straight to it, then drop the temporary asset.

@@ -206,7 +206,8 @@ class LocalStore:
                 done = self._upload_decision(tag, name, sha256, clobber, record)
                 if done is not None:  # a peer uploaded the same bytes meanwhile
                     return done
-                assert record is not None
+                if record is None:
+                    raise RuntimeError(f"release {tag}: no record, yet no upload decision was taken")
                 info = {"size": tmp.stat().st_size, "sha256": sha256}
                 target = assets_dir / name
                 if name in record["assets"]:
@@ -222,7 +223,10 @@ class LocalStore:
                     os.replace(tmp, target)
                 record["assets"][name] = info
                 self._write_record(tag, record)
-                return self._release(tag, record).asset(name)
+                asset = self._release(tag, record).asset(name)
+                if asset is None:
+                    raise RuntimeError(f"release {tag}: asset {name} missing from the record just written")
+                return asset
         finally:
             os.close(fd)
             if not keep_tmp:

@@ -184,8 +184,8 @@ def resolve_torch_target(target: Path | str) -> TorchTarget:
     An interpreter may be given by name (``python3``): it is looked up on PATH.
     """
     path = Path(target)
-    if not path.exists() and os.sep not in str(target) and shutil.which(str(target)):
-        path = Path(shutil.which(str(target)))
+    if not path.exists() and os.sep not in str(target) and (found := shutil.which(str(target))):
+        path = Path(found)
     if not path.exists():
         raise CheckFailed(
             f"torch target {path}: does not exist; pass a python, site-packages, torch dir or torch wheel"

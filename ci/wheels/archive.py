@@ -77,7 +77,7 @@ def parse_filename(path: Path | str) -> WheelName:
     """Parse a wheel filename; a malformed one is a :class:`CheckFailed`."""
     filename = Path(path).name
     try:
-        name, version, build, tags = parse_wheel_filename(filename)
+        name, _version, build, tags = parse_wheel_filename(filename)
     except InvalidWheelFilename as exc:
         raise CheckFailed(
             f"{filename}: not a valid wheel filename ({exc}); rename it to name-version-tags.whl"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ci.digest import sha256_file
 from ci.errors import CheckFailed
 from ci.wheels.abi import (
     AbiResult,
@@ -26,14 +27,13 @@ from ci.wheels.abi import (
     scan_torch_exports,
     static_libstdcxx_problem,
 )
-from ci.digest import sha256_file
 from ci.wheels.archive import open_wheel
 from ci.wheels.archs import ArchList, format_archs, parse_arch_list
 from ci.wheels.audit import AuditResult, audit_show
-from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons
-from ci.wheels.fatbin import ArchScan, MemberArchs, arch_problems, find_cuobjdump, scan_elf_file
-from ci.wheels.elf import EM_AARCH64, EM_CUDA, EM_X86_64, ElfFile, is_elf
 from ci.wheels.contents import content_problems
+from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons
+from ci.wheels.elf import EM_AARCH64, EM_CUDA, EM_X86_64, ElfFile, is_elf
+from ci.wheels.fatbin import ArchScan, MemberArchs, arch_problems, find_cuobjdump, scan_elf_file
 from ci.wheels.metadata import read_metadata, requires_python_of
 from ci.wheels.record import check_record
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ci.errors import CheckFailed
 from ci.digest import sha256_file
+from ci.errors import CheckFailed
 from ci.wheels.archive import WheelArchive, open_wheel
 
 
@@ -40,8 +40,9 @@ def read_metadata(archive: WheelArchive) -> bytes:
     except UnicodeDecodeError:
         raise CheckFailed(f"{label}: METADATA is not UTF-8; rebuild the wheel") from None
     for key in ("Name", "Version"):
-        if len(headers.get_all(key) or ()) > 1:
-            raise CheckFailed(f"{label}: METADATA has {len(headers.get_all(key))} {key}: headers; rebuild the wheel "
+        values = headers.get_all(key) or []
+        if len(values) > 1:
+            raise CheckFailed(f"{label}: METADATA has {len(values)} {key}: headers; rebuild the wheel "
                               "with one")
     name, version = headers.get("Name"), headers.get("Version")
     if not name or not version:

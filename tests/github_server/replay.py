@@ -37,7 +37,7 @@ def load_fixture(path: Path) -> list[Exchange]:
     for rec in json.loads(path.read_text()):
         url = urlsplit(rec["path"])
         host = "uploads" if "uploads." in rec["scope"] else "api"
-        headers = rec["headers"] if isinstance(rec["headers"], dict) else dict(zip(rec["headers"][::2], rec["headers"][1::2]))
+        headers = rec["headers"] if isinstance(rec["headers"], dict) else dict(zip(rec["headers"][::2], rec["headers"][1::2], strict=True))
         out.append(Exchange(rec["method"].upper(), url.path, tuple(sorted(parse_qs(url.query, keep_blank_values=True))),
                             rec.get("body"), int(rec["status"]), rec.get("response"),
                             {k.lower(): str(v) for k, v in headers.items()}, host))
@@ -67,14 +67,14 @@ class ReplayServer:
             "https://api.github.com", self.api_url).replace("https://github.com", self.api_url)
         return json.loads(text)
 
-    def __enter__(self) -> "ReplayServer":
+    def __enter__(self) -> ReplayServer:
         replay = self
         for role in ("api", "uploads"):
             class Handler(BaseHTTPRequestHandler):
                 protocol_version = "HTTP/1.1"
                 host_role = role
 
-                def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                def log_message(self, format: str, *args: object) -> None:
                     pass
 
                 def _any(self) -> None:

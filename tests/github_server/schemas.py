@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def components() -> dict[str, Any]:
     return {k: _nullable(copy.deepcopy(v)) for k, v in comps.items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def validator(name: str, *, array: bool = False, relax_required: tuple[str, ...] = (),
               extra_states: tuple[str, ...] = ()) -> Draft202012Validator:
     """A validator for component ``name`` (an array of them with ``array=True``).

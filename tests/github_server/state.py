@@ -10,8 +10,8 @@ import hashlib
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 FIXED_TIME = "2025-01-01T00:00:00Z"
 

@@ -192,7 +192,7 @@ class MirrorBuilder:
         found = []
         for line in filter(None, lines):
             meta, path = line.split("\t", 1)
-            mode, kind, sha = meta.split()
+            _mode, kind, sha = meta.split()
             if kind == "commit":
                 found.append((path, sha))
         return found

@@ -83,7 +83,7 @@ def test_flash_mla_decode_with_paged_kv_cache_matches_attention(h_q, seqlens):
     scale = d**-0.5
 
     metadata, _ = flash_mla.get_mla_metadata(cache_seqlens, h_q, 1)
-    out, lse = flash_mla.flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, dv, metadata, None,
+    out, _lse = flash_mla.flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, dv, metadata, None,
                                                 softmax_scale=scale)
     reference = _mla_reference(q, k_cache, block_table, cache_seqlens, dv, scale)
     diff = (out.float() - reference).abs().max().item()
