@@ -187,12 +187,17 @@ def device_table() -> tuple[Table, list[str]]:
     return table, notes
 
 
-def upstream_table() -> tuple[Table, list[str]] | None:
-    """6(c): the real upstream components built on the GPU machine (device_results.json), as recorded there."""
+def _device_section(key: str) -> dict | None:
+    """One section of benchmarks/device_results.json, or None when the file or the section is absent."""
     if not DEVICE_RESULTS.is_file():
         return None
-    data = json.loads(DEVICE_RESULTS.read_text()).get("upstream_builds")
-    if not data:
+    return json.loads(DEVICE_RESULTS.read_text()).get(key) or None
+
+
+def upstream_table() -> tuple[Table, list[str]] | None:
+    """6(c): the real upstream components built on the GPU machine (device_results.json), as recorded there."""
+    data = _device_section("upstream_builds")
+    if data is None:
         return None
     rows = []
     for row in data["rows"]:
@@ -214,10 +219,8 @@ def upstream_table() -> tuple[Table, list[str]] | None:
 
 def upstream_table_2() -> tuple[Table, list[str]] | None:
     """6(d): flash-attention, flashinfer and Megatron-Bridge on the GPU machine (device_results.json)."""
-    if not DEVICE_RESULTS.is_file():
-        return None
-    data = json.loads(DEVICE_RESULTS.read_text()).get("upstream_builds_2")
-    if not data:
+    data = _device_section("upstream_builds_2")
+    if data is None:
         return None
     rows = [[row["component"], row["source"], row["settings"], f"{row['build_s']} s", row["wheel"],
              f"{row['bytes'] / 1e6:.2f} MB", row["cubins"], row["kernels"]] for row in data["rows"]]
