@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# TransformerEngine with its PyTorch extension. Needs NCCL (installed here)
-# and cuDNN (provisioned before the build: provision/install_cudnn.sh).
+# TransformerEngine with its PyTorch extension. Compiles against nccl.h and
+# cuDNN, both found in the row venv (CUDA torch depends on their wheels) before
+# the system's (lib/nccl.sh, lib/cudnn.sh), so it builds without network.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
@@ -11,13 +12,18 @@ source "$LIB/env.sh"
 source "$LIB/arch.sh"
 # shellcheck source=lib/nccl.sh
 source "$LIB/nccl.sh"
+# shellcheck source=lib/cudnn.sh
+source "$LIB/cudnn.sh"
 
 require_env CUDA_VERSION TORCH_CUDA_ARCH_LIST MAX_JOBS DIST_DIR
 ensure_dist_dir
 export_extra_env
 
-install_nccl
-pip_install_build_deps pybind11 nvidia-mathdx ninja wheel packaging
+ensure_nccl_header
+ensure_cudnn
+# (nvidia-mathdx, which TE's own CI installs, is not read by these sources:
+# they carry the cuRANDDx header they use.)
+pip_install_build_deps pybind11 ninja wheel packaging
 
 export NVTE_FRAMEWORK=pytorch
 # No "+<sha>" local version, while keeping the torch extension (which
@@ -25,10 +31,14 @@ export NVTE_FRAMEWORK=pytorch
 export NVTE_NO_LOCAL_VERSION=1
 NVTE_CUDA_ARCHS="$(arch_list_strip_dots "$TORCH_CUDA_ARCH_LIST")"
 export NVTE_CUDA_ARCHS
+# The checkout already has its submodules; setup.py's own `git submodule update`
+# would act on whatever repository encloses the build directory (ours).
+export NVTE_SKIP_SUBMODULE_CHECKS_DURING_BUILD=1
 # NVTE_BUILD_THREADS_PER_JOB comes from extra_env (nvcc threads per ninja job).
 
 print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION TORCH_VERSION TORCH_CUDA_ARCH_LIST NVTE_CUDA_ARCHS \
-    NVTE_FRAMEWORK NVTE_NO_LOCAL_VERSION NVTE_BUILD_THREADS_PER_JOB MAX_JOBS CXX11_ABI DIST_DIR
+    NVTE_FRAMEWORK NVTE_NO_LOCAL_VERSION NVTE_SKIP_SUBMODULE_CHECKS_DURING_BUILD NVTE_BUILD_THREADS_PER_JOB \
+    MAX_JOBS CUDNN_PATH CPATH CXX11_ABI DIST_DIR
 print_torch
 
 # --resume-retries (pip >= 25.1) resumes interrupted downloads of build

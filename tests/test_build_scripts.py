@@ -356,6 +356,112 @@ def test_cudnn_pick_version(tmp_path):
     assert proc.stdout.split() == ["sbsa", "x86_64"]
 
 
+def _row_venv_with(tmp_path: Path, *packages: str) -> dict[str, str]:
+    """A row Python (the real interpreter as `python` on PATH) whose site has nvidia.<package> trees
+    with an include/ of the package's main header, as NVIDIA's wheels lay them out."""
+    site = tmp_path / "site"
+    headers = {"cudnn": "cudnn.h", "nccl": "nccl.h"}
+    for package in packages:
+        include = site / "nvidia" / package / "include"
+        include.mkdir(parents=True)
+        (include / headers[package]).write_text("")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(site), "PYTHONNOUSERSITE": "1",
+            "CUDA_VERSION": "13.0", "CUDA_HOME": str(tmp_path / "cuda")}
+
+
+def test_python_package_dir_finds_a_namespace_package_and_nothing_for_a_missing_one(tmp_path):
+    env = _row_venv_with(tmp_path, "cudnn")
+    proc = bash(source("env.sh") + "python_package_dir nvidia.cudnn; echo ---; python_package_dir nvidia.nccl; "
+                "python_package_dir no_such_parent.child", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{tmp_path / 'site/nvidia/cudnn'}\n---\n"
+
+
+def test_nccl_header_comes_from_the_row_venvs_wheel_without_apt(tmp_path):
+    env = _row_venv_with(tmp_path, "nccl")
+    env["CPATH"] = "/keep"
+    # apt-get missing from PATH would fail install_nccl: the wheel's header must be enough
+    proc = bash(source("nccl.sh") + 'apt_get() { echo "apt called" >&2; return 1; }\nensure_nccl_header\necho "$CPATH"',
+                env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"/keep:{tmp_path / 'site/nvidia/nccl/include'}\n"
+    assert "apt called" not in proc.stderr
+
+
+def test_without_an_nccl_wheel_the_header_comes_from_apt(tmp_path):
+    env = _row_venv_with(tmp_path)
+    proc = bash(source("nccl.sh") + 'apt_get() { echo "apt_get $*" >&2; return 1; }\nensure_nccl_header', env=env)
+    assert proc.returncode != 0
+    assert "no NCCL wheel in the row venv" in proc.stderr and "apt_get update" in proc.stderr
+
+
+def test_cudnn_is_the_row_venvs_wheel_first(tmp_path):
+    env = _row_venv_with(tmp_path, "cudnn")
+    proc = bash(source("cudnn.sh") + 'ensure_cudnn\necho "$CUDNN_PATH"', env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{tmp_path / 'site/nvidia/cudnn'}\n"
+    # a CUDNN_PATH given by the caller wins, and must hold cudnn.h
+    given = tmp_path / "given"
+    (given / "include").mkdir(parents=True)
+    (given / "include/cudnn.h").write_text("")
+    proc = bash(source("cudnn.sh") + 'ensure_cudnn\necho "$CUDNN_PATH"', env={**env, "CUDNN_PATH": str(given)})
+    assert proc.returncode == 0 and proc.stdout == f"{given}\n"
+    proc = bash(source("cudnn.sh") + "ensure_cudnn", env={**env, "CUDNN_PATH": str(tmp_path)})
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        f"CUDNN_PATH={tmp_path} has no include/cudnn.h; point it at a cuDNN install or unset it")
+
+
+def test_cudnn_found_nowhere_dies_naming_both_fixes(tmp_path):
+    if Path("/usr/include/cudnn.h").exists():
+        pytest.skip("this machine has a system cuDNN")
+    env = _row_venv_with(tmp_path)
+    proc = bash(source("cudnn.sh") + "ensure_cudnn", env=env)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "no cudnn.h in the row venv (nvidia.cudnn)" in last
+    assert "pip install nvidia-cudnn-cu13 into the row venv or run build_scripts/provision/install_cudnn.sh" in last
+
+
+def test_transformer_engine_builds_offline_against_the_row_venvs_nccl_and_cudnn(tmp_path):
+    """The builder once apt-installed libnccl and pip-installed nvidia-mathdx (unused by TE 2.16.1), both
+    fatal offline, and let setup.py run `git submodule update` in whatever repository encloses the build
+    directory. A stand-in TE project records the environment its setup.py is built with."""
+    env = _row_venv_with(tmp_path, "cudnn", "nccl")
+    pip_log = tmp_path / "pip-install.log"
+    real = Path(env["PATH"].split(":")[0]) / "python"
+    real.unlink()
+    real.write_text(f'#!/bin/bash\nif [[ "$1 $2 $3" == "-m pip install" ]]; then echo "${{@:4}}" >> "{pip_log}"; exit 0; fi\n'
+                    f'exec "{sys.executable}" "$@"\n')
+    real.chmod(0o755)
+    project = tmp_path / "src"
+    project.mkdir()
+    seen = tmp_path / "seen.json"
+    (project / "setup.py").write_text(
+        "import json, os, setuptools\n"
+        f"json.dump({{k: v for k, v in os.environ.items() if k.startswith(('NVTE_', 'CUDNN', 'CPATH', 'MAX_JOBS'))}}, "
+        f"open({str(seen)!r}, 'w'))\n"
+        "setuptools.setup(name='transformer_engine', version='2.16.1', py_modules=[])\n")
+    env.update({"PIP_NO_INDEX": "1", "DIST_DIR": str(tmp_path / "dist"), "COMPONENT": "transformer-engine",
+                "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "16", "EXTRA_ENV": '{"NVTE_BUILD_THREADS_PER_JOB": "1"}'})
+    proc = subprocess.run(["bash", str(SCRIPTS / "transformer_engine.sh")], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert pip_log.read_text().split() == ["-q", "--disable-pip-version-check", "pybind11", "ninja", "wheel", "packaging"]
+    built_with = json.loads(seen.read_text())
+    nvidia = tmp_path / "site/nvidia"
+    assert built_with["CUDNN_PATH"] == str(nvidia / "cudnn")
+    assert str(nvidia / "nccl/include") in built_with["CPATH"].split(":")
+    assert {key: built_with[key] for key in ("NVTE_CUDA_ARCHS", "NVTE_FRAMEWORK", "NVTE_SKIP_SUBMODULE_CHECKS_DURING_BUILD",
+                                             "NVTE_BUILD_THREADS_PER_JOB", "MAX_JOBS")} == {
+        "NVTE_CUDA_ARCHS": "90", "NVTE_FRAMEWORK": "pytorch", "NVTE_SKIP_SUBMODULE_CHECKS_DURING_BUILD": "1",
+        "NVTE_BUILD_THREADS_PER_JOB": "1", "MAX_JOBS": "16"}
+    assert [p.name for p in (tmp_path / "dist").iterdir()] == ["transformer_engine-2.16.1-py3-none-any.whl"]
+
+
 # --- rdma_nvshmem.sh ----------------------------------------------------------------------------
 
 

@@ -82,6 +82,22 @@ row_python() {
     python "$@"
 }
 
+# python_package_dir MODULE: the directory of an installed package as the
+# row's Python imports it (so also one reached through --system-site-packages
+# or a .pth file), e.g. nvidia.cudnn for the nvidia-cudnn-cu13 wheel; empty
+# when the row's Python does not have it.
+python_package_dir() {
+    row_python - "$1" <<'PY'
+import importlib.util, sys
+try:
+    spec = importlib.util.find_spec(sys.argv[1])
+except ImportError:  # a parent package that is not installed
+    spec = None
+if spec is not None and spec.submodule_search_locations:
+    print(next(iter(spec.submodule_search_locations)))
+PY
+}
+
 # pip_install_build_deps PKG...: the build tools a component expects in the
 # venv. Quiet, and honours PIP_CONSTRAINT / PIP_INDEX_URL from the environment
 # so the caller can pin these without editing builders.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
-# NCCL headers and library from NVIDIA's apt repository (TransformerEngine
-# links against libnccl; the toolkit does not ship it).
+# NCCL for builds that include nccl.h (TransformerEngine, whose every
+# translation unit does, though it links libnccl only with cuBLASMp): from the
+# row venv's nvidia-nccl-cu<major> (a dependency of CUDA torch, so the NCCL
+# torch runs with), else from NVIDIA's apt repository. The toolkit ships none.
 
 # shellcheck source=env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -33,4 +35,18 @@ install_nccl() {
     log_info "installing NCCL $version"
     apt_get install -y --no-install-recommends --allow-change-held-packages \
         "libnccl-dev=$version" "libnccl2=$version"
+}
+
+# ensure_nccl_header: nccl.h on CPATH from the row venv's NCCL wheel when it
+# has one (no network needed); otherwise install_nccl.
+ensure_nccl_header() {
+    local dir
+    dir="$(python_package_dir nvidia.nccl)"
+    if [[ -n "$dir" && -f "$dir/include/nccl.h" ]]; then
+        case ":${CPATH:-}:" in *":$dir/include:"*) ;; *) export CPATH="${CPATH:+$CPATH:}$dir/include" ;; esac
+        log_info "nccl.h: from the row venv's NCCL wheel ($dir/include)"
+        return 0
+    fi
+    log_info "no NCCL wheel in the row venv: installing libnccl-dev from apt"
+    install_nccl
 }
