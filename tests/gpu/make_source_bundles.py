@@ -53,6 +53,8 @@ from ci.errors import WheelhouseError  # noqa: E402
 # snapshot) to carry whole. Top-level files (licences, READMEs) are always kept.
 TRIM_RULES: dict[str, tuple[str, ...]] = {
     "NVIDIA/cutlass": ("include", "tools/util/include"),
+    # TransformerEngine reads its headers and its cmake/cuDNN.cmake
+    "NVIDIA/cudnn-frontend": ("include", "cmake"),
     # its wheel is src/megatron/bridge; the snapshot lacks a blob under docs/ (a 4 MiB gif)
     "NVIDIA-NeMo/Megatron-Bridge": ("src",),
 }

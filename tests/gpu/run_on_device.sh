@@ -26,8 +26,9 @@
 # git path (source: {git: https://github.com/...}, shallow, submodules) from the
 # mirror in .device/mirror (tests/gpu/make_source_bundles.py), which git's own
 # url.<mirror>.insteadOf puts in GitHub's place. Each is built, its cubins
-# listed, released, indexed and installed from the index; then
-# tests/gpu/test_upstream_kernels.py compares their kernels with references
+# listed, the ten slowest steps of its ninja logs printed, released, indexed
+# and installed from the index; then tests/gpu/test_upstream_kernels.py and
+# test_transformer_engine.py compare their kernels with references
 # (tests/gpu/test_pure_python.py checks what a pure-Python one installed).
 # Sdist sources (flashinfer's) are carried in .device/sdists/.
 # A DeepGEMM wheel built on the CPU machine against torch 2.13, carried as
@@ -101,6 +102,15 @@ build() {  # build <session> <label>: one build session, timed
     echo "$2: $((SECONDS - start)) s" | tee -a "$RESULTS/timings.txt"
 }
 
+slowest_objects() {  # slowest_objects <component>: the ten longest steps of its builds' ninja logs
+    local log
+    for log in "$WHEELHOUSE_CACHE/builds/$1"-*/src/build/*/.ninja_log; do
+        [[ -f "$log" ]] || continue
+        echo "$1: ten slowest of $(awk 'NR > 1' "$log" | wc -l) steps in ${log#"$WHEELHOUSE_CACHE/builds/"}"
+        awk 'NR > 1 {printf "  %6.0f s  %s\n", ($2 - $1) / 1000, $4}' "$log" | sort -rn | head -10
+    done | tee -a "$RESULTS/slowest-objects.txt"
+}
+
 if [[ "$MODE" == upstream ]]; then
     step "mirror: https://github.com/ -> $ROOT/.device/mirror (git insteadOf)"
     [[ -d .device/mirror ]] || { echo "no .device/mirror: run tests/gpu/make_source_bundles.py and carry .device"; exit 2; }
@@ -112,6 +122,7 @@ if [[ "$MODE" == upstream ]]; then
     step "1. build through source: {git: ...}"
     for component in $components; do
         build "build-$component-3.12" "$component build (sm_90)"
+        slowest_objects "$component"
         for stem in $(wheel_stems "$component"); do
         for wheel in "$DIST/$WORLD"/"$stem"-*.whl; do
             echo "$(basename "$wheel"): $(stat -c %s "$wheel") bytes" | tee -a "$RESULTS/wheels.txt"
@@ -138,8 +149,10 @@ if [[ "$MODE" == upstream ]]; then
         --index-url "$INDEX" $(wheel_stems $components) 2>&1 | tee "$RESULTS/pip-install.txt"
     echo "installed from $INDEX: $(ls "$WORK/clean")"
     step "3. kernels against references"
+    # every upstream component's tests; each skips where its package is not installed
     (cd "$WORK" && PYTHONPATH="$WORK/clean:$PYTHONPATH" "$PY" -m pytest "$ROOT/tests/gpu/test_upstream_kernels.py" \
-        "$ROOT/tests/gpu/test_pure_python.py" -o addopts="" -p no:cacheprovider -s -q -rs --rootdir "$ROOT" 2>&1) \
+        "$ROOT/tests/gpu/test_transformer_engine.py" "$ROOT/tests/gpu/test_pure_python.py" \
+        -o addopts="" -p no:cacheprovider -s -q -rs --rootdir "$ROOT" 2>&1) \
         | tee "$RESULTS/kernels.txt" || true
     fi
     step "4. DeepGEMM built against torch 2.13 on the CPU machine, here with torch 2.11"
