@@ -35,10 +35,15 @@ export NVTE_CUDA_ARCHS
 # would act on whatever repository encloses the build directory (ours).
 export NVTE_SKIP_SUBMODULE_CHECKS_DURING_BUILD=1
 # NVTE_BUILD_THREADS_PER_JOB comes from extra_env (nvcc threads per ninja job).
+# CMake gives nvcc no host compiler unless told, so nvcc would take the first
+# g++ on PATH; the kernels' host code is compiled by the build's own CXX.
+if [[ -n "${CXX:-}" ]]; then
+    export CUDAHOSTCXX="${CUDAHOSTCXX:-$CXX}"
+fi
 
 print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION TORCH_VERSION TORCH_CUDA_ARCH_LIST NVTE_CUDA_ARCHS \
     NVTE_FRAMEWORK NVTE_NO_LOCAL_VERSION NVTE_SKIP_SUBMODULE_CHECKS_DURING_BUILD NVTE_BUILD_THREADS_PER_JOB \
-    MAX_JOBS CUDNN_PATH CPATH CXX11_ABI DIST_DIR
+    MAX_JOBS CUDNN_PATH CPATH CXX CUDAHOSTCXX CXX11_ABI DIST_DIR
 print_torch
 
 # --resume-retries (pip >= 25.1) resumes interrupted downloads of build

@@ -442,11 +442,12 @@ def test_transformer_engine_builds_offline_against_the_row_venvs_nccl_and_cudnn(
     seen = tmp_path / "seen.json"
     (project / "setup.py").write_text(
         "import json, os, setuptools\n"
-        f"json.dump({{k: v for k, v in os.environ.items() if k.startswith(('NVTE_', 'CUDNN', 'CPATH', 'MAX_JOBS'))}}, "
+        f"json.dump({{k: v for k, v in os.environ.items() if k.startswith(('NVTE_', 'CUDNN', 'CPATH', 'MAX_JOBS', 'CUDAHOSTCXX'))}}, "
         f"open({str(seen)!r}, 'w'))\n"
         "setuptools.setup(name='transformer_engine', version='2.16.1', py_modules=[])\n")
     env.update({"PIP_NO_INDEX": "1", "DIST_DIR": str(tmp_path / "dist"), "COMPONENT": "transformer-engine",
-                "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "16", "EXTRA_ENV": '{"NVTE_BUILD_THREADS_PER_JOB": "1"}'})
+                "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "16", "EXTRA_ENV": '{"NVTE_BUILD_THREADS_PER_JOB": "1"}',
+                "CXX": "/usr/bin/g++"})
     proc = subprocess.run(["bash", str(SCRIPTS / "transformer_engine.sh")], cwd=project, env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -456,9 +457,9 @@ def test_transformer_engine_builds_offline_against_the_row_venvs_nccl_and_cudnn(
     assert built_with["CUDNN_PATH"] == str(nvidia / "cudnn")
     assert str(nvidia / "nccl/include") in built_with["CPATH"].split(":")
     assert {key: built_with[key] for key in ("NVTE_CUDA_ARCHS", "NVTE_FRAMEWORK", "NVTE_SKIP_SUBMODULE_CHECKS_DURING_BUILD",
-                                             "NVTE_BUILD_THREADS_PER_JOB", "MAX_JOBS")} == {
+                                             "NVTE_BUILD_THREADS_PER_JOB", "MAX_JOBS", "CUDAHOSTCXX")} == {
         "NVTE_CUDA_ARCHS": "90", "NVTE_FRAMEWORK": "pytorch", "NVTE_SKIP_SUBMODULE_CHECKS_DURING_BUILD": "1",
-        "NVTE_BUILD_THREADS_PER_JOB": "1", "MAX_JOBS": "16"}
+        "NVTE_BUILD_THREADS_PER_JOB": "1", "MAX_JOBS": "16", "CUDAHOSTCXX": "/usr/bin/g++"}
     assert [p.name for p in (tmp_path / "dist").iterdir()] == ["transformer_engine-2.16.1-py3-none-any.whl"]
 
 
