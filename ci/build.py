@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ci import credentials, fingerprint, log, matrix, sources, toolchain
+from ci import credentials, fingerprint, log, matrix, ninja_log, sources, toolchain
 from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
@@ -387,6 +387,10 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     durations["checks_s"] = round(time.monotonic() - t0, 1)
     durations["total_s"] = round(time.monotonic() - started, 1)
 
+    ninja_steps = ninja_log.slowest_steps(build_dir / "src")  # read before the build directory goes
+    if ninja_steps["slowest"]:
+        slowest = ninja_steps["slowest"][0]
+        _LOG.info(f"slowest of {ninja_steps['steps']} ninja steps: {slowest['output']} ({slowest['seconds']:.0f} s)")
     record = {
         "schema": RECORD_SCHEMA,
         "row": row.to_json(),
@@ -399,6 +403,7 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         "durations": durations,
         "checks": checks,
         "wheels": [{"name": w.name, "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels],
+        "ninja_steps": ninja_steps,  # which objects the build time went to
     }
     result = _place(row, wheels, record, options.dist_root / row.world)
     shutil.rmtree(build_dir, ignore_errors=True)
