@@ -82,6 +82,7 @@ WORLD="cu130/torch2.11"
 # crashes beside torch's shared one). Its system compiler, the same GCC 13.3,
 # links libstdc++ dynamically.
 export CC="${WHEELHOUSE_DEVICE_CC:-/usr/bin/gcc}" CXX="${WHEELHOUSE_DEVICE_CXX:-/usr/bin/g++}"
+export CUDAHOSTCXX="$CXX"  # the machine sets it to the wrapper too; CMake builds pass it to nvcc
 mkdir -p "$WHEELHOUSE_CACHE/sources/sdist"
 cp .device/sdists/* "$WHEELHOUSE_CACHE/sources/sdist/"
 # The wheel names a component's build makes (its wheel_packages, as files name them).
@@ -102,13 +103,16 @@ build() {  # build <session> <label>: one build session, timed
     echo "$2: $((SECONDS - start)) s" | tee -a "$RESULTS/timings.txt"
 }
 
-slowest_objects() {  # slowest_objects <component>: the ten longest steps of its builds' ninja logs
-    local log
-    for log in "$WHEELHOUSE_CACHE/builds/$1"-*/src/build/*/.ninja_log; do
-        [[ -f "$log" ]] || continue
-        echo "$1: ten slowest of $(awk 'NR > 1' "$log" | wc -l) steps in ${log#"$WHEELHOUSE_CACHE/builds/"}"
-        awk 'NR > 1 {printf "  %6.0f s  %s\n", ($2 - $1) / 1000, $4}' "$log" | sort -rn | head -10
-    done | tee -a "$RESULTS/slowest-objects.txt"
+slowest_objects() {  # slowest_objects <component>: the ten longest ninja steps of its build, from its build record
+    "$PY" - "$DIST/$WORLD" "$1" <<'PY' | tee -a "$RESULTS/slowest-objects.txt"
+import json, pathlib, sys
+dist, component = pathlib.Path(sys.argv[1]), sys.argv[2]
+for record in sorted(dist.glob(f"{component}-*.build.json")):
+    steps = json.loads(record.read_text())["ninja_steps"]
+    print(f"{component}: the {len(steps['slowest'])} slowest of {steps['steps']} ninja steps")
+    for step in steps["slowest"]:
+        print(f"  {step['seconds']:6.0f} s  {step['log']}: {step['output']}")
+PY
 }
 
 if [[ "$MODE" == upstream ]]; then
