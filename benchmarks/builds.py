@@ -217,17 +217,20 @@ def upstream_table() -> tuple[Table, list[str]] | None:
     return table, notes
 
 
-def upstream_table_2() -> tuple[Table, list[str]] | None:
-    """6(d): flash-attention, flashinfer and Megatron-Bridge on the GPU machine (device_results.json)."""
-    data = _device_section("upstream_builds_2")
+def upstream_rows_table(key: str, label: str) -> tuple[Table, list[str]] | None:
+    """6(d) and 6(e): real upstream components built on the GPU machine, one row each (device_results.json)."""
+    data = _device_section(key)
     if data is None:
         return None
     rows = [[row["component"], row["source"], row["settings"], f"{row['build_s']} s", row["wheel"],
              f"{row['bytes'] / 1e6:.2f} MB", row["cubins"], row["kernels"]] for row in data["rows"]]
     table = Table(["component (sm_90 only)", "sources built", "settings", "build wall time", "wheel", "size",
                    "cubins", "installed from our index, then"], rows)
-    notes = [f"6(d) read from benchmarks/device_results.json ({data['machine']}, {data['date']}), one build of each: "
+    notes = [f"{label} read from benchmarks/device_results.json ({data['machine']}, {data['date']}), one build of each: "
              f"{data['notes']}"]
+    for row in data["rows"]:
+        if row.get("slowest_steps"):
+            notes.append(f"{label} {row['component']}, slowest ninja steps: {'; '.join(row['slowest_steps'])}")
     if data.get("not_measured"):
         notes.append(f"Not measured: {data['not_measured']}")
     return table, notes
@@ -242,17 +245,18 @@ def run(ctx: Context) -> Figure:
         table_b, notes_b = device_table()
         tables.append(table_b)
         notes += notes_b
-        for upstream in (upstream_table(), upstream_table_2()):
+        for upstream in (upstream_table(), upstream_rows_table("upstream_builds_2", "6(d)"),
+                         upstream_rows_table("upstream_builds_3", "6(e)")):
             if upstream is not None:
                 tables.append(upstream[0])
                 notes += upstream[1]
-        where_b = ("6(b) to 6(d): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
+        where_b = ("6(b) to 6(e): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
                    else "6(b): not measured in this run (no benchmarks/device_results.json)")
     return Figure(
         NAME, TITLE,
         compared=("(a) cold vs warm sccache for the fixture extension built by `ci.build.run` on "
                   "tests/fixtures/versions.yaml; (b) causal-conv1d 1.7.0 built for one arch (arch_filter) vs nine; "
-                  "(c) and (d) the real upstream components built on the GPU machine from their sources"),
+                  "(c) to (e) the real upstream components built on the GPU machine from their sources"),
         where=f"6(a): this machine (CPU torch 2.13 venv, sccache, {os.cpu_count()} cores); {where_b}",
         repetitions=f"6(a): {reps_a}; min / median",
         tables=tables,
