@@ -597,3 +597,72 @@ def test_bundle_merge_retags_and_records(tmp_path):
         assert any(r.startswith("deep_gemm/_C.cpython-311-x86_64-linux-gnu.so,sha256=") for r in record)
         assert record[-1] == "deep_gemm-2.1.0.dist-info/RECORD,,"
         assert sum(r.startswith("deep_gemm-2.1.0.dist-info/WHEEL,") for r in record) == 1
+
+
+# --- apex.sh / deep_ep.sh: the real upstream builds ---------------------------------------------------
+
+
+def _recording_python(directory: Path, wheel: str) -> Path:
+    """A `python` that answers the builder's -c probes and, for `-m pip wheel`, records its arguments and
+    the environment it saw (pip.json), then writes ``wheel`` into the -w directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    record = directory / "pip.json"
+    fake = directory / "python"
+    fake.write_text(f"""#!{sys.executable}
+import json, os, pathlib, sys
+args = sys.argv[1:]
+if args[:1] == ["-c"]:
+    print("torch 2.11.0 cuda 13.0 cxx11abi True")
+elif args[:3] == ["-m", "pip", "wheel"]:
+    pathlib.Path({str(record)!r}).write_text(json.dumps({{"args": args, "env": dict(os.environ)}}))
+    out = pathlib.Path(args[args.index("-w") + 1])
+    (out / {wheel!r}).write_bytes(b"")
+else:
+    sys.exit("unexpected python call: " + " ".join(args))
+""")
+    fake.chmod(0o755)
+    return record
+
+
+def _run_apex(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
+    record = _recording_python(tmp_path / "bin", "apex-0.1-cp312-cp312-linux_x86_64.whl")
+    environ = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "DIST_DIR": str(tmp_path / "dist"),
+               "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "16", "NVCC_THREADS": "2", **env}
+    proc = subprocess.run(["bash", str(SCRIPTS / "apex.sh")], cwd=tmp_path, env=environ, capture_output=True,
+                          text=True, timeout=60, check=False)
+    return proc, (json.loads(record.read_text()) if record.is_file() else {})
+
+
+@pytest.mark.parametrize(("archs", "max_jobs", "threads", "parallel", "append"), [
+    ("9.0", "16", "2", "8", None),  # one gencode: nvcc threads would idle
+    ("7.5;8.0;8.6;9.0;10.0;11.0;12.0", "32", "2", "8", "--threads 2"),  # versions.yaml's x86_64 row
+    ("9.0;10.0", "2", "2", "1", "--threads 2"),  # the 4-vCPU arm runner: one extension at a time
+    ("8.0;9.0", "16", "4", "4", "--threads 2"),  # never more threads than gencodes
+])
+def test_apex_builds_extensions_in_parallel_sized_from_max_jobs(tmp_path, archs, max_jobs, threads, parallel, append):
+    """apex's setup.py builds its twelve extensions one after another unless APEX_PARALLEL_BUILD is set (the
+    builder once left it unset, so MAX_JOBS=32 compiled one small extension at a time), and it passes no
+    --threads to nvcc (NVCC_THREADS had no effect): both now come from MAX_JOBS and NVCC_THREADS."""
+    proc, seen = _run_apex(tmp_path, TORCH_CUDA_ARCH_LIST=archs, MAX_JOBS=max_jobs, NVCC_THREADS=threads)
+    assert proc.returncode == 0, proc.stderr
+    assert seen["env"]["APEX_PARALLEL_BUILD"] == parallel
+    assert seen["env"].get("NVCC_APPEND_FLAGS") == append
+    assert seen["env"]["MAX_JOBS"] == max_jobs
+    assert (seen["env"]["APEX_CPP_EXT"], seen["env"]["APEX_CUDA_EXT"]) == ("1", "1")
+
+
+def test_apex_builds_offline_from_the_row_venv(tmp_path):
+    """Nothing is installed or fetched: one `pip wheel` call, without build isolation or dependencies."""
+    proc, seen = _run_apex(tmp_path, NVCC_APPEND_FLAGS="-lineinfo", TORCH_CUDA_ARCH_LIST="8.0;9.0")
+    assert proc.returncode == 0, proc.stderr
+    assert {"--no-build-isolation", "--no-deps"} <= set(seen["args"])
+    assert seen["env"]["NVCC_APPEND_FLAGS"] == "-lineinfo --threads 2"  # the caller's flags are kept
+    assert [p.name for p in (tmp_path / "dist").iterdir()] == ["apex-0.1-cp312-cp312-linux_x86_64.whl"]
+
+
+@pytest.mark.parametrize(("name", "value"), [("MAX_JOBS", "0"), ("MAX_JOBS", "many"), ("NVCC_THREADS", "-1")])
+def test_apex_refuses_a_bad_job_count_in_one_line(tmp_path, name, value):
+    proc, seen = _run_apex(tmp_path, **{name: value})
+    assert proc.returncode == 1 and not seen
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"[wheelhouse] error: {name} must be a positive integer, got '{value}' ({name.lower()} in versions.yaml)")
