@@ -666,3 +666,120 @@ def test_apex_refuses_a_bad_job_count_in_one_line(tmp_path, name, value):
     assert proc.returncode == 1 and not seen
     assert proc.stderr.strip().splitlines()[-1] == (
         f"[wheelhouse] error: {name} must be a positive integer, got '{value}' ({name.lower()} in versions.yaml)")
+
+
+def _fake_apt(directory: Path, installs_header_into: Path | None) -> Path:
+    """`sudo` that runs its command as is and an `apt-get` that records each call; ``install`` writes
+    infiniband/mlx5dv.h into ``installs_header_into``, or fails as apt does offline when that is None."""
+    directory.mkdir(parents=True, exist_ok=True)
+    calls = directory / "apt-calls"
+    (directory / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+    install = (f'mkdir -p "{installs_header_into}/infiniband" && : > "{installs_header_into}/infiniband/mlx5dv.h"'
+               if installs_header_into else 'echo "E: Unable to locate package libibverbs-dev" >&2; exit 100')
+    (directory / "apt-get").write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\n'
+                                       f'if [ "$1" = install ]; then {install}; fi\n')
+    for name in ("sudo", "apt-get"):
+        (directory / name).chmod(0o755)
+    return calls
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler to look headers up")
+def test_rdma_headers_already_there_install_nothing(tmp_path):
+    """On an offline machine whose image has the ibverbs headers, apt is never called (it was always
+    called before, and fails without the network)."""
+    include = tmp_path / "include"
+    (include / "infiniband").mkdir(parents=True)
+    (include / "infiniband/mlx5dv.h").write_text("#define WHEELHOUSE_FAKE_MLX5DV 1\n")
+    calls = _fake_apt(tmp_path / "bin", None)
+    proc = bash(source("rdma_nvshmem.sh") + "ensure_rdma_headers",
+                env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "CPATH": str(include)})
+    assert proc.returncode == 0, proc.stderr
+    assert "infiniband/mlx5dv.h found" in proc.stderr
+    assert not calls.exists()
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler to look headers up")
+@pytest.mark.skipif(subprocess.run(["sh", "-c", "printf '#include <infiniband/mlx5dv.h>\\n' | c++ -E -x c++ -"],
+                                   capture_output=True, check=False).returncode == 0,
+                    reason="this machine has the ibverbs headers itself")
+def test_rdma_headers_missing_come_from_apt_or_fail_in_one_line(tmp_path):
+    include = tmp_path / "include"
+    calls = _fake_apt(tmp_path / "bin", include)
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "CPATH": str(include)}
+    proc = bash(source("rdma_nvshmem.sh") + "ensure_rdma_headers", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert calls.read_text().splitlines()[-1] == "install -y --no-install-recommends libibverbs-dev"
+
+    shutil.rmtree(include)
+    calls = _fake_apt(tmp_path / "offline", None)
+    proc = bash(source("rdma_nvshmem.sh") + "ensure_rdma_headers",
+                env={**env, "PATH": f"{tmp_path / 'offline'}:{os.environ['PATH']}"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "[wheelhouse] error: infiniband/mlx5dv.h not found (DeepEP's NVSHMEM kernels include it) and apt could not "
+        "install it: install libibverbs-dev, or put a directory holding infiniband/mlx5dv.h on CPATH")
+
+
+def _site_with_nvshmem(site: Path, version: str, *, device_lib: bool = True) -> Path:
+    """A site-packages directory holding what nvidia-nvshmem-cu13 installs (empty files)."""
+    package = site / "nvidia/nvshmem"
+    for part in ["include/nvshmem.h", "include/nvshmemx.h", "lib/libnvshmem_host.so.3"] + (
+            ["lib/libnvshmem_device.a"] if device_lib else []):
+        (package / part).parent.mkdir(parents=True, exist_ok=True)
+        (package / part).write_bytes(b"")
+    info = site / f"nvidia_nvshmem_cu13-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-nvshmem-cu13\nVersion: {version}\n")
+    return package
+
+
+def _provide_nvshmem(tmp_path: Path, site: Path | None, **env: str) -> subprocess.CompletedProcess:
+    """provide_nvshmem with the real interpreter as the row python and install_nvshmem replaced by a marker
+    (the real one runs pip)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if not (bin_dir / "python").exists():
+        (bin_dir / "python").symlink_to(sys.executable)
+    script = source("rdma_nvshmem.sh") + (
+        'install_nvshmem() { echo "install_nvshmem called"; }\n'
+        'provide_nvshmem\necho "NVSHMEM_DIR=${NVSHMEM_DIR-<unset>} LDFLAGS=${LDFLAGS-<unset>}"\n')
+    return bash(script, env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VERSION": "13.0", "PYTHON_VERSION": "3.12",
+                             "NVSHMEM_VERSION": "3.4.5", "PYTHONPATH": str(site or tmp_path / "empty"), **env})
+
+
+def test_nvshmem_of_the_wanted_version_comes_from_the_row_venv(tmp_path):
+    """The GPU machine has no network but torch's nvidia-nvshmem-cu13 3.4.5: it is used as it is (the builder
+    always pip-installed into a system directory before, which fails offline); NVSHMEM_DIR stays unset so
+    DeepEP's setup.py finds the same package and links its versioned library."""
+    package = _site_with_nvshmem(tmp_path / "site", "3.4.5")
+    proc = _provide_nvshmem(tmp_path, tmp_path / "site", NVSHMEM_DIR="/stale")
+    assert proc.returncode == 0, proc.stderr
+    assert "install_nvshmem called" not in proc.stdout
+    assert proc.stdout.splitlines()[-1] == ("NVSHMEM_DIR=<unset> "
+                                            "LDFLAGS=-Wl,-rpath,/usr/local/lib/python3.12/dist-packages/nvidia/nvshmem/lib")
+    assert f"NVSHMEM 3.4.5 from the row venv: {package.resolve()}" in proc.stderr
+    proc = _provide_nvshmem(tmp_path, tmp_path / "site", NVSHMEM_INSTALL_TARGET="venv", LDFLAGS="-s")
+    assert proc.stdout.splitlines()[-1] == "NVSHMEM_DIR=<unset> LDFLAGS=-s"  # the rpath into the venv is the one wanted
+
+
+@pytest.mark.parametrize(("installed", "env", "why"), [
+    ("3.3.9", {}, "the row venv has NVSHMEM 3.3.9 at"),
+    (None, {}, "the row venv has no nvidia-nvshmem-cu13: installing"),
+    ("3.4.5", {"NVSHMEM_SITE_DIR": "/opt/nvshmem"}, ""),  # an explicit directory is still honoured
+])
+def test_nvshmem_of_another_version_is_installed_as_before(tmp_path, installed, env, why):
+    if installed:
+        _site_with_nvshmem(tmp_path / "site", installed)
+    proc = _provide_nvshmem(tmp_path, tmp_path / "site" if installed else None, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert "install_nvshmem called" in proc.stdout
+    assert why in proc.stderr
+
+
+def test_nvshmem_in_the_row_venv_without_its_device_library_dies_in_one_line(tmp_path):
+    package = _site_with_nvshmem(tmp_path / "site", "3.4.5", device_lib=False)
+    proc = _provide_nvshmem(tmp_path, tmp_path / "site")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"[wheelhouse] error: NVSHMEM at {package.resolve()} has no lib/libnvshmem_device.a; "
+        "the nvidia-nvshmem wheel layout changed")
