@@ -35,12 +35,18 @@ def run_patch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(PATCH), *args], cwd=cwd, check=False, capture_output=True, text=True, timeout=60)
 
 
-def test_applies_all_five_edits(tree):
-    before = snapshot(tree)
-    proc = run_patch(cwd=tree)
+def patch_all_files(root: Path) -> tuple[subprocess.CompletedProcess, dict[str, bytes]]:
+    """Run the patch on ``root``, which must change exactly PATCHED_FILES; (the run, the tree after it)."""
+    before = snapshot(root)
+    proc = run_patch(cwd=root)
     assert proc.returncode == 0, proc.stderr
-    after = snapshot(tree)
+    after = snapshot(root)
     assert sorted(k for k in after if after[k] != before[k]) == sorted(PATCHED_FILES)
+    return proc, after
+
+
+def test_applies_all_five_edits(tree):
+    proc, _ = patch_all_files(tree)
     text = {rel: (tree / rel).read_text() for rel in PATCHED_FILES}
     assert all(MARKER in body for body in text.values())
     # 1. per-pass Ampere switch first, FP8 typedefs gone, real header always
@@ -251,11 +257,7 @@ def real_tree(tmp_path: Path) -> Path:
 
 
 def test_real_deep_ep_at_the_pin_patches_cleanly_once(real_tree):
-    before = snapshot(real_tree)
-    proc = run_patch(cwd=real_tree)
-    assert proc.returncode == 0, proc.stderr
-    after = snapshot(real_tree)
-    assert sorted(k for k in after if after[k] != before[k]) == sorted(PATCHED_FILES)
+    _, after = patch_all_files(real_tree)
     launch = (real_tree / "csrc/kernels/launch.cuh").read_text()
     # the whole launch-macro block is replaced, the rank switches after it are kept
     assert launch.count("#ifndef DISABLE_SM90_FEATURES") == 0 and "cudaLaunchAttributeCooperative" in launch
