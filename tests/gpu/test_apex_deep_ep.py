@@ -20,6 +20,8 @@ get_dispatch_layout, whose counts are compared exactly with counts computed by t
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,14 @@ pytestmark = [
 
 UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8}
 DTYPES = [torch.float32, torch.bfloat16]
+
+
+def installed(name: str):
+    """The module ``name``; skip when it is not installed. Unlike pytest.importorskip, a module that is installed
+    but fails to import (a library its extension needs is missing) fails the test instead of skipping it."""
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed")
+    return importlib.import_module(name)
 
 
 def _tolerance(reference: torch.Tensor, dtype: torch.dtype, terms: int) -> float:
@@ -67,7 +77,7 @@ def _leaf64(t: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(("rows", "hidden"), [(64, 1024), (37, 4096), (256, 1000)])
 def test_apex_fused_layer_norm_matches_torch(dtype, rows, hidden):
-    pytest.importorskip("fused_layer_norm_cuda")
+    installed("fused_layer_norm_cuda")
     from apex.normalization import FusedLayerNorm
 
     eps = 1e-5
@@ -94,7 +104,7 @@ def test_apex_fused_layer_norm_matches_torch(dtype, rows, hidden):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(("rows", "hidden"), [(64, 1024), (37, 4096), (256, 1000)])
 def test_apex_fused_rms_norm_matches_torch(dtype, rows, hidden):
-    pytest.importorskip("fused_layer_norm_cuda")
+    installed("fused_layer_norm_cuda")
     from apex.normalization import FusedRMSNorm
 
     eps = 1e-6
@@ -119,7 +129,7 @@ def test_apex_fused_rms_norm_matches_torch(dtype, rows, hidden):
 
 
 def test_apex_fused_adam_one_step_matches_torch_adamw():
-    pytest.importorskip("amp_C")
+    installed("amp_C")
     from apex.optimizers import FusedAdam
 
     gen = torch.Generator(device="cuda").manual_seed(17)
@@ -157,7 +167,7 @@ def _mapped_libraries() -> set[str]:
 
 
 def test_deep_ep_imports_with_nvshmem_and_hybrid_ep():
-    deep_ep = pytest.importorskip("deep_ep")
+    deep_ep = installed("deep_ep")
     import deep_ep_cpp
     import hybrid_ep_cpp
 
@@ -169,9 +179,7 @@ def test_deep_ep_imports_with_nvshmem_and_hybrid_ep():
 
 @pytest.fixture()
 def one_rank_buffer(monkeypatch):
-    deep_ep = pytest.importorskip("deep_ep")
-    import importlib.util
-
+    deep_ep = installed("deep_ep")
     import torch.distributed as dist
 
     if importlib.util.find_spec("pynvml") is None:
