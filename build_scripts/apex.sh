@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# apex with its C++ and CUDA extensions, for the dotted TORCH_CUDA_ARCH_LIST
-# as given (apex's setup.py reads it through torch).
+# apex with its C++ and CUDA extensions (--cpp_ext --cuda_ext: apex_C and the
+# eleven core CUDA extensions), for the dotted TORCH_CUDA_ARCH_LIST as given
+# (apex's setup.py reads it through torch). Offline: the row venv's setuptools
+# and torch, no isolated build, nothing installed.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
@@ -13,12 +15,32 @@ source "$LIB/arch.sh"
 require_env TORCH_CUDA_ARCH_LIST MAX_JOBS DIST_DIR
 ensure_dist_dir
 export_extra_env
+[[ "$MAX_JOBS" =~ ^[1-9][0-9]*$ ]] || die "MAX_JOBS must be a positive integer, got '$MAX_JOBS' (max_jobs in versions.yaml)"
+NVCC_THREADS="${NVCC_THREADS:-1}"
+[[ "$NVCC_THREADS" =~ ^[1-9][0-9]*$ ]] || die "NVCC_THREADS must be a positive integer, got '$NVCC_THREADS' (nvcc_threads in versions.yaml)"
 
 # Older apex reads --cpp_ext/--cuda_ext build options, newer apex (25.09+)
 # reads APEX_CPP_EXT/APEX_CUDA_EXT; give both so either builds the extensions.
 export APEX_CPP_EXT=1 APEX_CUDA_EXT=1
+
+# apex passes no --threads to nvcc, so NVCC_THREADS reaches it only through
+# NVCC_APPEND_FLAGS; more threads than gencodes would idle.
+arch_count="$(arch_list_tokens "$TORCH_CUDA_ARCH_LIST" | wc -l)"
+nvcc_threads=$((NVCC_THREADS < arch_count ? NVCC_THREADS : arch_count))
+if ((nvcc_threads > 1)); then
+    export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:+$NVCC_APPEND_FLAGS }--threads $nvcc_threads"
+fi
+# setuptools builds apex's twelve extensions one after another unless
+# APEX_PARALLEL_BUILD names a thread count, and all but amp_C have one or two
+# sources: MAX_JOBS alone leaves most cores idle. Two sources per extension
+# at a time, each nvcc with its threads, keeps the total near MAX_JOBS; each
+# extension's ninja still takes up to MAX_JOBS (amp_C's fourteen kernels).
+parallel=$((MAX_JOBS / (2 * nvcc_threads)))
+export APEX_PARALLEL_BUILD=$((parallel > 0 ? parallel : 1))
+
 activate_arch_filter
-print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION TORCH_VERSION TORCH_CUDA_ARCH_LIST MAX_JOBS NVCC_THREADS CXX11_ABI APEX_CPP_EXT APEX_CUDA_EXT DIST_DIR
+print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION TORCH_VERSION TORCH_CUDA_ARCH_LIST MAX_JOBS NVCC_THREADS \
+    NVCC_APPEND_FLAGS APEX_PARALLEL_BUILD CXX11_ABI APEX_CPP_EXT APEX_CUDA_EXT DIST_DIR
 print_torch
 
 MAX_JOBS="$MAX_JOBS" row_python -m pip wheel -v --no-build-isolation --no-deps -w "$DIST_DIR" \

@@ -27,8 +27,8 @@ print_torch
 
 ensure_cuda_cccl_include_path
 ensure_cuda_stub_library_path
-install_rdma_devel
-install_nvshmem
+ensure_rdma_headers
+provide_nvshmem
 # DeepEP's setup.py insists on this for any arch list other than exactly 9.0
 # (the .L1::no_allocate loads are not accepted by every toolkit).
 export DISABLE_AGGRESSIVE_PTX_INSTRS=1
@@ -42,7 +42,7 @@ else
 fi
 
 print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION TORCH_VERSION TORCH_CUDA_ARCH_LIST MAX_JOBS NVSHMEM_VERSION \
-    NVSHMEM_DIR DISABLE_AGGRESSIVE_PTX_INSTRS CPATH LIBRARY_PATH CXX11_ABI DIST_DIR
+    NVSHMEM_DIR LDFLAGS DISABLE_AGGRESSIVE_PTX_INSTRS CPATH LIBRARY_PATH CXX11_ABI DIST_DIR
 
 MAX_JOBS="$MAX_JOBS" row_python -m pip wheel -v --no-build-isolation --no-deps -w "$DIST_DIR" \
     --disable-pip-version-check .

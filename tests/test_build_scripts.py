@@ -704,3 +704,189 @@ def test_bundle_merge_retags_and_records(tmp_path):
         assert any(r.startswith("deep_gemm/_C.cpython-311-x86_64-linux-gnu.so,sha256=") for r in record)
         assert record[-1] == "deep_gemm-2.1.0.dist-info/RECORD,,"
         assert sum(r.startswith("deep_gemm-2.1.0.dist-info/WHEEL,") for r in record) == 1
+
+
+# --- apex.sh / deep_ep.sh: the real upstream builds ---------------------------------------------------
+
+
+def _recording_python(directory: Path, wheel: str) -> Path:
+    """A `python` that answers the builder's -c probes and, for `-m pip wheel`, records its arguments and
+    the environment it saw (pip.json), then writes ``wheel`` into the -w directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    record = directory / "pip.json"
+    fake = directory / "python"
+    fake.write_text(f"""#!{sys.executable}
+import json, os, pathlib, sys
+args = sys.argv[1:]
+if args[:1] == ["-c"]:
+    print("torch 2.11.0 cuda 13.0 cxx11abi True")
+elif args[:3] == ["-m", "pip", "wheel"]:
+    pathlib.Path({str(record)!r}).write_text(json.dumps({{"args": args, "env": dict(os.environ)}}))
+    out = pathlib.Path(args[args.index("-w") + 1])
+    (out / {wheel!r}).write_bytes(b"")
+else:
+    sys.exit("unexpected python call: " + " ".join(args))
+""")
+    fake.chmod(0o755)
+    return record
+
+
+def _run_apex(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
+    record = _recording_python(tmp_path / "bin", "apex-0.1-cp312-cp312-linux_x86_64.whl")
+    environ = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "DIST_DIR": str(tmp_path / "dist"),
+               "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "16", "NVCC_THREADS": "2", **env}
+    proc = subprocess.run(["bash", str(SCRIPTS / "apex.sh")], cwd=tmp_path, env=environ, capture_output=True,
+                          text=True, timeout=60, check=False)
+    return proc, (json.loads(record.read_text()) if record.is_file() else {})
+
+
+@pytest.mark.parametrize(("archs", "max_jobs", "threads", "parallel", "append"), [
+    ("9.0", "16", "2", "8", None),  # one gencode: nvcc threads would idle
+    ("7.5;8.0;8.6;9.0;10.0;11.0;12.0", "32", "2", "8", "--threads 2"),  # versions.yaml's x86_64 row
+    ("9.0;10.0", "2", "2", "1", "--threads 2"),  # the 4-vCPU arm runner: one extension at a time
+    ("8.0;9.0", "16", "4", "4", "--threads 2"),  # never more threads than gencodes
+])
+def test_apex_builds_extensions_in_parallel_sized_from_max_jobs(tmp_path, archs, max_jobs, threads, parallel, append):
+    """apex's setup.py builds its twelve extensions one after another unless APEX_PARALLEL_BUILD is set (the
+    builder once left it unset, so MAX_JOBS=32 compiled one small extension at a time), and it passes no
+    --threads to nvcc (NVCC_THREADS had no effect): both now come from MAX_JOBS and NVCC_THREADS."""
+    proc, seen = _run_apex(tmp_path, TORCH_CUDA_ARCH_LIST=archs, MAX_JOBS=max_jobs, NVCC_THREADS=threads)
+    assert proc.returncode == 0, proc.stderr
+    assert seen["env"]["APEX_PARALLEL_BUILD"] == parallel
+    assert seen["env"].get("NVCC_APPEND_FLAGS") == append
+    assert seen["env"]["MAX_JOBS"] == max_jobs
+    assert (seen["env"]["APEX_CPP_EXT"], seen["env"]["APEX_CUDA_EXT"]) == ("1", "1")
+
+
+def test_apex_builds_offline_from_the_row_venv(tmp_path):
+    """Nothing is installed or fetched: one `pip wheel` call, without build isolation or dependencies."""
+    proc, seen = _run_apex(tmp_path, NVCC_APPEND_FLAGS="-lineinfo", TORCH_CUDA_ARCH_LIST="8.0;9.0")
+    assert proc.returncode == 0, proc.stderr
+    assert {"--no-build-isolation", "--no-deps"} <= set(seen["args"])
+    assert seen["env"]["NVCC_APPEND_FLAGS"] == "-lineinfo --threads 2"  # the caller's flags are kept
+    assert [p.name for p in (tmp_path / "dist").iterdir()] == ["apex-0.1-cp312-cp312-linux_x86_64.whl"]
+
+
+@pytest.mark.parametrize(("name", "value"), [("MAX_JOBS", "0"), ("MAX_JOBS", "many"), ("NVCC_THREADS", "-1")])
+def test_apex_refuses_a_bad_job_count_in_one_line(tmp_path, name, value):
+    proc, seen = _run_apex(tmp_path, **{name: value})
+    assert proc.returncode == 1 and not seen
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"[wheelhouse] error: {name} must be a positive integer, got '{value}' ({name.lower()} in versions.yaml)")
+
+
+def _fake_apt(directory: Path, installs_header_into: Path | None) -> Path:
+    """`sudo` that runs its command as is and an `apt-get` that records each call; ``install`` writes
+    infiniband/mlx5dv.h into ``installs_header_into``, or fails as apt does offline when that is None."""
+    directory.mkdir(parents=True, exist_ok=True)
+    calls = directory / "apt-calls"
+    (directory / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+    install = (f'mkdir -p "{installs_header_into}/infiniband" && : > "{installs_header_into}/infiniband/mlx5dv.h"'
+               if installs_header_into else 'echo "E: Unable to locate package libibverbs-dev" >&2; exit 100')
+    (directory / "apt-get").write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\n'
+                                       f'if [ "$1" = install ]; then {install}; fi\n')
+    for name in ("sudo", "apt-get"):
+        (directory / name).chmod(0o755)
+    return calls
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler to look headers up")
+def test_rdma_headers_already_there_install_nothing(tmp_path):
+    """On an offline machine whose image has the ibverbs headers, apt is never called (it was always
+    called before, and fails without the network)."""
+    include = tmp_path / "include"
+    (include / "infiniband").mkdir(parents=True)
+    (include / "infiniband/mlx5dv.h").write_text("#define WHEELHOUSE_FAKE_MLX5DV 1\n")
+    calls = _fake_apt(tmp_path / "bin", None)
+    proc = bash(source("rdma_nvshmem.sh") + "ensure_rdma_headers",
+                env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "CPATH": str(include)})
+    assert proc.returncode == 0, proc.stderr
+    assert "infiniband/mlx5dv.h found" in proc.stderr
+    assert not calls.exists()
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler to look headers up")
+@pytest.mark.skipif(subprocess.run(["sh", "-c", "printf '#include <infiniband/mlx5dv.h>\\n' | c++ -E -x c++ -"],
+                                   capture_output=True, check=False).returncode == 0,
+                    reason="this machine has the ibverbs headers itself")
+def test_rdma_headers_missing_come_from_apt_or_fail_in_one_line(tmp_path):
+    include = tmp_path / "include"
+    calls = _fake_apt(tmp_path / "bin", include)
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "CPATH": str(include)}
+    proc = bash(source("rdma_nvshmem.sh") + "ensure_rdma_headers", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert calls.read_text().splitlines()[-1] == "install -y --no-install-recommends libibverbs-dev"
+
+    shutil.rmtree(include)
+    calls = _fake_apt(tmp_path / "offline", None)
+    proc = bash(source("rdma_nvshmem.sh") + "ensure_rdma_headers",
+                env={**env, "PATH": f"{tmp_path / 'offline'}:{os.environ['PATH']}"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "[wheelhouse] error: infiniband/mlx5dv.h not found (DeepEP's NVSHMEM kernels include it) and apt could not "
+        "install it: install libibverbs-dev, or put a directory holding infiniband/mlx5dv.h on CPATH")
+
+
+def _site_with_nvshmem(site: Path, version: str, *, device_lib: bool = True) -> Path:
+    """A site-packages directory holding what nvidia-nvshmem-cu13 installs (empty files)."""
+    package = site / "nvidia/nvshmem"
+    for part in ["include/nvshmem.h", "include/nvshmemx.h", "lib/libnvshmem_host.so.3"] + (
+            ["lib/libnvshmem_device.a"] if device_lib else []):
+        (package / part).parent.mkdir(parents=True, exist_ok=True)
+        (package / part).write_bytes(b"")
+    info = site / f"nvidia_nvshmem_cu13-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-nvshmem-cu13\nVersion: {version}\n")
+    return package
+
+
+def _provide_nvshmem(tmp_path: Path, site: Path | None, **env: str) -> subprocess.CompletedProcess:
+    """provide_nvshmem with the real interpreter as the row python and install_nvshmem replaced by a marker
+    (the real one runs pip)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if not (bin_dir / "python").exists():
+        (bin_dir / "python").symlink_to(sys.executable)
+    script = source("rdma_nvshmem.sh") + (
+        'install_nvshmem() { echo "install_nvshmem called"; }\n'
+        'provide_nvshmem\necho "NVSHMEM_DIR=${NVSHMEM_DIR-<unset>} LDFLAGS=${LDFLAGS-<unset>}"\n')
+    return bash(script, env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VERSION": "13.0", "PYTHON_VERSION": "3.12",
+                             "NVSHMEM_VERSION": "3.4.5", "PYTHONPATH": str(site or tmp_path / "empty"), **env})
+
+
+def test_nvshmem_of_the_wanted_version_comes_from_the_row_venv(tmp_path):
+    """The GPU machine has no network but torch's nvidia-nvshmem-cu13 3.4.5: it is used as it is (the builder
+    always pip-installed into a system directory before, which fails offline); NVSHMEM_DIR stays unset so
+    DeepEP's setup.py finds the same package and links its versioned library."""
+    package = _site_with_nvshmem(tmp_path / "site", "3.4.5")
+    proc = _provide_nvshmem(tmp_path, tmp_path / "site", NVSHMEM_DIR="/stale")
+    assert proc.returncode == 0, proc.stderr
+    assert "install_nvshmem called" not in proc.stdout
+    assert proc.stdout.splitlines()[-1] == ("NVSHMEM_DIR=<unset> "
+                                            "LDFLAGS=-Wl,-rpath,/usr/local/lib/python3.12/dist-packages/nvidia/nvshmem/lib")
+    assert f"NVSHMEM 3.4.5 from the row venv: {package.resolve()}" in proc.stderr
+    proc = _provide_nvshmem(tmp_path, tmp_path / "site", NVSHMEM_INSTALL_TARGET="venv", LDFLAGS="-s")
+    assert proc.stdout.splitlines()[-1] == "NVSHMEM_DIR=<unset> LDFLAGS=-s"  # the rpath into the venv is the one wanted
+
+
+@pytest.mark.parametrize(("installed", "env", "why"), [
+    ("3.3.9", {}, "the row venv has NVSHMEM 3.3.9 at"),
+    (None, {}, "the row venv has no nvidia-nvshmem-cu13: installing"),
+    ("3.4.5", {"NVSHMEM_SITE_DIR": "/opt/nvshmem"}, ""),  # an explicit directory is still honoured
+])
+def test_nvshmem_of_another_version_is_installed_as_before(tmp_path, installed, env, why):
+    if installed:
+        _site_with_nvshmem(tmp_path / "site", installed)
+    proc = _provide_nvshmem(tmp_path, tmp_path / "site" if installed else None, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert "install_nvshmem called" in proc.stdout
+    assert why in proc.stderr
+
+
+def test_nvshmem_in_the_row_venv_without_its_device_library_dies_in_one_line(tmp_path):
+    package = _site_with_nvshmem(tmp_path / "site", "3.4.5", device_lib=False)
+    proc = _provide_nvshmem(tmp_path, tmp_path / "site")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"[wheelhouse] error: NVSHMEM at {package.resolve()} has no lib/libnvshmem_device.a; "
+        "the nvidia-nvshmem wheel layout changed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -34,12 +35,18 @@ def run_patch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(PATCH), *args], cwd=cwd, check=False, capture_output=True, text=True, timeout=60)
 
 
-def test_applies_all_five_edits(tree):
-    before = snapshot(tree)
-    proc = run_patch(cwd=tree)
+def patch_all_files(root: Path) -> tuple[subprocess.CompletedProcess, dict[str, bytes]]:
+    """Run the patch on ``root``, which must change exactly PATCHED_FILES; (the run, the tree after it)."""
+    before = snapshot(root)
+    proc = run_patch(cwd=root)
     assert proc.returncode == 0, proc.stderr
-    after = snapshot(tree)
+    after = snapshot(root)
     assert sorted(k for k in after if after[k] != before[k]) == sorted(PATCHED_FILES)
+    return proc, after
+
+
+def test_applies_all_five_edits(tree):
+    proc, _ = patch_all_files(tree)
     text = {rel: (tree / rel).read_text() for rel in PATCHED_FILES}
     assert all(MARKER in body for body in text.values())
     # 1. per-pass Ampere switch first, FP8 typedefs gone, real header always
@@ -180,3 +187,100 @@ def test_patched_tree_compiles_for_sm80_and_sm90(tree, tmp_path):
                                str(tree / "csrc/deep_ep.cpp"), "-o", str(tmp_path / "deep_ep.o")],
                               check=False, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
+
+
+# Upstream's kernels reach Hopper-only PTX through a header that does not include configs.cuh
+# (csrc/kernels/utils.cuh: elect.sync behind #ifndef DISABLE_SM90_FEATURES), so the per-pass switch
+# must already be defined when such a header is read. The anchor tree has no such header; this one
+# has that shape.
+HOPPER_PTX_HEADER = """\
+#pragma once
+__device__ __forceinline__ bool first_lane_elected() {
+#ifndef DISABLE_SM90_FEATURES
+    unsigned elected = 0;
+    asm volatile("{\\n .reg .pred p;\\n elect.sync _|p, 0xffffffff;\\n selp.u32 %0, 1, 0, p;\\n}" : "=r"(elected));
+    return elected != 0;
+#else
+    return threadIdx.x % 32 == 0;
+#endif
+}
+"""
+
+
+@needs_nvcc
+def test_hopper_ptx_in_a_header_is_left_out_of_the_sm80_pass(tree, tmp_path):
+    (tree / "csrc/kernels/utils.cuh").write_text(HOPPER_PTX_HEADER)
+    intranode = tree / "csrc/kernels/intranode.cu"
+    text = _drop(intranode.read_text(), '#include "launch.cuh"\n', '#include "launch.cuh"\n#include "utils.cuh"\n')
+    intranode.write_text(_drop(text, "if (threadIdx.x == 0) out[blockIdx.x] = value + 90;",
+                               "if (first_lane_elected()) out[blockIdx.x] = value + 90;"))
+    unpatched = _nvcc(intranode, tmp_path / "unpatched.o")
+    assert unpatched.returncode != 0 and "requires .target sm_90" in unpatched.stderr
+    assert run_patch(cwd=tree).returncode == 0
+    proc = _nvcc(intranode, tmp_path / "intranode.o")
+    assert proc.returncode == 0, proc.stderr
+    assert _fatbin_archs(tmp_path / "intranode.o") == [80, 90]
+
+
+# --- the real DeepEP at versions.yaml's pin ------------------------------------------------------
+# Needs a bare snapshot of deepseek-ai/DeepEP: WHEELHOUSE_SNAPSHOTS names a directory holding
+# deepseek-ai/DeepEP.git (the layout of tests/gpu/make_source_bundles.py --snapshots).
+
+
+def _deep_ep_pin() -> str:
+    sys.path.insert(0, str(REPO))
+    try:
+        from ci.versions import load
+    finally:
+        sys.path.pop(0)
+    return load(REPO / "versions.yaml").component("deep-ep").ref
+
+
+def _deep_ep_snapshot() -> Path | None:
+    root = os.environ.get("WHEELHOUSE_SNAPSHOTS")
+    path = Path(root) / "deepseek-ai" / "DeepEP.git" if root else None
+    return path if path is not None and path.is_dir() else None
+
+
+@pytest.fixture()
+def real_tree(tmp_path: Path) -> Path:
+    snapshot_dir = _deep_ep_snapshot()
+    if snapshot_dir is None:
+        pytest.skip("no DeepEP snapshot: set WHEELHOUSE_SNAPSHOTS to a directory holding deepseek-ai/DeepEP.git "
+                    "(CI has none; the anchor tree tests cover the patch there)")
+    root = tmp_path / "DeepEP"
+    root.mkdir()
+    archive = subprocess.run(["git", f"--git-dir={snapshot_dir}", "archive", _deep_ep_pin()], check=True,
+                             capture_output=True, timeout=120).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True, timeout=120)
+    return root
+
+
+def test_real_deep_ep_at_the_pin_patches_cleanly_once(real_tree):
+    _, after = patch_all_files(real_tree)
+    launch = (real_tree / "csrc/kernels/launch.cuh").read_text()
+    # the whole launch-macro block is replaced, the rank switches after it are kept
+    assert launch.count("#ifndef DISABLE_SM90_FEATURES") == 0 and "cudaLaunchAttributeCooperative" in launch
+    assert "#define SWITCH_RDMA_RANKS(case_macro)" in launch and "#define SWITCH_TYPES(case_macro)" in launch
+    configs = (real_tree / "csrc/kernels/configs.cuh").read_text()
+    assert configs.index("(__CUDA_ARCH__ < 900)") < configs.index("#include <nvshmem.h>")
+    again = run_patch(cwd=real_tree)
+    assert again.returncode == 0 and "already applied" in again.stdout
+    assert snapshot(real_tree) == after
+
+
+@needs_nvcc
+def test_real_deep_ep_intranode_compiles_for_sm80_and_sm90_once_patched(real_tree, tmp_path):
+    """The intranode kernels (what A100 runs) of the real source, without NVSHMEM (no headers here): upstream's
+    Hopper PTX fails ptxas in the sm_80 pass; patched, one object holds both cubins."""
+    def compile_intranode(obj: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([str(NVCC), "-std=c++17", "-O3", "-rdc=true", "--expt-relaxed-constexpr",
+                               "-DDISABLE_NVSHMEM", "-DDISABLE_AGGRESSIVE_PTX_INSTRS", "-I..", "-c", "intranode.cu",
+                               "-o", str(obj), *ARCHS], check=False, capture_output=True, text=True, timeout=900,
+                              cwd=real_tree / "csrc/kernels")
+    unpatched = compile_intranode(tmp_path / "unpatched.o")
+    assert unpatched.returncode != 0 and "requires .target sm_90" in unpatched.stderr
+    assert run_patch(cwd=real_tree).returncode == 0
+    proc = compile_intranode(tmp_path / "intranode.o")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _fatbin_archs(tmp_path / "intranode.o") == [80, 90]

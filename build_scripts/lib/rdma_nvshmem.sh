@@ -5,10 +5,29 @@
 # shellcheck source=env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
-# install_rdma_devel: ibverbs/rdmacm headers that NVSHMEM's IBGDA path needs.
+# install_rdma_devel: the ibverbs headers (mlx5dv.h) from apt. DeepEP links no
+# RDMA library and includes no rdmacm header; NVSHMEM opens libibverbs at run time.
 install_rdma_devel() {
     apt_get update
-    apt_get install -y --no-install-recommends libibverbs-dev librdmacm-dev ibverbs-providers
+    apt_get install -y --no-install-recommends libibverbs-dev
+}
+
+# rdma_header_found: whether the C++ compiler (CXX, CPATH honoured) finds
+# infiniband/mlx5dv.h, which DeepEP's kernels include when built with NVSHMEM.
+rdma_header_found() {
+    printf '#include <infiniband/mlx5dv.h>\n' | "${CXX:-c++}" -E -x c++ - >/dev/null 2>&1
+}
+
+# ensure_rdma_headers: nothing to do where the headers are already there (an
+# offline machine, a provisioned image); otherwise libibverbs-dev from apt.
+ensure_rdma_headers() {
+    if rdma_header_found; then
+        log_info "RDMA headers: infiniband/mlx5dv.h found by ${CXX:-c++}"
+        return 0
+    fi
+    log_info "infiniband/mlx5dv.h not found by ${CXX:-c++}: installing libibverbs-dev"
+    install_rdma_devel || true
+    rdma_header_found || die "infiniband/mlx5dv.h not found (DeepEP's NVSHMEM kernels include it) and apt could not install it: install libibverbs-dev, or put a directory holding infiniband/mlx5dv.h on CPATH"
 }
 
 # nvshmem_site_dir: where the nvidia-nvshmem wheel is unpacked.
@@ -68,4 +87,65 @@ install_nvshmem() {
     [[ -d "$NVSHMEM_DIR" ]] || die "$pkg installed but $NVSHMEM_DIR does not exist"
     link_nvshmem_host_lib "$NVSHMEM_DIR"
     log_info "NVSHMEM_DIR=$NVSHMEM_DIR"
+}
+
+# row_venv_nvshmem: "DIR VERSION" of the nvidia.nvshmem package the row python
+# imports (its own site-packages, --system-site-packages or a .pth file: where
+# DeepEP's setup.py looks too), when the nvidia-nvshmem-cu<major> distribution
+# installed it; nothing otherwise.
+row_venv_nvshmem() {
+    require_env CUDA_VERSION
+    row_python - "nvidia-nvshmem-cu$(cuda_major "$CUDA_VERSION")" <<'PY'
+import importlib.metadata, importlib.util, pathlib, sys
+try:
+    spec = importlib.util.find_spec("nvidia.nvshmem")
+    found = pathlib.Path(list(spec.submodule_search_locations)[0]).resolve()
+    dist = importlib.metadata.distribution(sys.argv[1])
+except (ImportError, AttributeError, IndexError, TypeError):
+    sys.exit(0)
+if pathlib.Path(dist.locate_file("nvidia/nvshmem")).resolve() == found:
+    print(found, dist.version)
+PY
+}
+
+# check_nvshmem_layout DIR: what DeepEP's setup.py compiles and links against.
+check_nvshmem_layout() {
+    local dir="$1" part
+    for part in include/nvshmem.h include/nvshmemx.h lib/libnvshmem_device.a; do
+        [[ -e "$dir/$part" ]] || die "NVSHMEM at $dir has no $part; the nvidia-nvshmem wheel layout changed"
+    done
+    compgen -G "$dir/lib/libnvshmem_host.so.*" >/dev/null \
+        || die "NVSHMEM at $dir has no lib/libnvshmem_host.so.*; the nvidia-nvshmem wheel layout changed"
+}
+
+# provide_nvshmem: NVSHMEM $NVSHMEM_VERSION for DeepEP's setup.py without the
+# network where the row venv already has it (torch pins nvidia-nvshmem-cu<major>):
+# NVSHMEM_DIR is then left unset, so setup.py finds that package itself and links
+# its versioned libnvshmem_host.so.<N>, and nothing is written into a directory
+# that may belong to the machine's Python. The wheel's rpath then names the row
+# venv; for users' machines the system location (nvshmem_site_dir) is added as a
+# second rpath. Another version, or NVSHMEM_SITE_DIR given: install_nvshmem.
+provide_nvshmem() {
+    require_env NVSHMEM_VERSION CUDA_VERSION
+    local found dir version site
+    if [[ -z "${NVSHMEM_SITE_DIR:-}" ]]; then
+        found="$(row_venv_nvshmem)"
+        dir="${found% *}" version="${found##* }"
+        if [[ -n "$found" && "$version" == "$NVSHMEM_VERSION" ]]; then
+            check_nvshmem_layout "$dir"
+            unset NVSHMEM_DIR
+            if [[ "${NVSHMEM_INSTALL_TARGET:-system}" != "venv" ]]; then
+                site="$(nvshmem_site_dir)"
+                export LDFLAGS="${LDFLAGS:+$LDFLAGS }-Wl,-rpath,$site/nvidia/nvshmem/lib"
+            fi
+            log_info "NVSHMEM $version from the row venv: $dir (NVSHMEM_DIR unset: DeepEP's setup.py finds it)"
+            return 0
+        fi
+        if [[ -n "$found" ]]; then
+            log_info "the row venv has NVSHMEM $version at $dir, not NVSHMEM_VERSION=$NVSHMEM_VERSION: installing"
+        else
+            log_info "the row venv has no nvidia-nvshmem-cu$(cuda_major "$CUDA_VERSION"): installing"
+        fi
+    fi
+    install_nvshmem
 }

@@ -28,7 +28,7 @@
 # url.<mirror>.insteadOf puts in GitHub's place. Each is built, its cubins
 # listed, the ten slowest steps of its ninja logs printed, released, indexed
 # and installed from the index; then tests/gpu/test_upstream_kernels.py and
-# test_transformer_engine.py compare their kernels with references
+# test_transformer_engine.py and test_apex_deep_ep.py compare their kernels with references
 # (tests/gpu/test_pure_python.py checks what a pure-Python one installed).
 # Sdist sources (flashinfer's) are carried in .device/sdists/.
 # A DeepGEMM wheel built on the CPU machine against torch 2.13, carried as
@@ -155,7 +155,8 @@ if [[ "$MODE" == upstream ]]; then
     step "3. kernels against references"
     # every upstream component's tests; each skips where its package is not installed
     (cd "$WORK" && PYTHONPATH="$WORK/clean:$PYTHONPATH" "$PY" -m pytest "$ROOT/tests/gpu/test_upstream_kernels.py" \
-        "$ROOT/tests/gpu/test_transformer_engine.py" "$ROOT/tests/gpu/test_pure_python.py" \
+        "$ROOT/tests/gpu/test_transformer_engine.py" "$ROOT/tests/gpu/test_apex_deep_ep.py" \
+        "$ROOT/tests/gpu/test_pure_python.py" \
         -o addopts="" -p no:cacheprovider -s -q -rs --rootdir "$ROOT" 2>&1) \
         | tee "$RESULTS/kernels.txt" || true
     fi

@@ -1,0 +1,234 @@
+"""apex and DeepEP, installed from our own index, against torch and references written from the math.
+
+For the GPU machine (one H200), after apex and deep-ep of the device versions file were built,
+released, indexed and installed (tests/gpu/run_on_device.sh upstream); elsewhere these tests skip
+(no GPU, or the packages are not installed).
+
+apex: FusedLayerNorm / FusedRMSNorm forward and backward against torch.nn.functional computed in
+float64 from the same inputs, and FusedAdam one step against torch.optim.AdamW on copies of the same
+tensors. Tolerances: the kernel rounds each output once to its dtype (unit roundoff u of the dtype,
+relative to the largest |reference|) after float32 arithmetic whose error is bounded by the
+worst-case float32 summation bound, (terms summed) x u_float32, over every term an output depends on.
+
+DeepEP on one GPU: intranode dispatch/combine need 2, 4 or 8 ranks (its kernels are instantiated
+for those counts and Buffer.get_dispatch_config refuses others), internode needs several nodes, and
+the low-latency path initialises NVSHMEM's IBGDA transport, which needs an RDMA NIC. What one process
+can run: the import of both extensions (deep_ep_cpp linked against NVSHMEM, hybrid_ep_cpp), a Buffer
+for a one-rank process group (NVLink buffer, IPC handle exchange, sync), and the layout kernel
+get_dispatch_layout, whose counts are compared exactly with counts computed by torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
+]
+
+UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8}
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def installed(name: str):
+    """The module ``name``; skip when it is not installed. Unlike pytest.importorskip, a module that is installed
+    but fails to import (a library its extension needs is missing) fails the test instead of skipping it."""
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed")
+    return importlib.import_module(name)
+
+
+def _tolerance(reference: torch.Tensor, dtype: torch.dtype, terms: int) -> float:
+    """One rounding to ``dtype`` plus the float32 summation bound over ``terms`` terms, relative to max |reference|."""
+    return reference.abs().max().item() * (UNIT_ROUNDOFF[dtype] + terms * UNIT_ROUNDOFF[torch.float32])
+
+
+def _compare(label: str, out: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype, terms: int) -> None:
+    diff = (out.double() - reference).abs().max().item()
+    tolerance = _tolerance(reference, dtype, terms)
+    print(f"{label}: max |diff| = {diff:.3e} (tolerance {tolerance:.3e})")
+    assert out.dtype == dtype and out.shape == reference.shape
+    assert diff <= tolerance
+
+
+def _inputs(rows: int, hidden: int, dtype: torch.dtype, seed: int):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = (torch.randn(rows, hidden, device="cuda", generator=gen) * 3 + 1).to(dtype)
+    weight = (1 + 0.5 * torch.randn(hidden, device="cuda", generator=gen)).to(dtype)
+    bias = (0.5 * torch.randn(hidden, device="cuda", generator=gen)).to(dtype)
+    grad = torch.randn(rows, hidden, device="cuda", generator=gen).to(dtype)
+    return x, weight, bias, grad
+
+
+def _leaf64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().double().requires_grad_()
+
+
+# --- apex: fused norms ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("rows", "hidden"), [(64, 1024), (37, 4096), (256, 1000)])
+def test_apex_fused_layer_norm_matches_torch(dtype, rows, hidden):
+    installed("fused_layer_norm_cuda")
+    from apex.normalization import FusedLayerNorm
+
+    eps = 1e-5
+    x, weight, bias, grad = _inputs(rows, hidden, dtype, seed=rows + hidden)
+    norm = FusedLayerNorm(hidden, eps=eps).cuda().to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+        norm.bias.copy_(bias)
+    xin = x.detach().requires_grad_()
+    out = norm(xin)
+    out.backward(grad)
+
+    x64, w64, b64 = _leaf64(x), _leaf64(weight), _leaf64(bias)
+    reference = torch.nn.functional.layer_norm(x64, (hidden,), w64, b64, eps)
+    reference.backward(grad.double())
+    where = f"FusedLayerNorm {dtype} {rows}x{hidden}"
+    # mean and variance sum `hidden` terms; dx sums two reductions over `hidden`; dweight/dbias sum `rows`
+    _compare(f"{where} forward", out, reference.detach(), dtype, terms=2 * hidden)
+    _compare(f"{where} dx", xin.grad, x64.grad, dtype, terms=4 * hidden)
+    _compare(f"{where} dweight", norm.weight.grad, w64.grad, dtype, terms=rows + 2 * hidden)
+    _compare(f"{where} dbias", norm.bias.grad, b64.grad, dtype, terms=rows)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("rows", "hidden"), [(64, 1024), (37, 4096), (256, 1000)])
+def test_apex_fused_rms_norm_matches_torch(dtype, rows, hidden):
+    installed("fused_layer_norm_cuda")
+    from apex.normalization import FusedRMSNorm
+
+    eps = 1e-6
+    x, weight, _, grad = _inputs(rows, hidden, dtype, seed=3 * rows + hidden)
+    norm = FusedRMSNorm(hidden, eps=eps).cuda().to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+    xin = x.detach().requires_grad_()
+    out = norm(xin)
+    out.backward(grad)
+
+    x64, w64 = _leaf64(x), _leaf64(weight)
+    reference = torch.nn.functional.rms_norm(x64, (hidden,), w64, eps)
+    reference.backward(grad.double())
+    where = f"FusedRMSNorm {dtype} {rows}x{hidden}"
+    _compare(f"{where} forward", out, reference.detach(), dtype, terms=hidden)
+    _compare(f"{where} dx", xin.grad, x64.grad, dtype, terms=2 * hidden)
+    _compare(f"{where} dweight", norm.weight.grad, w64.grad, dtype, terms=rows + hidden)
+
+
+# --- apex: FusedAdam -------------------------------------------------------------------------------------
+
+
+def test_apex_fused_adam_one_step_matches_torch_adamw():
+    installed("amp_C")
+    from apex.optimizers import FusedAdam
+
+    gen = torch.Generator(device="cuda").manual_seed(17)
+    # several tensors and sizes, so the multi-tensor kernel's chunking is crossed
+    shapes = [(1024, 1024), (1000,), (3, 77, 5), (65537,)]
+    params = [torch.randn(*s, device="cuda", generator=gen) for s in shapes]
+    grads = [torch.randn(*s, device="cuda", generator=gen) for s in shapes]
+    settings = {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
+
+    ours = [p.clone().requires_grad_() for p in params]
+    theirs = [p.clone().requires_grad_() for p in params]
+    for a, b, g in zip(ours, theirs, grads, strict=True):
+        a.grad, b.grad = g.clone(), g.clone()
+    FusedAdam(ours, adam_w_mode=True, **settings).step()
+    torch.optim.AdamW(theirs, **settings).step()
+
+    u = UNIT_ROUNDOFF[torch.float32]
+    for shape, a, b, p in zip(shapes, ours, theirs, params, strict=True):
+        moved = (b.detach() - p).abs().max().item()
+        diff = (a.detach() - b.detach()).abs().max().item()
+        # each side rounds p once (and p * (1 - lr * wd) once more); m/(sqrt(v) + eps) is within ~|1| and
+        # costs a few roundings (moments, bias corrections, sqrt, division: 16 ulp with fast math) times lr
+        tolerance = 4 * u * p.abs().max().item() + 16 * u * settings["lr"]
+        print(f"FusedAdam vs AdamW, one step, {tuple(shape)}: max |diff| = {diff:.3e} "
+              f"(tolerance {tolerance:.3e}; the step moved parameters by up to {moved:.3e})")
+        assert moved > settings["lr"] / 2  # the step did something
+        assert diff <= tolerance
+
+
+# --- DeepEP on one GPU --------------------------------------------------------------------------------------
+
+
+def _mapped_libraries() -> set[str]:
+    return {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if ".so" in line}
+
+
+def test_deep_ep_imports_with_nvshmem_and_hybrid_ep():
+    deep_ep = installed("deep_ep")
+    import deep_ep_cpp
+    import hybrid_ep_cpp
+
+    nvshmem = sorted(p for p in _mapped_libraries() if Path(p).name.startswith("libnvshmem_host.so"))
+    print(f"deep_ep {deep_ep.__file__}: deep_ep_cpp {deep_ep_cpp.__file__}, hybrid_ep_cpp {hybrid_ep_cpp.__file__}; "
+          f"NVSHMEM host library loaded: {nvshmem}")
+    assert nvshmem, "deep_ep_cpp was not linked against NVSHMEM (internode and low-latency kernels left out)"
+
+
+@pytest.fixture()
+def one_rank_buffer(monkeypatch):
+    deep_ep = installed("deep_ep")
+    import torch.distributed as dist
+
+    if importlib.util.find_spec("pynvml") is None:
+        # Buffer checks NVLink between every pair of ranks through pynvml; one rank has no pair.
+        monkeypatch.setattr(deep_ep.buffer, "check_nvlink_connections", lambda *args, **kwargs: None)
+    torch.cuda.set_device(0)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        buffer = deep_ep.Buffer(dist.group.WORLD, num_nvl_bytes=1 << 24, explicitly_destroy=True)
+        try:
+            yield deep_ep, buffer
+        finally:
+            buffer.destroy()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_deep_ep_buffer_for_one_rank(one_rank_buffer):
+    deep_ep, buffer = one_rank_buffer
+    print(f"deep_ep.Buffer for one rank: available {buffer.runtime.is_available()}, "
+          f"rdma ranks {buffer.runtime.get_num_rdma_ranks()}, device {buffer.runtime.get_local_device_id()}")
+    assert buffer.runtime.is_available() and buffer.group_size == 1
+    assert buffer.runtime.get_num_rdma_ranks() == 1
+    # why intranode dispatch cannot run here: upstream has configs (and kernels) for 2, 4, 8... ranks only
+    with pytest.raises(AssertionError, match="Unsupported number of EP ranks: 1"):
+        deep_ep.Buffer.get_dispatch_config(1)
+
+
+@pytest.mark.parametrize(("num_tokens", "num_topk", "num_experts"), [(4096, 8, 256), (333, 6, 64), (1, 1, 8)])
+def test_deep_ep_dispatch_layout_counts_match_torch(one_rank_buffer, num_tokens, num_topk, num_experts):
+    _, buffer = one_rank_buffer
+    gen = torch.Generator(device="cuda").manual_seed(num_tokens + num_experts)
+    scores = torch.rand(num_tokens, num_experts, device="cuda", generator=gen)
+    topk_idx = torch.topk(scores, num_topk, dim=-1, sorted=False).indices  # distinct experts per token, int64
+    topk_idx[torch.rand(num_tokens, num_topk, device="cuda", generator=gen) < 0.1] = -1  # some slots unused
+    per_rank, per_rdma_rank, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, num_experts)
+    torch.cuda.synchronize()
+
+    used = topk_idx >= 0
+    expected_per_expert = torch.bincount(topk_idx[used], minlength=num_experts)
+    expected_in_rank = used.any(dim=1, keepdim=True)  # one rank holds every expert
+    diffs = {
+        "num_tokens_per_expert": (per_expert.long() - expected_per_expert).abs().max().item(),
+        "num_tokens_per_rank": abs(per_rank.long().item() - expected_in_rank.sum().item()),
+        "is_token_in_rank": (in_rank != expected_in_rank).sum().item(),
+    }
+    for name, diff in diffs.items():
+        print(f"get_dispatch_layout {num_tokens} tokens, top-{num_topk} of {num_experts} experts, {name}: "
+              f"max |diff| = {diff} (tolerance 0: integer counts)")
+    assert per_rdma_rank is None  # intranode: no RDMA ranks
+    assert per_rank.shape == (1,) and in_rank.shape == (num_tokens, 1) and per_expert.shape == (num_experts,)
+    assert set(diffs.values()) == {0}
