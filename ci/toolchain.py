@@ -223,7 +223,8 @@ _CXX_PROBE = '#include <string>\nint wheelhouse_probe() { return static_cast<int
 
 def check_cxx(env: dict[str, str]) -> str | None:
     """The C++ compiler builds will use (CXX, else ``c++`` as torch does), checked to link libstdc++ dynamically;
-    None when there is none (a pure-Python component needs none).
+    None when there is none (a pure-Python component needs none). CUDAHOSTCXX, nvcc's host compiler in CMake
+    builds (TransformerEngine), is checked the same way when it is set.
 
     A compiler that links it statically (``-static-libstdc++``, or a wrapper whose
     library path has only libstdc++.a) makes extensions that crash beside torch's
@@ -231,27 +232,36 @@ def check_cxx(env: dict[str, str]) -> str | None:
     build. This finds out in a second, before it.
     """
     cxx = env.get("CXX") or "c++"
+    found = _check_links_libstdcxx_dynamically("CXX", cxx, env)
+    host = env.get("CUDAHOSTCXX")
+    if host and host != cxx:
+        _check_links_libstdcxx_dynamically("CUDAHOSTCXX", host, env)
+    return found
+
+
+def _check_links_libstdcxx_dynamically(variable: str, compiler: str, env: dict[str, str]) -> str | None:
+    """``compiler`` when a shared library it links needs libstdc++.so; None when it cannot be run."""
     with tempfile.TemporaryDirectory(prefix="wheelhouse-cxx-") as tmp:
         source, library = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
         source.write_text(_CXX_PROBE)
         try:
-            result = subprocess.run([*shlex.split(cxx), "-shared", "-fPIC", str(source), "-o", str(library)],
+            result = subprocess.run([*shlex.split(compiler), "-shared", "-fPIC", str(source), "-o", str(library)],
                                     capture_output=True, text=True, env=env)
         except OSError:
             return None  # no compiler: nothing links libstdc++ wrongly; a builder that needs one fails itself
         if result.returncode != 0:
             tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise WheelhouseError(f"CXX={cxx}: cannot build a shared library ({tail}); point CXX at a working "
-                                  "C++ compiler")
+            raise WheelhouseError(f"{variable}={compiler}: cannot build a shared library ({tail}); point {variable} "
+                                  "at a working C++ compiler")
         with open(library, "rb") as fp:
             needed = ElfFile(fp, str(library)).needed_libraries()
     if not links_libstdcxx_dynamically(needed):
         raise WheelhouseError(
-            f"CXX={cxx} links libstdc++ statically (its shared libraries do not need libstdc++.so.6); extensions "
-            "built with it crash beside torch's shared libstdc++: point CXX (and CC) at a compiler that links it "
-            "dynamically, e.g. the system g++"
+            f"{variable}={compiler} links libstdc++ statically (its shared libraries do not need libstdc++.so.6); "
+            "extensions built with it crash beside torch's shared libstdc++: point it at a compiler that links it "
+            "dynamically, e.g. the system g++ (CC, CXX and CUDAHOSTCXX alike)"
         )
-    return cxx
+    return compiler
 
 
 def cuda_home(nvcc: Path) -> Path:

@@ -299,10 +299,14 @@ def test_a_cxx_that_links_libstdcxx_statically_is_refused_before_the_build(tmp_p
         toolchain.check_cxx(env)
     assert str(info.value) == (
         f"CXX={wrapper} links libstdc++ statically (its shared libraries do not need libstdc++.so.6); extensions "
-        "built with it crash beside torch's shared libstdc++: point CXX (and CC) at a compiler that links it "
-        "dynamically, e.g. the system g++")
+        "built with it crash beside torch's shared libstdc++: point it at a compiler that links it dynamically, "
+        "e.g. the system g++ (CC, CXX and CUDAHOSTCXX alike)")
     assert toolchain.check_cxx({**os.environ, "CXX": "g++"}) == "g++"
     assert toolchain.check_cxx({**os.environ, "CXX": "/nonexistent/g++"}) is None  # pure-Python builds need none
+    # The GPU machine also exports CUDAHOSTCXX=<the wrapper>, which CMake hands nvcc for the kernels' host code
+    with pytest.raises(WheelhouseError) as info:
+        toolchain.check_cxx({**os.environ, "CXX": "g++", "CUDAHOSTCXX": str(wrapper)})
+    assert str(info.value).startswith(f"CUDAHOSTCXX={wrapper} links libstdc++ statically")
 
 
 def test_builder_and_setup_py_never_see_credentials(tmp_path, caplog):
