@@ -9,6 +9,10 @@ float64 from the same inputs, and FusedAdam one step against torch.optim.AdamW o
 tensors. Tolerances: the kernel rounds each output once to its dtype (unit roundoff u of the dtype,
 relative to the largest |reference|) after float32 arithmetic whose error is bounded by the
 worst-case float32 summation bound, (terms summed) x u_float32, over every term an output depends on.
+Below float32 that one-rounding model is too strict for a fused norm: on the H200, apex's bfloat16
+FusedLayerNorm forward was up to 1.3x it (more than one rounding), and CPU
+torch's own bfloat16 layer-norm dweight 2.4x it. There the tolerance is also at least twice the
+error of torch's own operator in that dtype on the same inputs, the bar upstream test suites use.
 
 DeepEP on one GPU: intranode dispatch/combine need 2, 4 or 8 ranks (its kernels are instantiated
 for those counts and Buffer.get_dispatch_config refuses others), internode needs several nodes, and
@@ -50,12 +54,27 @@ def _tolerance(reference: torch.Tensor, dtype: torch.dtype, terms: int) -> float
     return reference.abs().max().item() * (UNIT_ROUNDOFF[dtype] + terms * UNIT_ROUNDOFF[torch.float32])
 
 
-def _compare(label: str, out: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype, terms: int) -> None:
+def _compare(label: str, out: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype, terms: int,
+             torch_own: torch.Tensor | None = None) -> None:
+    """``torch_own``: torch's own operator's result in ``dtype``; below float32 the tolerance is at least twice its error."""
     diff = (out.double() - reference).abs().max().item()
     tolerance = _tolerance(reference, dtype, terms)
-    print(f"{label}: max |diff| = {diff:.3e} (tolerance {tolerance:.3e})")
+    why = "one rounding + float32 sums"
+    if torch_own is not None and dtype != torch.float32:
+        torch_diff = (torch_own.double() - reference).abs().max().item()
+        if 2 * torch_diff > tolerance:
+            tolerance, why = 2 * torch_diff, f"2 x torch's own {dtype} error"
+    print(f"{label}: max |diff| = {diff:.3e} (tolerance {tolerance:.3e}: {why})")
     assert out.dtype == dtype and out.shape == reference.shape
     assert diff <= tolerance
+
+
+def _torch_in_dtype(op, leaves: list[torch.Tensor], grad: torch.Tensor) -> list[torch.Tensor]:
+    """Output and input gradients of torch's own ``op`` on copies of ``leaves`` in their own dtype."""
+    copies = [t.detach().clone().requires_grad_() for t in leaves]
+    out = op(*copies)
+    out.backward(grad)
+    return [out.detach()] + [c.grad for c in copies]
 
 
 def _inputs(rows: int, hidden: int, dtype: torch.dtype, seed: int):
@@ -93,12 +112,14 @@ def test_apex_fused_layer_norm_matches_torch(dtype, rows, hidden):
     x64, w64, b64 = _leaf64(x), _leaf64(weight), _leaf64(bias)
     reference = torch.nn.functional.layer_norm(x64, (hidden,), w64, b64, eps)
     reference.backward(grad.double())
+    own = _torch_in_dtype(lambda a, w, b: torch.nn.functional.layer_norm(a, (hidden,), w, b, eps),
+                          [x, weight, bias], grad)
     where = f"FusedLayerNorm {dtype} {rows}x{hidden}"
     # mean and variance sum `hidden` terms; dx sums two reductions over `hidden`; dweight/dbias sum `rows`
-    _compare(f"{where} forward", out, reference.detach(), dtype, terms=2 * hidden)
-    _compare(f"{where} dx", xin.grad, x64.grad, dtype, terms=4 * hidden)
-    _compare(f"{where} dweight", norm.weight.grad, w64.grad, dtype, terms=rows + 2 * hidden)
-    _compare(f"{where} dbias", norm.bias.grad, b64.grad, dtype, terms=rows)
+    _compare(f"{where} forward", out, reference.detach(), dtype, terms=2 * hidden, torch_own=own[0])
+    _compare(f"{where} dx", xin.grad, x64.grad, dtype, terms=4 * hidden, torch_own=own[1])
+    _compare(f"{where} dweight", norm.weight.grad, w64.grad, dtype, terms=rows + 2 * hidden, torch_own=own[2])
+    _compare(f"{where} dbias", norm.bias.grad, b64.grad, dtype, terms=rows, torch_own=own[3])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -119,10 +140,11 @@ def test_apex_fused_rms_norm_matches_torch(dtype, rows, hidden):
     x64, w64 = _leaf64(x), _leaf64(weight)
     reference = torch.nn.functional.rms_norm(x64, (hidden,), w64, eps)
     reference.backward(grad.double())
+    own = _torch_in_dtype(lambda a, w: torch.nn.functional.rms_norm(a, (hidden,), w, eps), [x, weight], grad)
     where = f"FusedRMSNorm {dtype} {rows}x{hidden}"
-    _compare(f"{where} forward", out, reference.detach(), dtype, terms=hidden)
-    _compare(f"{where} dx", xin.grad, x64.grad, dtype, terms=2 * hidden)
-    _compare(f"{where} dweight", norm.weight.grad, w64.grad, dtype, terms=rows + hidden)
+    _compare(f"{where} forward", out, reference.detach(), dtype, terms=hidden, torch_own=own[0])
+    _compare(f"{where} dx", xin.grad, x64.grad, dtype, terms=2 * hidden, torch_own=own[1])
+    _compare(f"{where} dweight", norm.weight.grad, w64.grad, dtype, terms=rows + hidden, torch_own=own[2])
 
 
 # --- apex: FusedAdam -------------------------------------------------------------------------------------
@@ -192,7 +214,10 @@ def one_rank_buffer(monkeypatch):
         try:
             yield deep_ep, buffer
         finally:
-            buffer.destroy()
+            # destroy() runs the NVLink barrier, whose kernels exist for 2, 4, 8... ranks only: for one rank
+            # upstream refuses (seen on the H200); the process's exit frees the buffer instead
+            with pytest.raises(RuntimeError, match="Unsupported ranks"):
+                buffer.destroy()
     finally:
         dist.destroy_process_group()
 
