@@ -202,9 +202,17 @@ def device_rows() -> list[list[str]]:
         return [["causal-conv1d 1.7.0, two venv paths of Python 3.12 (GPU machine)", "not measured yet", "", "",
                  "", "run tests/gpu/run_on_device.sh with WHEELHOUSE_DEVICE_TWO_VENV_PATHS=1"]]
     first, second = found["first_s"], found["second_s"]
-    return [[f"causal-conv1d 1.7.0, two venv paths of Python 3.12 ({data.get('machine', 'GPU machine')}, "
-             f"{data.get('date', 'undated')})", f"{first:.0f} s", f"{second:.0f} s", f"{second / first:.2f}",
-             found.get("first_counts", ""), found.get("second_counts", "")]]
+    machine = found.get("machine") or data.get("machine", "GPU machine")
+    date = found.get("date") or data.get("date", "undated")
+    return [[f"causal-conv1d 1.7.0, two venv paths of Python 3.12 ({machine}, {date})", f"{first:.0f} s",
+             f"{second:.0f} s", f"{second / first:.2f}", found.get("first_counts", ""), found.get("second_counts", "")]]
+
+
+def device_notes() -> list[str]:
+    """What the two-venv-path measurement's record says about its conditions, when it has a note."""
+    data = json.loads(DEVICE_RESULTS.read_text()) if DEVICE_RESULTS.is_file() else {}
+    found = data.get("causal_conv1d_two_venv_paths") or {}
+    return [f"causal-conv1d, two venv paths (GPU machine): {found['notes']}"] if found.get("notes") else []
 
 
 def run(ctx: Context) -> Figure:
@@ -263,6 +271,7 @@ def run(ctx: Context) -> Figure:
             "This machine's CUDA toolkit lacks the math libraries' headers; CPATH names torch's nvidia-* wheel "
             "headers at one path for both builds, as a full toolkit's would be.",
             "fast-hadamard-transform is left out when WHEELHOUSE_BENCH_FHT_GIT (its upstream repository) is unset.",
+            *(device_notes() if not ctx.quick and not ctx.toy else []),
         ],
         summary=summary,
     )
