@@ -66,7 +66,8 @@ def _versions_file(work: Path) -> Path:
     rows = "\n".join(f'  - {{arch: x86_64, cuda: "13.0.2", python: "{p}", torch: "{TORCH}", cxx11_abi: "TRUE", '
                      f"torch_index: default}}" for p in PYTHONS)
     path = work / "versions.yaml"
-    path.write_text(VERSIONS.format(rows=rows, fixture=REPO / "tests" / "fixtures" / "fixture_ext", fht_ref=FHT_REF))
+    # relative to the repository root, as versions.yaml wants it; the build itself takes --source
+    path.write_text(VERSIONS.format(rows=rows, fixture="tests/fixtures/fixture_ext", fht_ref=FHT_REF))
     return path
 
 

@@ -56,3 +56,13 @@ def test_synthetic_wheel_is_read_alike_by_both_scanners(tmp_path: Path) -> None:
 def test_ratio_reports_median_and_min() -> None:
     assert ratio(Samples([4.0, 6.0, 8.0]), Samples([1.0, 2.0, 2.0])) == "3.0x (min 4.0x)"
     assert Samples([1.0, 3.0, 2.0]).fmt() == "1 / 2 s"
+
+
+def test_cross_python_versions_file_loads(tmp_path: Path) -> None:
+    """The cross-Python figure builds from a versions file of its own; versions.yaml's checks apply to it."""
+    from benchmarks import cross_python
+    from ci import matrix
+    from ci.versions import load
+
+    rows = matrix.expand(load(cross_python._versions_file(tmp_path)))
+    assert {(r.component, r.python) for r in rows} >= {("wheelhouse-fixture", p) for p in cross_python.PYTHONS}
