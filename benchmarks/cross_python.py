@@ -95,6 +95,7 @@ def _venv(ctx: Context, row, venvs: Path) -> None:
         subprocess.run([uv, "venv", "-q", "--python", str(base), str(venv)], check=True, env=env)
         subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"torch=={TORCH}",
                         "pip", *toolchain.BUILD_TOOLS], check=True, env=env)
+        toolchain.normalise_header_mtimes(venv)  # as ci.toolchain.prepare_venv does
         (venv / ".wheelhouse-ready").write_text(json.dumps({"python": row.python, "torch": TORCH}) + "\n")
     venvs.mkdir(parents=True, exist_ok=True)
     link = venvs / key

@@ -415,8 +415,31 @@ def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, installe
         _run(install_command(python, row, index), what)
         _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *BUILD_TOOLS],
              "install build tools")
+    normalise_header_mtimes(venv)
     stamp.write_text(json.dumps({"python": row.python, "torch": row.torch, "index": index}) + "\n")
     return python
+
+
+HEADER_MTIME = 315532800  # 1980-01-01, the earliest time a zip (a wheel) can record
+
+
+def normalise_header_mtimes(venv: Path) -> int:
+    """Give every file under the venv's torch/include one fixed mtime; returns how many.
+
+    GCC's ``#pragma once`` takes two headers of equal contents and equal mtime for one file and reads
+    only the first (torch has dozens of identical ``ATen/ops/*_native.h``). Which of them share an mtime
+    depends on how fast the installer unpacked them, so one venv's preprocessed kernel could lack lines
+    another's had, and the compiler cache missed between Pythons (seen: the fixture's CUDA kernel).
+    With one mtime every venv dedups them alike. uv hardlinks files from its cache: the cache's copies
+    get the same mtime, which no build reads.
+    """
+    count = 0
+    for include in venv.glob("lib/python*/site-packages/torch/include"):
+        for path in include.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                os.utime(path, (HEADER_MTIME, HEADER_MTIME))
+                count += 1
+    return count
 
 
 def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:

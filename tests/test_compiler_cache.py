@@ -216,3 +216,36 @@ def test_the_builds_sccache_server_does_not_stop_while_a_long_compile_runs(tmp_p
     finally:
         for env in envs.values():
             subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_venvs_preprocess_torch_headers_alike_once_their_mtimes_are_one(tmp_path):
+    """GCC's #pragma once reads only the first of two headers with equal contents and equal mtimes. Whether
+    torch's identical ATen/ops/*_native.h share an mtime depended on how fast a venv was unpacked, so the
+    fixture's kernel preprocessed differently in two venvs and missed the cache between Pythons."""
+    import os
+
+    from ci import toolchain
+
+    body = "#pragma once\nnamespace at { namespace native { } }\n"
+    outputs = {}
+    for name, mtimes in (("fast", (1000, 1000)), ("slow", (1000, 1001))):
+        venv = tmp_path / name
+        ops = venv / "lib" / "python3.12" / "site-packages" / "torch" / "include" / "ops"
+        ops.mkdir(parents=True)
+        for header, mtime in zip(("a_native.h", "b_native.h"), mtimes, strict=True):
+            (ops / header).write_text(body)
+            os.utime(ops / header, (mtime, mtime))
+        (tmp_path / "kernel.cpp").write_text('#include "a_native.h"\n#include "b_native.h"\n')
+
+        def preprocess(include: Path = ops) -> str:
+            text = subprocess.run(["g++", "-E", "-P", f"-I{include}", str(tmp_path / "kernel.cpp")],
+                                  capture_output=True, text=True, check=True).stdout
+            return text.replace(str(include), "<include>")
+
+        before = preprocess()
+        assert toolchain.normalise_header_mtimes(venv) == 2
+        outputs[name] = (before, preprocess())
+    # unpacked within one second, the second header is skipped; a second apart, both are read
+    assert outputs["fast"][0].count("namespace native") == 1 and outputs["slow"][0].count("namespace native") == 2
+    assert outputs["fast"][1] == outputs["slow"][1]
