@@ -28,6 +28,13 @@ prepend_path() {
     export "$var=$dir${!var:+:${!var}}"
 }
 
+# append_path VAR DIR: DIR last in the colon list VAR, unless it is there
+# already (what VAR held first keeps its precedence).
+append_path() {
+    local var="$1" dir="$2"
+    case ":${!var:-}:" in *":$dir:"*) ;; *) export "$var=${!var:+${!var}:}$dir" ;; esac
+}
+
 # ensure_cuda_cccl_include_path: CUDA 13 moved CCCL (cub, thrust,
 # libcu++) under include/cccl; sources that include <cub/...> directly need it
 # on CPATH. Only warns when absent: older toolkits keep CCCL in include/.
@@ -84,7 +91,7 @@ ensure_cuda_headers() {
         [[ -f "$root/include/$header" || -f "$root/targets/$(cuda_target_dir)/include/$header" ]] && continue
         [[ -n "$wheels" && -f "$wheels/include/$header" ]] \
             || die "$header is neither in $root/include nor in the row venv's CUDA wheels; install the toolkit's development headers for it"
-        case ":${CPATH:-}:" in *":$wheels/include:"*) ;; *) export CPATH="${CPATH:+$CPATH:}$wheels/include" ;; esac
+        append_path CPATH "$wheels/include"
         log_info "$header: from the CUDA wheels ($wheels/include)"
     done
 }

@@ -5,8 +5,8 @@
 # row venv's nvidia-nccl-cu<major> (a dependency of CUDA torch, so the NCCL
 # torch runs with), else from NVIDIA's apt repository. The toolkit ships none.
 
-# shellcheck source=env.sh
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+# shellcheck source=cuda_paths.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cuda_paths.sh"
 
 # nccl_pick_version CUDA_MM [PREFIX] < `apt-cache madison libnccl-dev` output:
 # the first (newest) version built for CUDA_MM ("2.28.3-1+cuda13.0"), or the
@@ -43,7 +43,7 @@ ensure_nccl_header() {
     local dir
     dir="$(python_package_dir nvidia.nccl)"
     if [[ -n "$dir" && -f "$dir/include/nccl.h" ]]; then
-        case ":${CPATH:-}:" in *":$dir/include:"*) ;; *) export CPATH="${CPATH:+$CPATH:}$dir/include" ;; esac
+        append_path CPATH "$dir/include"
         log_info "nccl.h: from the row venv's NCCL wheel ($dir/include)"
         return 0
     fi
