@@ -195,26 +195,28 @@ def _tu(obj: str) -> str:
     return obj.split(".", 1)[0]
 
 
-def device_rows() -> list[list[str]]:
-    """causal-conv1d from two venv paths of one Python on the GPU machine (run_on_device.sh with
-    WHEELHOUSE_DEVICE_TWO_VENV_PATHS=1), when benchmarks/device_results.json has it."""
+def _device_runs() -> list[dict]:
+    """The two-venv-path runs recorded in benchmarks/device_results.json, oldest first (none when absent)."""
     data = json.loads(DEVICE_RESULTS.read_text()) if DEVICE_RESULTS.is_file() else {}
-    found = data.get("causal_conv1d_two_venv_paths")
-    if not found:
+    return data.get("causal_conv1d_two_venv_paths") or []
+
+
+def device_rows() -> list[list[str]]:
+    """causal-conv1d from two venv paths of one Python on the GPU machine (run_on_device.sh two-venv-paths),
+    a row per run recorded in benchmarks/device_results.json."""
+    runs = _device_runs()
+    if not runs:
         return [["causal-conv1d 1.7.0, two venv paths of Python 3.12 (GPU machine)", "not measured yet", "", "",
-                 "", "run tests/gpu/run_on_device.sh with WHEELHOUSE_DEVICE_TWO_VENV_PATHS=1"]]
-    first, second = found["first_s"], found["second_s"]
-    machine = found.get("machine") or data.get("machine", "GPU machine")
-    date = found.get("date") or data.get("date", "undated")
-    return [[f"causal-conv1d 1.7.0, two venv paths of Python 3.12 ({machine}, {date})", f"{first:.0f} s",
-             f"{second:.0f} s", f"{second / first:.2f}", found.get("first_counts", ""), found.get("second_counts", "")]]
+                 "", "run tests/gpu/run_on_device.sh two-venv-paths"]]
+    return [[f"causal-conv1d 1.7.0, two venv paths of Python 3.12 ({found['machine']}, {found['date']}, {found['build']})",
+             f"{found['first_s']:.0f} s", f"{found['second_s']:.0f} s", f"{found['second_s'] / found['first_s']:.2f}",
+             found["first_counts"], found["second_counts"]] for found in runs]
 
 
 def device_notes() -> list[str]:
-    """What the two-venv-path measurement's record says about its conditions, when it has a note."""
-    data = json.loads(DEVICE_RESULTS.read_text()) if DEVICE_RESULTS.is_file() else {}
-    found = data.get("causal_conv1d_two_venv_paths") or {}
-    return [f"causal-conv1d, two venv paths (GPU machine): {found['notes']}"] if found.get("notes") else []
+    """What each two-venv-path run's record says about its conditions."""
+    return [f"causal-conv1d, two venv paths (GPU machine, {found['build']}): {found['notes']}"
+            for found in _device_runs() if found.get("notes")]
 
 
 def run(ctx: Context) -> Figure:

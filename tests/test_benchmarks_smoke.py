@@ -66,3 +66,23 @@ def test_cross_python_versions_file_loads(tmp_path: Path) -> None:
 
     rows = matrix.expand(load(cross_python._versions_file(tmp_path)))
     assert {(r.component, r.python) for r in rows} >= {("wheelhouse-fixture", p) for p in cross_python.PYTHONS}
+
+
+def test_the_recorded_gpu_machine_results_render_a_row_each() -> None:
+    """benchmarks/device_results.json is written by hand from device output: every recorded run must still render."""
+    import json
+
+    from benchmarks import builds, cross_python
+    from benchmarks.common import DEVICE_RESULTS
+
+    data = json.loads(DEVICE_RESULTS.read_text())
+    runs = data["causal_conv1d_two_venv_paths"]
+    rows = cross_python.device_rows()
+    assert len(rows) == len(runs) == len(cross_python.device_notes())
+    for run, row in zip(runs, rows, strict=True):
+        assert run["build"] in row[0] and row[3] == f"{run['second_s'] / run['first_s']:.2f}"
+    for key in ("upstream_builds_2", "upstream_builds_3"):
+        rendered = builds.upstream_rows_table(key, key)
+        assert rendered is not None
+        table, _ = rendered
+        assert [row[0] for row in table.rows] == [row["component"] for row in data[key]["rows"]]
