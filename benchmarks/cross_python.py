@@ -8,7 +8,7 @@ says, per object, whether it was a hit: a translation unit that includes Python 
 (its preprocessed source differs), one that does not may hit.
 
 Components: the fixture extension (its CUDA kernel ``fixture_cuda.cu`` includes no Python header;
-``fixture.cpp`` includes ``torch/extension.h``) and fast-hadamard-transform at the pinned revision
+``fixture.cpp`` includes Python's through ``torch/csrc/utils/pybind.h``) and fast-hadamard-transform at the pinned revision
 (``WHEELHOUSE_BENCH_FHT_GIT``: a clone or bare repository of its upstream; left out when unset).
 The fixture is built for one arch (9.0); fast-hadamard-transform as versions.yaml builds it, for the
 nine archs its setup.py lists for CUDA 13. sccache's logs are kept in
@@ -267,7 +267,7 @@ def run(ctx: Context) -> Figure:
         ],
         notes=[
             "Each nvcc compile is several cached steps in sccache (device code, host code); each output is listed.",
-            "A translation unit that includes Python headers (torch/extension.h) must miss: its preprocessed "
+            "A translation unit that includes Python headers (through torch/extension.h or torch/csrc/utils/pybind.h) must miss: its preprocessed "
             "source differs between Pythons. The CUDA kernels of both components include only c10/ATen headers.",
             "Both builds run in one build directory (its name leaves the Python out) and sccache strips the venv's "
             "site-packages: nvcc writes the source's absolute path into its device steps, and sccache 0.16 "
