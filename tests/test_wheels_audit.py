@@ -71,3 +71,27 @@ def test_repair_failure_gives_auditwheels_reason(tmp_path: Path) -> None:
 def test_repair_of_a_missing_file_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(CheckFailed, match="no such file"):
         audit_repair(tmp_path / "demo_pkg-1.0-cp311-cp311-linux_x86_64.whl", tmp_path, plat="banana")
+
+
+@pytest.mark.parametrize("case", ["no-record", "record-mismatch"])
+def test_repair_refuses_a_wheel_whose_record_check_wheel_refuses(tmp_path: Path, case: str) -> None:
+    """auditwheel reads RECORD to repack: without one it ended in its own FileNotFoundError traceback."""
+    from wheel_factory import host_shared_object
+
+    so = {"demo_pkg/_C.cpython-311-x86_64-linux-gnu.so": host_shared_object().read_bytes()}
+    wheel = build_wheel(tmp_path, {"demo_pkg/__init__.py": b"", **so})
+    with zipfile.ZipFile(wheel) as zf:
+        members = [(info, zf.read(info.filename)) for info in zf.infolist()]
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for info, data in members:
+            if info.filename.endswith("/RECORD") and case == "no-record":
+                continue
+            zf.writestr(info, b"# changed\n" if info.filename.endswith("__init__.py") else data)
+    with pytest.raises(CheckFailed) as info:
+        audit_repair(wheel, tmp_path / "out", plat="manylinux_2_28_x86_64")
+    if case == "no-record":
+        assert str(info.value) == (f"{wheel.name}: has no demo_pkg-1.0.dist-info/RECORD; pip refuses a wheel without "
+                                   "RECORD; rebuild the wheel (refusing to repair it)")
+    else:
+        assert str(info.value).startswith(f"{wheel.name}: member 'demo_pkg/__init__.py' does not match its RECORD hash")
+    assert not (tmp_path / "out").exists()  # refused before auditwheel ran

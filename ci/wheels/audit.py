@@ -97,10 +97,13 @@ def audit_repair(
 ) -> Path:
     """Repair ``wheel`` to a manylinux tag into ``out_dir``; returns the repaired wheel's path."""
     wheel = Path(wheel)
-    # auditwheel extracts with zipfile (a '../' name is re-rooted, a symlink becomes a file) and repacks:
-    # an unsafe archive would come out looking safe, so it is refused before, and the result checked after.
-    with open_wheel(wheel):
-        pass
+    # auditwheel extracts with zipfile (a '../' name is re-rooted, a symlink becomes a file) and repacks
+    # from RECORD: an unsafe archive would come out looking safe, and one without a valid RECORD ends in
+    # auditwheel's traceback, so both are refused before, and the result checked after.
+    with open_wheel(wheel) as archive:
+        problems = check_record(archive)
+    if problems:
+        raise CheckFailed(f"{problems[0]} (refusing to repair it)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if patcher == "auto":
