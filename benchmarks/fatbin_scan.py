@@ -1,7 +1,7 @@
 """Figure 4: which CUDA archs a 1 GB wheel's device code covers: time and peak RSS.
 
-- ours: ``ci.wheels.fatbin.scan_wheel_archs(use_cuobjdump=False)``: each ELF member streamed in
-  1 MiB chunks to a temp file, fatbin container headers parsed, payloads skipped by offset;
+- ours: ``ci.wheels.fatbin.scan_wheel_archs(use_cuobjdump=False)``: each ELF member read in place
+  from the wheel in 1 MiB chunks, fatbin container headers parsed, payloads skipped by offset;
 - anchor: ``benchmarks/anchor/cuda_archs.py`` (``ci/cuda_archs.py`` §6): each ``.so`` member read
   whole into memory, ELF sections found, ``(sm|compute)_NN`` regex over every ``.nv_fatbin`` byte.
 

@@ -7,6 +7,7 @@ check them under a timeout and a memory limit; ``benchmarks/hostile.py`` times t
 from __future__ import annotations
 
 import struct
+import zipfile
 from pathlib import Path
 
 from tests.wheel_factory import build_wheel
@@ -43,8 +44,8 @@ def undefined_symbols(count: int, name_offset: int | None = 1) -> bytes:
     return _SYM.pack(0, 0, 0, 0, 0, 0) + b"".join(_SYM.pack(i, 0x12, 0, 0, 0, 0) for i in range(1, count))
 
 
-def _wheel(out: Path, case: str, so: bytes) -> Path:
-    return build_wheel(out / case, {"demo_pkg/__init__.py": b"", SO: so})
+def _wheel(out: Path, case: str, so: bytes, compression: int = zipfile.ZIP_DEFLATED) -> Path:
+    return build_wheel(out / case, {"demo_pkg/__init__.py": b"", SO: so}, compression=compression)
 
 
 def fatbin_flood(out: Path, mib: int = 1) -> Path:
@@ -60,11 +61,15 @@ def fatbin_empty_containers(out: Path, mib: int = 1) -> Path:
 
 
 def dynsym_bomb(out: Path, mib: int = 64) -> Path:
-    """A ``.dynsym`` of ``mib`` MiB, every symbol an undefined c10 function: 698 MB of memory before."""
+    """A ``.dynsym`` of ``mib`` MiB, every symbol an undefined c10 function: 698 MB of memory before.
+
+    Stored, not deflated: at 400:1 the archive's ratio cap would refuse it before the symbol reader is reached.
+    """
     count = (mib << 20) // _SYM.size
     strings = b"\0_ZN3c104TestEv\0"
     return _wheel(out, f"dynsym-bomb-{mib}mib", elf([(".dynstr", SHT_STRTAB, strings, 0, 0),
-                                                    (".dynsym", SHT_DYNSYM, undefined_symbols(count), 1, _SYM.size)]))
+                                                    (".dynsym", SHT_DYNSYM, undefined_symbols(count), 1, _SYM.size)]),
+                  zipfile.ZIP_STORED)
 
 
 def overlapping_names(out: Path, symbols: int = 200_000, string_mib: int = 16) -> Path:
@@ -73,6 +78,31 @@ def overlapping_names(out: Path, symbols: int = 200_000, string_mib: int = 16) -
     return _wheel(out, "overlapping-names", elf([(".dynstr", SHT_STRTAB, strings, 0, 0),
                                                  (".dynsym", SHT_DYNSYM, undefined_symbols(symbols, None), 1,
                                                   _SYM.size)]))
+
+
+def fatbin_flood_members(out: Path, mib: int, members: int) -> Path:
+    """``members`` extension modules, each a ``.nv_fatbin`` of ``mib`` MiB of magics: deflate's 1000:1 per member."""
+    so = elf([(".nv_fatbin", SHT_PROGBITS, FATBIN_MAGIC * (mib << 18), 0, 0)])
+    return build_wheel(out / f"fatbin-{mib}mib-x{members}",
+                       {"demo_pkg/__init__.py": b"", **{SO.replace("_C", f"_C{k}"): so for k in range(members)}})
+
+
+def distinct_torch_symbols(out: Path, members: int, count: int) -> Path:
+    """``members`` extension modules, each referencing ``count`` distinct c10-looking symbols torch lacks."""
+    strings = bytearray(b"\0")
+    symbols = bytearray(_SYM.pack(0, 0, 0, 0, 0, 0))
+    for i in range(count):
+        symbols += _SYM.pack(len(strings), 0x12, 0, 0, 0, 0)
+        strings += b"_ZN3c109X%08dEv\0" % i  # c10::X00000000()
+    so = elf([(".dynstr", SHT_STRTAB, bytes(strings), 0, 0), (".dynsym", SHT_DYNSYM, bytes(symbols), 1, _SYM.size)])
+    return build_wheel(out / f"symbols-{count}-x{members}",
+                       {"demo_pkg/__init__.py": b"", **{SO.replace("_C", f"_C{k}"): so for k in range(members)}})
+
+
+def fatbin_container(sm: int = 90, entries: int = 1) -> bytes:
+    """A fatbin container holding ``entries`` empty cubin entries for ``sm_<sm>`` (what nvcc embeds, minus code)."""
+    entry = struct.pack("<HHIQ", 2, 0, 64, 0) + bytes(12) + struct.pack("<I", sm) + bytes(32)  # SM at offset 28
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, 64 * entries) + entry * entries
 
 
 def huge_section_offset(out: Path) -> Path:

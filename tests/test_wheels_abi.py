@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -96,3 +97,43 @@ def test_an_extension_with_its_own_libstdcxx_beside_torch_is_refused(tmp_path: P
             "dynamically (CXX)"]
     else:
         assert static_problems == []
+
+
+def test_any_shared_object_with_its_own_libstdcxx_is_refused(tmp_path: Path) -> None:
+    """Not only modules that link torch: a helper library with -static-libstdc++ carries a second libstdc++ too."""
+    from ci.wheels.check import check_wheels
+
+    static = build_wheel(tmp_path / "static", {"demo_pkg/libhelper.so": host_shared_object(["-static-libstdc++"])
+                                               .read_bytes()})
+    problems = [p for p in check_wheels([static]).problems if "libstdc++" in p]
+    assert len(problems) == 1
+    assert re.fullmatch(
+        re.escape(f"{static.name}: demo_pkg/libhelper.so defines the C++ runtime's ") + r"(__gxx_personality_v0|"
+        r"__cxa_throw|__cxa_begin_catch|_ZSt9terminatev|_ZNSt6locale7classicEv|_ZNSt8ios_base4InitC1Ev)"
+        + re.escape(" but does not link libstdc++.so.6: libstdc++ was linked in statically (-static-libstdc++, or a "
+                    "compiler wrapper that adds it), and beside torch's shared one std::regex crashes at run time; "
+                    "build with a compiler that links libstdc++ dynamically (CXX)"), problems[0])
+    shared = build_wheel(tmp_path / "shared", {"demo_pkg/libhelper.so": host_shared_object().read_bytes()})
+    assert check_wheels([shared]).ok
+
+
+@pytest.mark.parametrize("cuda_torch", [False, True], ids=["cpu-torch", "cuda-torch"])
+def test_cuda_wheel_against_a_cpu_torch_is_told_so(tmp_path: Path, cuda_torch: bool) -> None:
+    """Checked against a CPU build, a CUDA wheel misses torch's CUDA symbols: the fix is the row's CUDA torch."""
+    from hostile_wheels import SHT_PROGBITS, elf, fatbin_container
+    from stand_in_torch import torch_dir
+
+    from ci.wheels.check import check_wheels
+
+    kernels = elf([(".nv_fatbin", SHT_PROGBITS, fatbin_container(90), 0, 0)])
+    wheel = build_wheel(tmp_path / "w", {"demo_pkg/_C.cpython-311-x86_64-linux-gnu.so": host_shared_object()
+                                         .read_bytes(), "demo_pkg/libkernels.so": kernels})
+    torch = torch_dir(tmp_path / "t", cuda=cuda_torch)
+    (problem,) = check_wheels([wheel], torch_target=torch).problems
+    assert problem.startswith(f"{wheel.name}: demo_pkg/_C.cpython-311-x86_64-linux-gnu.so needs 1 symbol(s) that "
+                              f"torch 2.13.0 (torch at {torch}) does not export: c10::needs_string(")
+    if cuda_torch:
+        assert problem.endswith("; rebuild against that torch")
+    else:
+        assert problem.endswith(f"; torch at {torch} is a CPU build; a CUDA wheel needs the row's CUDA torch "
+                                "(pass it to --torch)")

@@ -93,8 +93,8 @@ def test_reads_valid_wheel_in_chunks(tmp_path: Path) -> None:
         chunks = list(archive.iter_chunks("demo_pkg/blob.bin", chunk=65536))
         assert max(len(c) for c in chunks) <= 65536
         assert b"".join(chunks) == payload
-        copy = archive.copy_to("demo_pkg/blob.bin", tmp_path)
-        assert copy.parent == tmp_path and copy.read_bytes() == payload
+        with archive.open_in_place("demo_pkg/blob.bin") as stream:
+            assert stream.read() == payload
     name = parse_filename(wheel)
     assert (name.name, name.version, name.distribution) == ("demo-pkg", "1.0+abc", "demo_pkg")
     assert {str(t) for t in name.tags} == {"cp311-cp311-linux_x86_64"}
@@ -116,3 +116,89 @@ def test_rejects_name_with_a_nul_byte(tmp_path: Path) -> None:
     data = wheel.read_bytes().replace(b"placeholder", b"place\0older")  # local header and central directory alike
     wheel.write_bytes(data)
     assert "has a NUL byte in its name" in _reject(wheel)
+
+
+# --- bounded work: what a wheel's declared sizes allow is judged before any member is read --------------
+
+
+def _declare_size(wheel: Path, member: str, size: int) -> None:
+    """Rewrite the uncompressed size the central directory declares for ``member`` (a 32-bit field)."""
+    data = bytearray(wheel.read_bytes())
+    entry = data.rfind(b"PK\x01\x02", 0, data.rfind(member.encode()))
+    data[entry + 24 : entry + 28] = size.to_bytes(4, "little")
+    wheel.write_bytes(bytes(data))
+
+
+def test_declared_sizes_beyond_the_cap_are_refused_before_reading(tmp_path: Path) -> None:
+    from ci.wheels.archive import MAX_UNCOMPRESSED
+
+    files = {f"demo_pkg/part{k}.bin": b"x" for k in range(5)}
+    wheel = build_wheel(tmp_path, files)
+    for name in files:
+        _declare_size(wheel, name, 0xFFFFFFF0)  # 4 GiB each, 20 GiB in all: reading would end in a CRC error
+    total = 5 * 0xFFFFFFF0 + sum(info.file_size for info in zipfile.ZipFile(wheel).infolist()
+                                 if not info.filename.endswith(".bin"))
+    assert MAX_UNCOMPRESSED == 16 << 30
+    assert _reject(wheel) == (f"{WHEEL}: its members add up to {total} bytes uncompressed, more than any real wheel "
+                              f"({16 << 30} at most); refusing it")
+
+
+def test_ratio_beyond_a_real_wheels_is_refused_and_small_wheels_of_zeros_pass(tmp_path: Path) -> None:
+    bomb = build_wheel(tmp_path / "bomb", {"demo_pkg/zeros.bin": bytes(65 << 20)})
+    size = bomb.stat().st_size
+    total = sum(info.file_size for info in zipfile.ZipFile(bomb).infolist())
+    assert _reject(bomb) == (f"{WHEEL}: its members add up to {total} bytes uncompressed from {size} bytes "
+                             f"({total // size}:1), more than any real wheel (100:1 at most; a decompression bomb); "
+                             "refusing it")
+    with open_wheel(build_wheel(tmp_path / "small", {"demo_pkg/zeros.bin": bytes(8 << 20)})):
+        pass  # 8 MiB at 1000:1 costs little to check: below the floor the ratio is not judged
+
+
+def test_rejects_encrypted_member(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path, {"demo_pkg/__init__.py": b"secret"}, compression=zipfile.ZIP_STORED)
+    data = bytearray(wheel.read_bytes())
+    for signature, flags_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # local header, central directory
+        at = data.find(signature)
+        data[at + flags_at] |= 1
+    wheel.write_bytes(bytes(data))
+    assert _reject(wheel) == (f"{WHEEL}: member 'demo_pkg/__init__.py' is encrypted, which no installer can read; "
+                              "rebuild the wheel")
+
+
+# --- reading in place ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2])
+def test_open_in_place_reads_what_the_member_holds_at_any_offset(tmp_path: Path, compression: int,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    from ci.wheels.archive import MemberReader
+
+    monkeypatch.setattr(MemberReader, "CHECKPOINT_EVERY", 1 << 16)  # many checkpoints in a small member
+    rng = random.Random(7)
+    payload = b"".join(rng.choice([b"abcd" * 64, rng.randbytes(256)]) for _ in range(8192))  # 2 MiB, compressible
+    wheel = build_wheel(tmp_path, {"demo_pkg/lib.so": payload}, compression=compression)
+    with open_wheel(wheel) as archive, archive.open_in_place("demo_pkg/lib.so") as stream:
+        assert stream.read() == payload
+        for _ in range(200):  # forwards and backwards, across checkpoints and inside the last chunk
+            start = rng.randrange(len(payload) + 10)
+            size = rng.choice([1, 4, 64, 4096, 1 << 20])
+            stream.seek(start)
+            assert stream.read(size) == payload[start : start + size]
+            assert stream.tell() == max(start, min(start + size, len(payload)))
+        stream.seek(-10, 2)
+        assert stream.read() == payload[-10:]
+
+
+def test_open_in_place_of_a_corrupt_member_is_one_line(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path, {"demo_pkg/lib.so": bytes(range(256)) * 4096})
+    data = bytearray(wheel.read_bytes())
+    start = data.find(b"demo_pkg/lib.so") + len("demo_pkg/lib.so")
+    data[start + 100 : start + 400] = b"\xff" * 300  # the deflate stream, past the local header
+    wheel.write_bytes(bytes(data))
+    with (open_wheel(wheel) as archive, archive.open_in_place("demo_pkg/lib.so") as stream,
+          pytest.raises(CheckFailed) as info):
+        stream.read()
+    assert str(info.value).startswith(f"{WHEEL}: member 'demo_pkg/lib.so' is corrupt (")
+    assert str(info.value).endswith("); rebuild or re-download the wheel")

@@ -27,9 +27,10 @@ def test_fixture_wheel_passes(fixture_wheel: Path, target: Path) -> None:
     assert text.startswith(f"PASS {fixture_wheel.name} (sha256 {wheel.sha256})")
     assert text.endswith("1 wheel(s) checked, 0 failed.")
     data = json.loads(report.to_json())
-    assert data["version"] == 1 and data["ok"] is True
+    assert data["version"] == 2 and data["ok"] is True
     assert data["wheels"][0]["sha256"] == wheel.sha256
     assert data["wheels"][0]["torch_abi"]["elves"][0]["missing"] == []
+    assert data["wheels"][0]["torch_abi"]["elves"][0]["missing_count"] == 0
 
 
 def test_failures_are_reported_not_raised(tmp_path: Path, fixture_wheel: Path) -> None:
@@ -168,3 +169,39 @@ def test_extension_module_must_be_an_elf_for_the_platform(tmp_path: Path) -> Non
     foreign = build_wheel(tmp_path / "b", {SO: bytes(so)})
     assert _problems(foreign) == [f"{foreign.name}: member '{SO}' is an ELF for machine 183, not for the wheel's "
                                   "platform (x86_64); rebuild the wheel"]
+
+
+# --- the checks read members in place: they write nothing to disk -----------------------------------------
+
+_WRITES = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from ci.wheels.check import check_wheels
+
+def written():  # every byte this process passes to write(), whatever the file system
+    return int(next(line.split()[1] for line in open("/proc/self/io") if line.startswith("wchar:")))
+
+before = written()
+report = check_wheels([sys.argv[2]], torch_target=sys.argv[3], require_archs="9.0")
+print(json.dumps({"written": written() - before, "problems": list(report.problems)}))
+"""
+
+
+def test_checks_write_nothing_to_disk_however_large_the_members(tmp_path: Path) -> None:
+    """A 32 MiB shared object and a torch wheel, both read where they lie: no member is extracted (a 626 MB
+    wheel once cost 1.85 GB of temporary files)."""
+    import io
+
+    from hostile_wheels import fatbin_container
+    from stand_in_torch import torch_wheel
+    from wheel_factory import write_synthetic_elf
+
+    fatbin = bytes(32 << 20) + fatbin_container(90)  # the scan reads all of it to find the container at its end
+    big = io.BytesIO()
+    write_synthetic_elf(big, [(".nv_fatbin", len(fatbin), [fatbin])])
+    wheel = build_wheel(tmp_path / "w", {SO: host_shared_object().read_bytes(), "demo_pkg/libkernels.so": big.getvalue()})
+    torch = torch_wheel(tmp_path / "t")
+    result = json.loads(subprocess.run([sys.executable, "-c", _WRITES, str(REPO), str(wheel), str(torch)],
+                                       capture_output=True, text=True, check=True).stdout)
+    assert len(result["problems"]) == 1 and "c10::needs_string" in result["problems"][0]  # it did read them
+    assert result["written"] < 64 << 10, result  # c++filt's input, nothing like a member

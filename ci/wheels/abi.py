@@ -18,11 +18,14 @@ CUDA runtime and libraries. Weak undefined symbols are optional and skipped.
 Those symbols must be defined by the target torch's ``torch/lib/*.so*``. The
 target may be a Python interpreter (asked, without importing torch, where torch
 lives), a site-packages directory, a torch package directory, or a torch wheel
-file read in place (each ``torch/lib`` library streamed to a temporary file in
-turn; nothing is installed).
+file read in place (each ``torch/lib`` library read from the zip itself; nothing
+is installed or extracted). The target's torch exports are read first, once; each
+ELF of a wheel is then compared as its symbols stream by, keeping counts and the
+first few missing names only, so memory does not grow with the wheel. A CUDA
+wheel checked against a CPU build of torch is told so, not to rebuild.
 
-One rule needs no target: an extension that links torch must take libstdc++
-from the shared library, as torch does (``static_libstdcxx_problem``).
+One rule needs no target: every shared object of a wheel must take libstdc++
+from the shared library, as torch and the interpreter do (``static_libstdcxx_problem``).
 
 The libstdc++ dual ABI is checked too: an extension that references
 ``std::__cxx11`` symbols cannot load into a torch built with
@@ -34,16 +37,16 @@ exports without any means ABI 0 (c10 always exports functions taking
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from ci.errors import CheckFailed
 from ci.wheels.archive import WheelArchive, open_wheel
@@ -66,44 +69,95 @@ def _mentions_cxx11(name: str) -> bool:
     return any(marker in name for marker in _CXX11_MARKERS)
 
 
+SHOWN_MISSING = 5
+"""Missing symbols named per ELF; the rest are counted (a crafted table may miss a million)."""
+_OLD_ABI_SAMPLE = 64
+"""Torch symbols that may pass an old-ABI ``std::string`` (``Ss``/``Sb`` in the mangled name), demangled to tell."""
+# Defined only by libstdc++ (or another C++ runtime) itself: a shared object that exports one carries its own copy.
+_CXX_RUNTIME_OWN = frozenset({"__gxx_personality_v0", "__cxa_throw", "__cxa_begin_catch", "_ZSt9terminatev",
+                              "_ZNSt6locale7classicEv", "_ZNSt8ios_base4InitC1Ev"})
+_CUDA_LIBRARIES = ("libc10_cuda", "libtorch_cuda", "libcudart", "libcuda.so")
+
+
+class _OffsetSet:
+    """Which ``.dynstr`` offsets were seen: one bit each (at most 8 MiB for the 64 MiB string table cap)."""
+
+    def __init__(self) -> None:
+        self._bits = bytearray()
+
+    def add(self, offset: int) -> bool:
+        """Mark ``offset``; True when it was not marked yet."""
+        byte, bit = divmod(offset, 8)
+        if byte >= len(self._bits):
+            self._bits.extend(bytes(byte + 1 - len(self._bits)))
+        if self._bits[byte] >> bit & 1:
+            return False
+        self._bits[byte] |= 1 << bit
+        return True
+
+
 # -- the extension side ------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ElfNeeds:
-    """What one ELF member of a wheel needs from torch."""
+    """What one ELF member of a wheel needs at load time, read in one pass over its dynamic symbols."""
 
     member: str
-    torch_symbols: tuple[str, ...]
-    """Mangled names of the undefined, non-weak symbols torch is expected to provide."""
-    uses_cxx11_abi: bool | None
+    needed_libraries: tuple[str, ...]
+    """Its ``DT_NEEDED`` entries."""
+    cxx_runtime_symbol: str | None
+    """A symbol only a C++ runtime defines (``__gxx_personality_v0``) that this ELF defines itself, if any."""
+    torch_needed: int = 0
+    """How many distinct torch symbols it references (0 without a torch target)."""
+    missing: tuple[str, ...] = ()
+    """The first :data:`SHOWN_MISSING` (mangled, sorted) that the target torch does not export."""
+    missing_count: int = 0
+    uses_cxx11_abi: bool | None = None
     """True: references std::__cxx11; False: passes old-ABI std::string to torch; None: cannot tell."""
 
+    @property
+    def links_cuda(self) -> bool:
+        return any(name.startswith(_CUDA_LIBRARIES) for name in self.needed_libraries)
 
-def elf_needs(member: str, path: Path) -> ElfNeeds | None:
-    with open(path, "rb") as fp:
-        if not is_elf(fp):
-            return None
-        elf = ElfFile(fp, member)
-        if elf.machine == EM_CUDA:  # a cubin: no host symbols
-            return None
-        # Streamed: one crafted table may hold a million symbols, so keep only what the verdict needs.
-        needed: set[str] = set()
-        mentions_cxx11 = False
-        for sym in elf.dynamic_symbols():
-            if sym.defined or sym.binding == "WEAK":
-                continue
-            if torch_expected(sym.name):
-                needed.add(sym.name)
-            mentions_cxx11 = mentions_cxx11 or _mentions_cxx11(sym.name)
-    torch_syms = tuple(sorted(needed))
+
+def elf_needs(member: str, elf: ElfFile, exports: TorchExports | None) -> ElfNeeds:
+    """Read one host ELF's needs; with ``exports``, compare its torch symbols with them as they stream by.
+
+    Memory stays flat however large the symbol table: distinct names are told apart by their string
+    table offsets (a bitmap), and only counts and the first few missing names are kept.
+    """
+    seen = _OffsetSet()
+    torch_needed = missing_count = 0
+    missing: list[str] = []  # sorted, at most SHOWN_MISSING
+    old_abi_sample: list[str] = []
+    mentions_cxx11 = False
+    runtime_symbol = None
+    for sym in elf.dynamic_symbols():
+        if sym.defined:
+            if runtime_symbol is None and sym.name in _CXX_RUNTIME_OWN:
+                runtime_symbol = sym.name
+            continue
+        if exports is None or sym.binding == "WEAK":
+            continue
+        mentions_cxx11 = mentions_cxx11 or _mentions_cxx11(sym.name)
+        if not torch_expected(sym.name) or not seen.add(sym.name_offset):
+            continue
+        torch_needed += 1
+        if len(old_abi_sample) < _OLD_ABI_SAMPLE and ("Ss" in sym.name or "Sb" in sym.name):
+            old_abi_sample.append(sym.name)
+        if sym.name not in exports.found:
+            missing_count += 1
+            if sym.name not in missing and (len(missing) < SHOWN_MISSING or sym.name < missing[-1]):
+                bisect.insort(missing, sym.name)
+                del missing[SHOWN_MISSING:]
+    cxx11: bool | None = None
     if mentions_cxx11:
-        cxx11: bool | None = True
-    else:
-        spelled = demangle(torch_syms)
-        old = any(("std::string" in d or "std::basic_string<" in d) for d in spelled.values())
-        cxx11 = False if old else None
-    return ElfNeeds(member, torch_syms, cxx11)
+        cxx11 = True
+    elif any("std::string" in d or "std::basic_string<" in d for d in demangle(old_abi_sample).values()):
+        cxx11 = False
+    return ElfNeeds(member, elf.needed_libraries(), runtime_symbol, torch_needed, tuple(missing), missing_count,
+                    cxx11)
 
 
 def links_libstdcxx_dynamically(needed: Iterable[str]) -> bool:
@@ -111,28 +165,28 @@ def links_libstdcxx_dynamically(needed: Iterable[str]) -> bool:
     return any(name.startswith("libstdc++.so") for name in needed)
 
 
-def static_libstdcxx_problem(member: str, needed: tuple[str, ...]) -> str | None:
-    """Why an extension that links torch but embeds its own libstdc++ cannot ship, or None.
+def static_libstdcxx_problem(needs: ElfNeeds) -> str | None:
+    """Why a shared object that carries its own libstdc++ cannot ship, or None.
 
-    ``needed``: the member's DT_NEEDED entries. Such a module (``-static-libstdc++``,
-    or a compiler wrapper that adds it) needs libc10/libtorch but not
-    ``libstdc++.so.6``. Its std::locale facets are then a second copy beside
-    torch's shared one, while the template code it shares with torch (std::regex's,
-    for one) binds to torch's exports: the ids disagree and the first std::regex
-    throws std::bad_cast or crashes.
+    Torch, the interpreter and every other extension share the one ``libstdc++.so.6``. A module
+    linked with ``-static-libstdc++`` (or by a compiler wrapper that adds it) has a second copy
+    inside: its std::locale facets are then not torch's, while the template code it shares with
+    torch (std::regex's, for one) binds to torch's exports, so the ids disagree and the first
+    std::regex throws std::bad_cast or crashes. Seen two ways: it exports the C++ runtime's own
+    symbols, or (with those hidden) it needs libc10/libtorch but not ``libstdc++.so.6``.
     """
-    torch_libs = [name for name in needed if name.startswith(("libc10", "libtorch"))]
-    if not torch_libs or links_libstdcxx_dynamically(needed):
+    if links_libstdcxx_dynamically(needs.needed_libraries):
         return None
-    return (f"{member} links {torch_libs[0]} but not libstdc++.so.6: libstdc++ was linked in statically "
-            "(-static-libstdc++, or a compiler wrapper that adds it), and beside torch's shared one std::regex "
-            "crashes at run time; build with a compiler that links libstdc++ dynamically (CXX)")
-
-
-def collect_torch_needs(archive: WheelArchive) -> tuple[ElfNeeds, ...]:
-    """The torch needs of every ELF shared object in an open wheel (members streamed to a temp dir)."""
-    needs = (elf_needs(member.name, path) for member, path in archive.shared_objects("wheel-abi-"))
-    return tuple(found for found in needs if found is not None)
+    torch_libs = [name for name in needs.needed_libraries if name.startswith(("libc10", "libtorch"))]
+    if torch_libs:
+        how = f"links {torch_libs[0]} but not libstdc++.so.6"
+    elif needs.cxx_runtime_symbol:
+        how = f"defines the C++ runtime's {needs.cxx_runtime_symbol} but does not link libstdc++.so.6"
+    else:
+        return None
+    return (f"{needs.member} {how}: libstdc++ was linked in statically (-static-libstdc++, or a compiler wrapper "
+            "that adds it), and beside torch's shared one std::regex crashes at run time; build with a compiler "
+            "that links libstdc++ dynamically (CXX)")
 
 
 # -- the torch side ------------------------------------------------------------
@@ -211,60 +265,59 @@ def _is_torch_lib_member(name: str) -> bool:
     return len(p.parts) == 3 and p.parts[0] == "torch" and p.parts[1] == "lib" and ".so" in p.name
 
 
-@contextmanager
-def _torch_libraries(target: TorchTarget) -> Iterator[Iterator[tuple[str, Path]]]:
-    """Yield (library name, readable path) pairs; wheel members go through a temp dir one at a time."""
+def _torch_libraries(target: TorchTarget) -> Iterator[tuple[str, IO[bytes]]]:
+    """(library name, open file) for each of the target's ``torch/lib`` libraries, one at a time.
+
+    A torch wheel's libraries are read from the zip in place: nothing is installed or extracted.
+    """
     if target.kind != "wheel":
-        libs = sorted(p for p in (target.location / "lib").iterdir() if ".so" in p.name and p.is_file())
-        yield ((p.name, p) for p in libs)
+        for path in sorted(p for p in (target.location / "lib").iterdir() if ".so" in p.name and p.is_file()):
+            with open(path, "rb") as fp:
+                yield path.name, fp
         return
-    with open_wheel(target.location) as archive, tempfile.TemporaryDirectory(prefix="torch-libs-") as tmp:
-
-        def members() -> Iterator[tuple[str, Path]]:
-            for member in archive.members:
-                if member.is_dir or not _is_torch_lib_member(member.name):
-                    continue
-                path = archive.copy_to(member.name, Path(tmp))
-                try:
-                    yield PurePosixPath(member.name).name, path
-                finally:
-                    path.unlink()
-
-        yield members()
+    with open_wheel(target.location) as archive:
+        for member in archive.members:
+            if not member.is_dir and _is_torch_lib_member(member.name):
+                with archive.open_in_place(member.name) as fp:
+                    yield PurePosixPath(member.name).name, fp
 
 
 @dataclass(frozen=True)
 class TorchExports:
-    """What the target torch exports, restricted to the symbols asked about."""
+    """What the target torch exports of the symbols extensions may need from it (:func:`torch_expected`)."""
 
     target: TorchTarget
     found: frozenset[str]
     cxx11_abi: bool | None
     libraries: tuple[str, ...]
 
+    @property
+    def cuda(self) -> bool:
+        """Whether this is a CUDA build of torch (it has libtorch_cuda / libc10_cuda)."""
+        return any(name.startswith(("libtorch_cuda", "libc10_cuda")) for name in self.libraries)
 
-def scan_torch_exports(target: TorchTarget | Path | str, wanted: Iterable[str]) -> TorchExports:
-    """Which of ``wanted`` (mangled names) the target torch's libraries define, and its dual-ABI setting."""
+
+def scan_torch_exports(target: TorchTarget | Path | str) -> TorchExports:
+    """The torch-namespace symbols the target torch's libraries define, and its dual-ABI setting.
+
+    Read once per check (torch 2.13's libraries define about 100,000 such names), before any wheel.
+    """
     if not isinstance(target, TorchTarget):
         target = resolve_torch_target(target)
-    wanted_set = set(wanted)
     found: set[str] = set()
     saw_torch_export = saw_cxx11 = False
     libraries = []
-    with _torch_libraries(target) as libs:
-        for name, path in libs:
-            with open(path, "rb") as fp:
-                if not is_elf(fp):
-                    continue
-                libraries.append(name)
-                for sym in ElfFile(fp, f"{target.location.name}:{name}").dynamic_symbols():
-                    if not sym.defined:
-                        continue
-                    if sym.name in wanted_set:
-                        found.add(sym.name)
-                    if not saw_cxx11 and _TORCH_CXX.match(sym.name):
-                        saw_torch_export = True
-                        saw_cxx11 = _mentions_cxx11(sym.name)
+    for name, fp in _torch_libraries(target):
+        if not is_elf(fp):
+            continue
+        libraries.append(name)
+        for sym in ElfFile(fp, f"{target.location.name}:{name}").dynamic_symbols():
+            if not sym.defined or not torch_expected(sym.name):
+                continue
+            found.add(sym.name)
+            if not saw_cxx11 and _TORCH_CXX.match(sym.name):
+                saw_torch_export = True
+                saw_cxx11 = _mentions_cxx11(sym.name)
     if not libraries:
         raise CheckFailed(
             f"torch target {target.description}: no torch/lib/*.so libraries found; is it a torch install?"
@@ -288,7 +341,10 @@ class ElfAbiResult:
     needed: int
     """How many distinct torch symbols this ELF needs."""
     missing: tuple[MissingSymbol, ...]
+    """The first :data:`SHOWN_MISSING` missing symbols."""
     uses_cxx11_abi: bool | None
+    missing_count: int = 0
+    """How many are missing in all."""
 
 
 @dataclass(frozen=True)
@@ -311,26 +367,32 @@ class AbiResult:
         return {e.member: tuple(m.demangled for m in e.missing) for e in self.elves if e.missing}
 
 
-def evaluate_abi(wheel: str, needs: Iterable[ElfNeeds], exports: TorchExports) -> AbiResult:
-    """Compare an extension's needs with a torch's exports (no I/O besides c++filt)."""
+def evaluate_abi(wheel: str, needs: Iterable[ElfNeeds], exports: TorchExports, *, cuda_wheel: bool = False) -> AbiResult:
+    """The verdict on a wheel's ELFs, compared with ``exports`` by :func:`elf_needs` (no I/O besides c++filt).
+
+    ``cuda_wheel``: the wheel carries device code or links CUDA; against a CPU build of torch its
+    missing symbols mean the wrong torch, not a wrong build.
+    """
     needs = tuple(needs)
-    missing_all = {sym for n in needs for sym in n.torch_symbols if sym not in exports.found}
-    spelled = demangle(missing_all)
+    spelled = demangle(s for n in needs for s in n.missing)
     torch_label = f"torch {exports.target.version}" if exports.target.version else "torch"
+    if cuda_wheel and not exports.cuda:
+        fix = (f"{exports.target.description} is a CPU build; a CUDA wheel needs the row's CUDA torch "
+               "(pass it to --torch)")
+    else:
+        fix = "rebuild against that torch"
     elves: list[ElfAbiResult] = []
     problems: list[str] = []
     for n in needs:
-        missing = tuple(
-            sorted(
-                (MissingSymbol(s, spelled[s]) for s in n.torch_symbols if s in missing_all), key=lambda m: m.demangled
-            )
-        )
-        elves.append(ElfAbiResult(n.member, len(n.torch_symbols), missing, n.uses_cxx11_abi))
-        if missing:
+        missing = tuple(sorted((MissingSymbol(s, spelled[s]) for s in n.missing), key=lambda m: m.demangled))
+        elves.append(ElfAbiResult(n.member, n.torch_needed, missing, n.uses_cxx11_abi, n.missing_count))
+        if n.missing_count:
             names = "; ".join(m.demangled for m in missing)
+            if n.missing_count > len(missing):
+                names += f" (and {n.missing_count - len(missing)} more)"
             problems.append(
-                f"{wheel}: {n.member} needs {len(missing)} symbol(s) that {torch_label} ({exports.target.description}) "
-                f"does not export: {names}; rebuild against that torch"
+                f"{wheel}: {n.member} needs {n.missing_count} symbol(s) that {torch_label} "
+                f"({exports.target.description}) does not export: {names}; {fix}"
             )
         if n.uses_cxx11_abi is True and exports.cxx11_abi is False:
             problems.append(
@@ -352,10 +414,19 @@ def evaluate_abi(wheel: str, needs: Iterable[ElfNeeds], exports: TorchExports) -
     )
 
 
+def wheel_needs(archive: WheelArchive, exports: TorchExports | None) -> Iterator[ElfNeeds]:
+    """:func:`elf_needs` of every host ELF shared object of an open wheel, each read in place."""
+    for member, stream in archive.shared_objects():
+        if is_elf(stream):
+            elf = ElfFile(stream, member.name)
+            if elf.machine != EM_CUDA:  # a cubin: no host symbols
+                yield elf_needs(member.name, elf, exports)
+
+
 def check_torch_abi(wheel: Path | str, target: TorchTarget | Path | str) -> AbiResult:
     """Check one wheel's ELF members against a target torch (see the module docstring)."""
     wheel = Path(wheel)
+    exports = scan_torch_exports(target)
     with open_wheel(wheel) as archive:
-        needs = collect_torch_needs(archive)
-    exports = scan_torch_exports(target, {s for n in needs for s in n.torch_symbols})
+        needs = tuple(wheel_needs(archive, exports))
     return evaluate_abi(wheel.name, needs, exports)

@@ -1,10 +1,12 @@
 """Run every wheel check and report: what is wrong, where, and which exact bytes passed.
 
-:func:`check_wheels` reads each wheel once for its digest, validates the
-archive, checks METADATA against the filename and Python coverage, then
-streams each ELF member once to a temporary file for both the torch ABI needs
-and the CUDA architecture scan. The target torch (if any) is read once for all
-wheels. ``auditwheel show`` runs only when asked (it is slow on big wheels).
+:func:`check_wheels` reads the target torch's exports (if any) once for all
+wheels, then reads each wheel once for its digest, validates the archive, checks
+METADATA against the filename and Python coverage, and reads each ELF member in
+place once for its machine, its libstdc++, its torch ABI (compared as it is read)
+and its CUDA architectures: nothing is extracted, so a check writes nothing to
+disk but what cuobjdump needs. ``auditwheel show`` runs only when asked (it is
+slow on big wheels).
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ from ci.wheels.audit import AuditResult, audit_show
 from ci.wheels.contents import content_problems
 from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons
 from ci.wheels.elf import EM_AARCH64, EM_CUDA, EM_X86_64, ElfFile, is_elf
-from ci.wheels.fatbin import ArchScan, MemberArchs, arch_problems, find_cuobjdump, scan_elf_file
+from ci.wheels.fatbin import ArchScan, HeaderBudget, MemberArchs, arch_problems, find_cuobjdump, scan_elf
 from ci.wheels.metadata import read_metadata, requires_python_of
 from ci.wheels.record import check_record
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+"""2: ``missing`` names the first few missing torch symbols of an ELF, ``missing_count`` counts them all."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ class CheckReport:
                 needed = sum(e.needed for e in w.abi.elves)
                 lines.append(
                     f"  torch ABI vs {w.abi.target}: {needed} torch symbol reference(s), "
-                    f"{sum(len(e.missing) for e in w.abi.elves)} missing"
+                    f"{sum(e.missing_count for e in w.abi.elves)} missing"
                 )
             if w.archs is not None:
                 ptx = format_archs(w.archs.ptx_archs)
@@ -149,6 +152,7 @@ def _wheel_dict(w: WheelReport) -> dict[str, Any]:
                     "torch_symbols_needed": e.needed,
                     "uses_cxx11_abi": e.uses_cxx11_abi,
                     "missing": [{"mangled": m.mangled, "demangled": m.demangled} for m in e.missing],
+                    "missing_count": e.missing_count,
                 }
                 for e in w.abi.elves
             ],
@@ -177,63 +181,61 @@ def _wheel_dict(w: WheelReport) -> dict[str, Any]:
     return data
 
 
-@dataclass
-class _Pending:
-    """Per-wheel state between the wheel pass and the torch pass."""
-
-    path: Path
-    sha256: str | None
-    size: int | None
-    problems: list[str]
-    coverage: CoverageResult | None = None
-    needs: tuple[ElfNeeds, ...] = ()
-    archs: ArchScan | None = None
-    readable: bool = False
-
-
-def _inspect(
-    path: Path, pythons: tuple[str, ...], want_abi: bool, cuobjdump: Path | None, required: ArchList | None
-) -> _Pending:
+def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None, cuobjdump: Path | None,
+             required: ArchList | None, audit: bool) -> WheelReport:
     if not path.is_file():
-        return _Pending(path, None, None, [f"{path.name}: no such file ({path}); check the path"])
-    pending = _Pending(path, sha256_file(path), path.stat().st_size, [])
+        return WheelReport(path, None, None, (f"{path.name}: no such file ({path}); check the path",))
+    sha256, size = sha256_file(path), path.stat().st_size
+    problems: list[str] = []
+    coverage = abi = archs = audit_result = None
     try:
         with open_wheel(path) as archive:
-            pending.readable = True
             requires_python = None
             try:
                 requires_python = requires_python_of(read_metadata(archive))
             except CheckFailed as exc:
-                pending.problems.append(str(exc))
-            pending.coverage = check_coverage(archive, pythons, requires_python)
-            pending.problems.extend(pending.coverage.problems)
-            pending.problems.extend(check_record(archive))
-            pending.problems.extend(content_problems(archive))
+                problems.append(str(exc))
+            coverage = check_coverage(archive, pythons, requires_python)
+            problems.extend(coverage.problems)
+            problems.extend(check_record(archive))
+            problems.extend(content_problems(archive))
             machine = _platform_machine(archive.wheel_name.tags)
             needs: list[ElfNeeds] = []
             device: list[MemberArchs] = []
-            for member, copy in archive.shared_objects("wheel-check-"):
+            budget = HeaderBudget()
+            for member, stream in archive.shared_objects():
                 try:
-                    problem = _elf_problem(member.name, copy, machine)
-                    if problem:
-                        pending.problems.append(f"{path.name}: {problem}")
+                    if not is_elf(stream):
+                        problems.append(f"{path.name}: member {member.name!r} is named like a shared object but is "
+                                        "not an ELF file (Python cannot import it); rebuild the wheel")
                         continue
-                    if want_abi:
-                        found = elf_needs(member.name, copy)
-                        if found is not None:
-                            needs.append(found)
-                    scanned = scan_elf_file(member.name, copy, cuobjdump)
+                    elf = ElfFile(stream, member.name)  # refuses 32-bit and big-endian files itself
+                    problem = _machine_problem(member.name, elf.machine, machine)
+                    if problem:
+                        problems.append(f"{path.name}: {problem}")
+                        continue
+                    if elf.machine != EM_CUDA:
+                        found = elf_needs(member.name, elf, exports)
+                        problem = static_libstdcxx_problem(found)
+                        if problem:
+                            problems.append(f"{path.name}: {problem}")
+                        needs.append(found)
+                    scanned = scan_elf(member.name, elf, cuobjdump, budget)
                     if scanned is not None:
                         device.append(scanned)
                 except CheckFailed as exc:
-                    pending.problems.append(f"{path.name}: {exc}")
-            pending.needs = tuple(needs)
-            pending.archs = ArchScan(path.name, tuple(device))
+                    problems.append(f"{path.name}: {exc}")
+            archs = ArchScan(path.name, tuple(device))
             if required is not None:
-                pending.problems.extend(arch_problems(pending.archs, required))
+                problems.extend(arch_problems(archs, required))
+            if exports is not None:
+                cuda = bool(device) or any(n.links_cuda for n in needs)
+                abi = evaluate_abi(path.name, needs, exports, cuda_wheel=cuda)
+                problems.extend(abi.problems)
+        audit_result = audit_show(path) if audit else None
     except CheckFailed as exc:
-        pending.problems.append(str(exc))
-    return pending
+        problems.append(str(exc))
+    return WheelReport(path, sha256, size, tuple(problems), coverage, abi, archs, audit_result)
 
 
 _MACHINES = {"x86_64": EM_X86_64, "aarch64": EM_AARCH64}
@@ -245,19 +247,12 @@ def _platform_machine(tags) -> int | None:
     return _MACHINES[arches.pop()] if len(arches) == 1 else None
 
 
-def _elf_problem(member: str, copy: Path, machine: int | None) -> str | None:
-    """A shared object or cubin member that the loader could not load on the wheel's platform, or that embeds
-    its own libstdc++ beside torch's."""
-    with open(copy, "rb") as fp:
-        if not is_elf(fp):
-            return f"member {member!r} is named like a shared object but is not an ELF file (Python cannot import it); rebuild the wheel"
-        elf = ElfFile(fp, member)  # refuses 32-bit and big-endian files itself
-        found = elf.machine
-        needed = elf.needed_libraries() if found != EM_CUDA else ()
+def _machine_problem(member: str, found: int, machine: int | None) -> str | None:
+    """Why a shared object or cubin member cannot be loaded on the wheel's platform, or None."""
     if machine is not None and found not in (machine, EM_CUDA):
         wanted = next(name for name, number in _MACHINES.items() if number == machine)
         return f"member {member!r} is an ELF for machine {found}, not for the wheel's platform ({wanted}); rebuild the wheel"
-    return static_libstdcxx_problem(member, needed)
+    return None
 
 
 def check_wheels(
@@ -280,33 +275,8 @@ def check_wheels(
     wanted_pythons = parse_pythons(pythons)
     target = resolve_torch_target(torch_target) if torch_target is not None else None
     cuobjdump = find_cuobjdump(cuda_home) if use_cuobjdump else None
-
-    pending = [_inspect(p, wanted_pythons, target is not None, cuobjdump, required) for p in wheel_paths]
-
-    exports: TorchExports | None = None
-    if target is not None:
-        wanted = {s for p in pending for n in p.needs for s in n.torch_symbols}
-        exports = scan_torch_exports(target, wanted)
-
-    reports = []
-    for p in pending:
-        abi = None
-        if exports is not None and p.readable:
-            abi = evaluate_abi(p.path.name, p.needs, exports)
-            p.problems.extend(abi.problems)
-        audit_result = audit_show(p.path) if audit and p.readable else None
-        reports.append(
-            WheelReport(
-                path=p.path,
-                sha256=p.sha256,
-                size=p.size,
-                problems=tuple(p.problems),
-                coverage=p.coverage,
-                abi=abi,
-                archs=p.archs,
-                audit=audit_result,
-            )
-        )
+    exports = scan_torch_exports(target) if target is not None else None
+    reports = [_inspect(p, wanted_pythons, exports, cuobjdump, required, audit) for p in wheel_paths]
     return CheckReport(
         wheels=tuple(reports),
         torch_target=target.description if target else None,

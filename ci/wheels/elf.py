@@ -82,6 +82,8 @@ class DynamicSymbol:
     """GNU version name (``GLIBCXX_3.4.21``), when the symbol has one."""
     version_file: str | None = None
     """For an undefined versioned symbol: the library the version need names (``libstdc++.so.6``)."""
+    name_offset: int = 0
+    """Where the name starts in ``.dynstr``: one per distinct name in a linked file (linkers merge them)."""
 
 
 class ElfFile:
@@ -170,6 +172,11 @@ class ElfFile:
         """Bytes at an absolute file offset (for parsers that walk a section)."""
         return self._read_at(offset, size)
 
+    def copy_to(self, target: IO[bytes]) -> None:
+        """The whole file into ``target`` in bounded chunks (for a tool that needs a real file)."""
+        self._fp.seek(0)
+        shutil.copyfileobj(self._fp, target, 1 << 20)
+
     # -- dynamic symbols ----------------------------------------------------
     def _version_names(self, strtab: _StringTable) -> tuple[dict[int, str], dict[int, str]]:
         """Version index -> name, and (for needs) index -> library file."""
@@ -254,6 +261,7 @@ class ElfFile:
                     kind=STT_NAMES.get(info & 0xF, str(info & 0xF)),
                     version=version,
                     version_file=None if defined else vfile,
+                    name_offset=name_off,
                 )
 
     def needed_libraries(self) -> tuple[str, ...]:

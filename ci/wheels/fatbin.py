@@ -1,9 +1,10 @@
 """Which CUDA architectures a wheel's device code covers.
 
-Every ELF member (``*.so``, ``*.so.*``, ``*.cubin``) is streamed in 1 MiB
-chunks to a temporary file (a wheel of any size keeps memory flat), then:
+Every ELF member (``*.so``, ``*.so.*``, ``*.cubin``) is read in place from the
+wheel in bounded chunks (a wheel of any size keeps memory flat), then:
 
-- with ``cuobjdump`` available (PATH, or ``<cuda_home>/bin``):
+- with ``cuobjdump`` available (PATH, or ``<cuda_home>/bin``): a member with a
+  fatbin section is copied to a temporary file for it, and
   ``cuobjdump --list-elf --list-ptx`` names each embedded cubin/PTX;
 - otherwise the fatbin containers in the ELF's ``.nv_fatbin*``/``__nv_relfatbin``
   sections are parsed here. Container: a 16-byte header (``u32`` magic
@@ -17,6 +18,11 @@ chunks to a temporary file (a wheel of any size keeps memory flat), then:
 - a section that holds no container is searched for ``sm_XX`` strings
   (documented fallback, reported as method ``regex``).
 
+The work is linear in the bytes read: candidate containers are found by one regex
+over the whole 8-byte header prefix (a section of bare magics costs no Python step
+per magic), and the container and kernel headers one wheel may cost are capped
+(:data:`MAX_FATBIN_HEADERS`, one refusal line).
+
 A standalone cubin (``e_machine`` 190) names its SM in ``e_flags``. Host ELFs
 without a fatbin section contribute nothing (never scanned whole).
 """
@@ -27,6 +33,7 @@ import re
 import shutil
 import struct
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +45,17 @@ from ci.wheels.elf import EM_CUDA, ElfFile, Section, is_elf
 
 FATBIN_MAGICS = (0xBA55ED50, 0x466243B1)
 FATBIN_SECTION_PREFIXES = (".nv_fatbin", "__nv_relfatbin")
-_ANY_MAGIC = re.compile(b"|".join(re.escape(struct.pack("<I", m)) for m in FATBIN_MAGICS))
 _CONTAINER = struct.Struct("<IHHQ")
+_VERSION, _HEADER_SIZE = 1, _CONTAINER.size
+# magic, version 1, header size 16: a container header's first 8 bytes, matched in C
+_ANY_CONTAINER = re.compile(
+    b"(?:" + b"|".join(re.escape(struct.pack("<I", m)) for m in FATBIN_MAGICS) + b")"
+    + re.escape(struct.pack("<HH", _VERSION, _HEADER_SIZE))
+)
+MAX_FATBIN_HEADERS = 1 << 20
+"""Container and kernel headers read in one wheel's fat binaries. A container holds one translation unit's
+kernels, one entry per arch and PTX: a real wheel reads a few thousand (upstream extensions), torch's own
+libtorch_cuda.so some tens of thousands."""
 _ENTRY = struct.Struct("<HHIQ")
 _KIND_PTX = 1
 _KIND_CUBIN = 2
@@ -95,12 +111,31 @@ def _arch(sm: int, flags: int = 0) -> CudaArch:
     return CudaArch.from_sm(sm, suffix)
 
 
-def _scan_section(elf: ElfFile, section: Section, cubins: set[CudaArch], ptx: set[CudaArch]) -> int:
+class HeaderBudget:
+    """How many more fatbin headers one wheel may cost (:data:`MAX_FATBIN_HEADERS`); refused once, then spent."""
+
+    def __init__(self, limit: int = MAX_FATBIN_HEADERS) -> None:
+        self.limit = limit
+        self.left = limit
+
+    @property
+    def spent(self) -> bool:
+        return self.left < 0
+
+    def spend(self, label: str) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise CheckFailed(f"{label}: the wheel's fat binaries hold more than {self.limit} container and kernel "
+                              "headers, more than any real wheel; refusing it")
+
+
+def _scan_section(elf: ElfFile, section: Section, cubins: set[CudaArch], ptx: set[CudaArch],
+                  budget: HeaderBudget) -> int:
     """Parse the fatbin containers of one section; returns how many were found.
 
-    Linear in the section size: candidate magics are validated inside the chunk already read, and a
-    chunk is read again only after moving past all but its last header's worth of bytes (a section
-    filled with the magic used to cost one 1 MiB read per 4 bytes).
+    Linear in the section size: candidate headers are found by one regex search in the chunk already
+    read, and a chunk is read again only after moving past all but its last header's worth of bytes (a
+    section filled with the magic used to cost one 1 MiB read per 4 bytes).
     """
     pos, end = section.offset, section.offset + section.size
     containers = 0
@@ -113,14 +148,15 @@ def _scan_section(elf: ElfFile, section: Section, cubins: set[CudaArch], ptx: se
                 pos = base + max(at, 1)
                 break
             magic, version, header_size, body = _CONTAINER.unpack_from(chunk, at)
-            if magic in FATBIN_MAGICS and version == 1 and header_size == _CONTAINER.size:
+            if magic in FATBIN_MAGICS and version == _VERSION and header_size == _HEADER_SIZE:
+                budget.spend(elf.label)
                 containers += 1
                 start = base + at
                 stop = min(start + header_size + body, end)
-                _scan_entries(elf, start + header_size, stop, cubins, ptx)
+                _scan_entries(elf, start + header_size, stop, cubins, ptx, budget)
                 at = max(stop, start + _CONTAINER.size) - base  # the next container may be in this chunk
                 continue
-            hit = _ANY_MAGIC.search(chunk, at + 1)  # one search for both magics: scans only up to the next one
+            hit = _ANY_CONTAINER.search(chunk, at + 1)  # one search: scans only up to the next header
             if hit is None:
                 # keep the last bytes: a magic may start there and continue in the next chunk
                 pos = base + max(1, len(chunk) - (_CONTAINER.size - 1))
@@ -129,9 +165,11 @@ def _scan_section(elf: ElfFile, section: Section, cubins: set[CudaArch], ptx: se
     return containers
 
 
-def _scan_entries(elf: ElfFile, entry: int, stop: int, cubins: set[CudaArch], ptx: set[CudaArch]) -> None:
+def _scan_entries(elf: ElfFile, entry: int, stop: int, cubins: set[CudaArch], ptx: set[CudaArch],
+                  budget: HeaderBudget) -> None:
     """The entry headers of one container; each step moves at least one 64-byte header forward."""
     while entry + 64 <= stop:
+        budget.spend(elf.label)
         raw = elf.read_range(entry, 64)
         kind, _unknown, entry_size, payload = _ENTRY.unpack_from(raw)
         if entry_size < 64:
@@ -150,9 +188,9 @@ def _regex_section(elf: ElfFile, section: Section, cubins: set[CudaArch], ptx: s
     tail = b""
     for chunk in elf.iter_section(section):
         data = tail + chunk
-        for match in _SM_RE.finditer(data):
-            arch = CudaArch.from_sm(int(match.group(2)), match.group(3).decode())
-            (cubins if match.group(1) == b"sm" else ptx).add(arch)
+        for kind, sm, suffix in set(_SM_RE.findall(data)):  # distinct in C: a section of sm_ strings is cheap
+            arch = CudaArch.from_sm(int(sm), suffix.decode())
+            (cubins if kind == b"sm" else ptx).add(arch)
         tail = data[-16:]
 
 
@@ -173,37 +211,43 @@ def _cuobjdump(tool: Path, path: Path, label: str) -> tuple[set[CudaArch], set[C
     return cubins, ptx
 
 
-def scan_elf_file(member: str, path: Path, cuobjdump: Path | None = None) -> MemberArchs | None:
-    """The device code of one ELF on disk; None when it has none (or is not an ELF)."""
-    with open(path, "rb") as fp:
-        if not is_elf(fp):
-            return None
-        elf = ElfFile(fp, member)
-        cubins: set[CudaArch] = set()
-        ptx: set[CudaArch] = set()
-        if elf.machine == EM_CUDA:
-            sm = (elf.flags >> 8) & 0xFF if elf.abi_version >= 8 else elf.flags & 0xFF
-            return MemberArchs(member, (CudaArch.from_sm(sm),), (), "cubin") if sm else None
-        sections = elf.sections_with_prefix(*FATBIN_SECTION_PREFIXES)
-        if not sections:
-            return None
-        if cuobjdump is not None:
-            cubins, ptx = _cuobjdump(cuobjdump, path, member)
-            method = "cuobjdump"
-        else:
-            method = "fatbin"
-            for section in sections:
-                if not _scan_section(elf, section, cubins, ptx):
-                    _regex_section(elf, section, cubins, ptx)
-                    method = "regex"
+def scan_elf(member: str, elf: ElfFile, cuobjdump: Path | None = None,
+             budget: HeaderBudget | None = None) -> MemberArchs | None:
+    """The device code of one ELF; None when it has none. ``budget``: the wheel's, shared by its members."""
+    budget = budget or HeaderBudget()
+    cubins: set[CudaArch] = set()
+    ptx: set[CudaArch] = set()
+    if elf.machine == EM_CUDA:
+        sm = (elf.flags >> 8) & 0xFF if elf.abi_version >= 8 else elf.flags & 0xFF
+        return MemberArchs(member, (CudaArch.from_sm(sm),), (), "cubin") if sm else None
+    sections = elf.sections_with_prefix(*FATBIN_SECTION_PREFIXES)
+    if not sections or budget.spent:
+        return None
+    if cuobjdump is not None:
+        with tempfile.TemporaryDirectory(prefix="wheel-cuobjdump-") as tmp:
+            copy = Path(tmp) / "member.so"
+            with open(copy, "wb") as out:
+                elf.copy_to(out)
+            cubins, ptx = _cuobjdump(cuobjdump, copy, member)
+        method = "cuobjdump"
+    else:
+        method = "fatbin"
+        for section in sections:
+            if not _scan_section(elf, section, cubins, ptx, budget):
+                _regex_section(elf, section, cubins, ptx)
+                method = "regex"
     if not cubins and not ptx:
         return None
     return MemberArchs(member, tuple(sorted(cubins)), tuple(sorted(ptx)), method)
 
 
 def scan_archive_archs(archive: WheelArchive, cuobjdump: Path | None = None) -> ArchScan:
-    """Scan every ELF member of an open wheel (one temp file at a time)."""
-    scans = (scan_elf_file(member.name, path, cuobjdump) for member, path in archive.shared_objects("wheel-fatbin-"))
+    """Scan every ELF member of an open wheel, each read in place."""
+    budget = HeaderBudget()
+    scans = []
+    for member, stream in archive.shared_objects():
+        if is_elf(stream):
+            scans.append(scan_elf(member.name, ElfFile(stream, member.name), cuobjdump, budget))
     return ArchScan(archive.wheel_name.filename, tuple(found for found in scans if found is not None))
 
 
