@@ -499,8 +499,9 @@ def publish_workflow() -> dict[str, Any]:
     """_publish.yml: one row's artifact, checked again on a fresh runner, uploaded to its release.
 
     No upstream code runs here: a fresh GitHub-hosted runner, a fresh checkout of this repository, the
-    wheelhouse tools, and the artifact's files, which pass the wheel checks (all but the torch ABI check,
-    which needs the row's torch) before ``invoke release`` sees them. Only this job can write.
+    wheelhouse tools, and the artifact's files, which pass the wheel checks before ``invoke release`` sees
+    them, the torch ABI check included: against the row's torch wheel, downloaded and read in place (not
+    installed). Only this job can write.
     """
     row = {name: _expr(f"inputs.{name}") for name, _, _ in PUBLISH_INPUTS}
     steps: list[dict[str, Any]] = [
@@ -515,9 +516,9 @@ def publish_workflow() -> dict[str, Any]:
         },
         {
             "name": "Check the wheels again",
-            "env": {"WORLD": row["world"], "PYTHON": row["python"], "BUNDLE": row["bundle_pythons"],
-                    "CUDA": row["cuda"], "ARCH_LIST": row["torch_cuda_arch_list"],
-                    "VERIFY_ARCHS": row["verify_wheel_archs"]},
+            "env": {"WORLD": row["world"], "COMPONENT": row["component"], "PYTHON": row["python"],
+                    "BUNDLE": row["bundle_pythons"], "TORCH": row["torch"], "ARCH": row["arch"], "CUDA": row["cuda"],
+                    "ARCH_LIST": row["torch_cuda_arch_list"], "VERIFY_ARCHS": row["verify_wheel_archs"]},
             "run": _script("recheck_wheels.sh"),
         },
         {

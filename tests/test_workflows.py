@@ -457,6 +457,12 @@ def test_publish_runs_no_upstream_code_and_checks_the_wheels_again(docs):
     assert by_name["Check the wheels again"]["run"] == "bash build_scripts/ci/recheck_wheels.sh\n"
     recheck = _script("recheck_wheels.sh")
     assert 'invoke check-wheel "dist/$WORLD/*.whl" --pythons' in recheck and "--require-archs" in recheck
+    # the torch ABI check too: against the row's torch wheel, downloaded and read in place, never installed
+    assert 'python -m ci.wheels.torch_wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH"' in recheck
+    assert '--torch "$torch_wheel"' in recheck and "pip install" not in recheck
+    env = by_name["Check the wheels again"]["env"]
+    assert {env[k] for k in ("COMPONENT", "TORCH", "ARCH")} == {"${{ inputs.component }}", "${{ inputs.torch }}",
+                                                              "${{ inputs.arch }}"}
     # our own scripts (build_scripts/ci/) are not the builders
     text = _text(job).replace("build_scripts/ci/", "")
     for upstream in ("nox", "build_scripts", "setup.py", "pip wheel"):

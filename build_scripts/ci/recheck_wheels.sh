@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# _publish.yml "Check the wheels again": the artifact's wheels pass the wheel checks on a fresh runner
-# (all but the torch ABI check, which needs the row's torch).
-# Env: WORLD, PYTHON, BUNDLE (space-separated, empty unless a bundle row), CUDA, ARCH_LIST
-# (torch_cuda_arch_list, may be empty), VERIFY_ARCHS (true/false).
+# _publish.yml "Check the wheels again": the artifact's wheels pass the wheel checks on a fresh runner,
+# the torch ABI check included: against the row's torch wheel, downloaded (not installed) and read in place.
+# Env: WORLD, COMPONENT, PYTHON, BUNDLE (space-separated, empty unless a bundle row), TORCH, ARCH, CUDA,
+# ARCH_LIST (torch_cuda_arch_list, may be empty), VERIFY_ARCHS (true/false).
 set -euo pipefail
-: "${WORLD:?}" "${PYTHON:?}" "${CUDA:?}"
+: "${WORLD:?}" "${COMPONENT:?}" "${PYTHON:?}" "${TORCH:?}" "${ARCH:?}" "${CUDA:?}"
 
 pythons="${BUNDLE:-$PYTHON}"
 archs=()
 if [[ "${VERIFY_ARCHS:-false}" == true && -n "${ARCH_LIST:-}" && "$CUDA" != cpu ]]; then
     archs=(--require-archs "$ARCH_LIST")
 fi
-invoke check-wheel "dist/$WORLD/*.whl" --pythons "${pythons// /,}" "${archs[@]}"
+torch_dir="$(mktemp -d "${RUNNER_TEMP:-/tmp}/row-torch.XXXXXX")"
+torch_wheel="$(python -m ci.wheels.torch_wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH" \
+    --arch "$ARCH" --dest "$torch_dir")"
+invoke check-wheel "dist/$WORLD/*.whl" --pythons "${pythons// /,}" --torch "$torch_wheel" "${archs[@]}"
