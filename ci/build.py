@@ -415,6 +415,7 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     t0 = time.monotonic()
     wheels, cache_stats = _run_builder(row, environment, {**builder_environ, **environment.variables}, build_dir)
     durations["build_s"] = round(time.monotonic() - t0, 1)
+    _check_projects(row, wheels)
 
     steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/")
     t0 = time.monotonic()
@@ -590,6 +591,18 @@ def _run_with_timeout(command: list[str], *, cwd: Path, env: dict, timeout_s: in
         os.killpg(process.pid, signal.SIGTERM)
         process.wait()
         raise
+
+
+def _check_projects(row: MatrixRow, wheels: list[Path]) -> None:
+    """The build code named the wheels: each must be a project the component publishes, with its METADATA's
+    name and version (checked with or without --no-checks, before anything reaches dist/)."""
+    from ci import wheel_packages
+    from ci.errors import CheckFailed
+
+    try:
+        wheel_packages.check_all(wheels, row.component, wheel_packages.allowed(row.component, row.settings.wheel_packages))
+    except CheckFailed as error:
+        raise CheckFailed(f"{row.label}: {error}") from None
 
 
 def _check_wheels(row: MatrixRow, wheels: list[Path], python: str) -> dict:

@@ -26,6 +26,14 @@ Files
     ``[A-Za-z0-9._+-]`` only and an ASCII PEP 503 project name; its URL must be
     ``http``, ``https`` or ``file``. Anything else is refused with a warning.
     Assets in state ``starter`` (failed uploads) are skipped with a warning.
+Projects
+    Given ``projects`` (:func:`ci.wheel_packages.by_component` of versions.yaml),
+    a wheel whose project is not one the release's component (from its title)
+    publishes is left out with a warning, and so is every wheel of a component
+    versions.yaml does not name other than its own name: a release cannot put
+    ``torch`` into an index pip reads. Left out rather than failing the whole
+    publish, so that one bad asset never holds back every other world's update
+    (the shrink guard of ci/pages.py still stops a publish that loses most links).
 Hashes
     ``href`` is the asset URL plus ``#sha256=<hex>``. The hex comes from the
     asset's digest, else from the digest cache, else it is computed by hashing
@@ -84,6 +92,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from ci import wheel_packages
 from ci.errors import UsageError, WheelhouseError
 from ci.naming import parse_title, version_key, world_path
 from ci.store.model import Asset, Release, newest_by_name
@@ -129,6 +138,8 @@ class ReleaseWorlds:
     worlds: tuple[str, ...]
     torch: Mapping[str, str]
     problem: str | None = None
+    component: str = ""
+    """The component the title names."""
 
 
 def derive_worlds(release: Release) -> ReleaseWorlds:
@@ -149,7 +160,7 @@ def derive_worlds(release: Release) -> ReleaseWorlds:
             torch[world] = segment.torch
         elif version_key(segment.torch) > version_key(torch[world]):
             torch[world] = segment.torch
-    return ReleaseWorlds(tuple(worlds), torch)
+    return ReleaseWorlds(tuple(worlds), torch, component=parsed.component)
 
 
 def check_world(world: str) -> str:
@@ -527,11 +538,13 @@ def build_site(  # noqa: C901 - three passes whose rules interact; the module do
     fetch: Fetch | None = None,
     cache: DigestCache | None = None,
     yanked: Mapping[str, str] | None = None,
+    projects: Mapping[str, frozenset[str]] | None = None,
 ) -> Site:
     """The index model of ``releases`` (the module docstring states the rules).
 
     ``cache`` is read and updated in place; write ``cache.to_json()`` next to
-    the site so that the next run does not download anything again.
+    the site so that the next run does not download anything again. ``projects``
+    maps each component to the projects it publishes (see "Projects").
     """
     if default_world is not None:
         check_world(default_world)
@@ -550,6 +563,9 @@ def build_site(  # noqa: C901 - three passes whose rules interact; the module do
             builder.warn(f"release {release.tag!r} left out of every index: {derived.problem}; fix the release title")
             continue
         by_name = newest_by_name(a for a in release.assets if a.state == "uploaded")
+        publishes = None
+        if projects is not None:
+            publishes = projects.get(derived.component) or wheel_packages.allowed(derived.component, ())
         for wheel in wheels:
             if wheel.state != "uploaded":
                 builder.warn(
@@ -561,6 +577,10 @@ def build_site(  # noqa: C901 - three passes whose rules interact; the module do
             package, problem = builder.wheel_project(wheel)
             if package is None:
                 builder.warn(f"asset {wheel.name!r} (release {release.tag}) refused: {problem}")
+                continue
+            if publishes is not None and package not in publishes:
+                builder.warn(f"asset {wheel.name!r} (release {release.tag}) left out of every index: "
+                             f"{wheel_packages.refusal(derived.component, package, publishes)}; delete the asset")
                 continue
             sidecar = by_name.get(wheel.name + METADATA_SUFFIX)
             for world in derived.worlds:
@@ -805,12 +825,14 @@ def site_files(
     cache: DigestCache | None = None,
     yanked: Mapping[str, str] | None = None,
     site_name: str = "wheelhouse",
+    projects: Mapping[str, frozenset[str]] | None = None,
 ) -> tuple[Site, dict[str, bytes]]:
     """The model and every file of the site, including ``digests.json``."""
     base_url = check_base_url(base_url)
     cache = cache if cache is not None else DigestCache()
     with _cyclic_gc_paused():
-        site = build_site(releases, default_world=default_world, fetch=fetch, cache=cache, yanked=yanked)
+        site = build_site(releases, default_world=default_world, fetch=fetch, cache=cache, yanked=yanked,
+                          projects=projects)
         files = render_site(site, base_url=base_url, site_name=site_name)
     files[CACHE_FILE] = cache.to_json()
     return site, dict(sorted(files.items()))

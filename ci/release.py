@@ -4,6 +4,11 @@ Order matters: ensure the release, upload the wheels, then their ``.metadata``
 files, and the arch's build manifest LAST. A manifest is the claim "these
 exact wheels passed the checks", so it must never precede them (the anchor
 uploaded it first, and a failed wheel upload then looked complete).
+
+The build output is not trusted beyond its digests: every wheel must be a
+project the component publishes (ci/wheel_packages.py), and each ``.metadata``
+is made here from the wheel's own METADATA; a sidecar in the dist folder is
+never uploaded (pip resolves dependencies from it, not from the wheel).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import log, manifest, matrix
+from ci import log, manifest, matrix, wheel_packages
 from ci.digest import sha256_file
 from ci.errors import ConfigError, WheelhouseError
 from ci.matrix import MatrixRow
@@ -99,17 +104,18 @@ def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
     if not built.checks_passed:
         raise WheelhouseError(f"{record_path}: the wheel checks did not pass for this build; it cannot be released")
     steps = [Step("ensure-release", row.release_tag, title=matrix.release_title(versions, row), body=notes(row))]
+    projects = wheel_packages.allowed(row.component, row.settings.wheel_packages)
+    metadata: dict[str, bytes] = {}
     for wheel in built.wheels:
         path = folder / wheel.name
         if not path.is_file():
             raise WheelhouseError(f"{path}: listed in {record_path.name} but missing; rebuild the row")
         if sha256_file(path) != wheel.sha256:
             raise WheelhouseError(f"{path}: bytes differ from the build record (sha256); rebuild the row")
+        metadata[wheel.name] = wheel_packages.checked_metadata(path, row.component, projects)
         steps.append(Step("upload", row.release_tag, wheel.name, path))
     for wheel in built.wheels:
-        metadata = folder / f"{wheel.name}.metadata"
-        if metadata.is_file():
-            steps.append(Step("upload", row.release_tag, metadata.name, metadata))
+        steps.append(Step("upload", row.release_tag, f"{wheel.name}.metadata", data=metadata[wheel.name]))
     steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch), data=built.to_json().encode()))
     return ReleasePlan(row, tuple(steps))
 

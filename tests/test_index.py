@@ -618,3 +618,26 @@ def test_sidecar_without_a_name_is_named_as_such():
                       fetch=MemoryFetch({side.url: nameless}))
     assert not site.worlds[0].packages[0].links[0].metadata
     assert "lacks Name or Version but the wheel is pkg 1.0" in site.warnings[0], site.warnings
+
+
+def test_a_wheel_of_a_project_its_component_does_not_publish_is_left_out_with_a_warning():
+    fixture = Release("wheelhouse-fixture-0.1.0-py3.11-torch2.13.0", "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0",
+                      assets=(wheel_asset("wheelhouse_fixture-0.1.0-py3-none-any.whl", aid=1),
+                              wheel_asset("torch-99.0-py3-none-any.whl", aid=2),
+                              wheel_asset("Transformer_Engine-99.0-py3-none-any.whl", aid=3)))
+    retired = Release("retired-1.0-py3.11-torch2.13.0", "retired 1.0 - cpu py3.11 torch2.13.0",  # not in versions.yaml
+                      assets=(wheel_asset("retired-1.0-py3-none-any.whl", aid=4),
+                              wheel_asset("flash_attn-9.0-py3-none-any.whl", aid=5)))
+    site, _ = site_files([fixture, retired], base_url=BASE, default_world=None,
+                         projects={"wheelhouse-fixture": frozenset({"wheelhouse-fixture"})})
+    assert [p.name for p in site.worlds[0].packages] == ["retired", "wheelhouse-fixture"]
+    assert list(site.warnings) == [
+        f"asset {name!r} (release {tag}) left out of every index: project {project!r} is not one component "
+        f"{component} publishes ({component}: components.{component}.wheel_packages in versions.yaml, or the "
+        "component's own name when it lists none); delete the asset"
+        for name, tag, project, component in [
+            ("flash_attn-9.0-py3-none-any.whl", retired.tag, "flash-attn", "retired"),
+            ("Transformer_Engine-99.0-py3-none-any.whl", fixture.tag, "transformer-engine", "wheelhouse-fixture"),
+            ("torch-99.0-py3-none-any.whl", fixture.tag, "torch", "wheelhouse-fixture"),
+        ]
+    ]

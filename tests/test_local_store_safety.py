@@ -163,3 +163,67 @@ def test_a_dead_writers_temporary_copy_is_removed_and_a_live_ones_is_kept(tmp_pa
         f.write_bytes(b"x")
         store.upload_asset(TAG, f)
         assert not dead.exists() and live.exists()
+
+
+def _release_with_one_asset(tmp_path: Path) -> tuple[LocalStore, Path, Path]:
+    """(store, the release folder, the asset's source file ``w.whl`` holding b"old", uploaded)."""
+    store = LocalStore(tmp_path / "store")
+    store.ensure_release(TAG, TITLE, "")
+    wheel = tmp_path / "w.whl"
+    wheel.write_bytes(b"old")
+    store.upload_asset(TAG, wheel)
+    return store, tmp_path / "store" / "releases" / TAG, wheel
+
+
+def _edit_record(folder: Path, **changes: object) -> None:
+    record = json.loads((folder / "release.json").read_text())
+    record.update(changes)
+    (folder / "release.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("file", [
+    "../../../../victim.txt",  # out of the store
+    "../release.json",  # the release's own record
+    "w.whl",  # the asset itself, not a temporary copy of it
+    ".other.whl.new-abc123",  # another asset's temporary copy
+    ".w.whl.new-../../victim.txt",
+    ".w.whl.new-",
+    7,
+])
+def test_a_pending_entry_may_name_only_a_temporary_copy_of_its_asset(tmp_path: Path, file: object) -> None:
+    store, folder, wheel = _release_with_one_asset(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    _edit_record(folder, pending={"w.whl": {"size": 1, "sha256": "0" * 64, "file": file}})
+    expected = (f"local store: {folder / 'release.json'} is not a release record (pending entry 'w.whl' names file "
+                f"{file!r}, not a temporary copy '.w.whl.new-<random>' in assets/); restore it from a copy or remove "
+                "that release folder")
+    for read in (store.list_releases, lambda: store.get_release(TAG)):
+        with pytest.raises(RemoteError) as refused:
+            read()
+        assert str(refused.value) == expected
+    wheel.write_bytes(b"new")
+    with pytest.raises(RemoteError, match="is not a release record"):
+        store.upload_asset(TAG, wheel, clobber=True)
+    assert victim.read_text() == "precious"
+    assert (folder / "assets" / "w.whl").read_bytes() == b"old"
+
+
+def test_an_asset_name_in_a_record_that_leaves_the_assets_folder_is_refused(tmp_path: Path) -> None:
+    store, folder, _ = _release_with_one_asset(tmp_path)
+    _edit_record(folder, assets={"../../../victim.txt": {"size": 1, "sha256": "0" * 64}})
+    with pytest.raises(RemoteError, match=r"\(assets entry '../../../victim.txt' is not an asset name "):
+        store.list_releases()
+
+
+def test_a_pending_clobber_of_ours_still_settles(tmp_path: Path) -> None:
+    """The stricter record check accepts what upload_asset itself writes: a killed clobber is finished."""
+    store, folder, _ = _release_with_one_asset(tmp_path)
+    temporary = folder / "assets" / ".w.whl.new-k2_x9q0a"
+    temporary.write_bytes(b"new")
+    _edit_record(folder, pending={"w.whl": {"size": 3, "sha256": _sha(b"new"), "file": temporary.name}})
+    assert store.get_release(TAG).asset("w.whl").sha256 == _sha(b"old")  # not renamed yet: the old bytes
+    other = tmp_path / "x.whl"
+    other.write_bytes(b"x")
+    store.upload_asset(TAG, other)  # the next writer settles: rolls the unrenamed copy back
+    assert not temporary.exists() and "pending" not in json.loads((folder / "release.json").read_text())

@@ -82,8 +82,9 @@ def test_two_arch_jobs_create_one_release_every_time(tmp_path):
                 assert len(releases) == 1, f"repetition {rep}: {len(releases)} releases for {tag}"
                 names = sorted(a.name for a in releases[0].assets.values() if a.state == "uploaded")
             creates = gh.counters["POST /repos/{owner}/{repo}/releases"]
+            wheels = [f"demo_pkg-1.{rep}-cp311-cp311-linux_{arch}.whl" for arch in ("aarch64", "x86_64")]
             assert names == sorted([
-                f"demo_pkg-1.{rep}-cp311-cp311-linux_aarch64.whl", f"demo_pkg-1.{rep}-cp311-cp311-linux_x86_64.whl",
+                *wheels, *(f"{wheel}.metadata" for wheel in wheels),  # each made from its wheel by the release
                 manifest.asset_name("aarch64"), manifest.asset_name("x86_64"),
             ]), names
         # more create calls than releases: the second job lost the race and adopted the release

@@ -448,6 +448,19 @@ def test_extract_refuses_escaping_members(tmp_path: Path) -> None:
         assert not (tmp_path / "x.whl").exists() and not (tmp_path / "out").exists()
 
 
+def restore_local(sc: Scenario, tmp_path: Path, artifacts: list[tuple[matrix.MatrixRow, bytes]]):
+    """(the local store, the result) of restoring these artifacts of run OLD (each with its digest)."""
+    root = tmp_path / "artifacts" / str(OLD)
+    root.mkdir(parents=True)
+    for row, data in artifacts:
+        (root / f"{art_name(row)}.zip").write_bytes(data)
+        (root / f"{art_name(row)}.zip.sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  x\n")
+    store = LocalStore(tmp_path / "store")
+    source = LocalArtifacts(tmp_path / "artifacts")
+    p = restore.plan(sc.versions, restore.collect(source, [str(OLD)]), torch=TORCH, versions_ref="abc1234")
+    return store, restore.apply(p, store, source)
+
+
 def test_restored_wheels_pass_the_wheel_checks_first(tmp_path: Path) -> None:
     """A wheel check-wheel refuses (a '../' member, no RECORD) or a .metadata unlike its wheel is never uploaded."""
     sc = Scenario()
@@ -461,20 +474,9 @@ def test_restored_wheels_pass_the_wheel_checks_first(tmp_path: Path) -> None:
         (rows[0], make_zip({wheel_file(rows[0]): traversal}), "contains a '..' path component"),
         (rows[1], make_zip({wheel_file(rows[1]): no_record}), "has no apex-1.0.dist-info/RECORD"),
     ]
-    root = tmp_path / "artifacts" / str(OLD)
-    root.mkdir(parents=True)
-    for row, data, _ in cases:
-        (root / f"{art_name(row)}.zip").write_bytes(data)
-        (root / f"{art_name(row)}.zip.sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  x\n")
     other = next(r for r in sc.rows if r.component == "flash-attention" and r.arch == "x86_64")
-    data = make_zip({wheel_file(other): wheel_bytes(other, OLD), f"{wheel_file(other)}.metadata": b"Name: forged\n"})
-    (root / f"{art_name(other)}.zip").write_bytes(data)
-    (root / f"{art_name(other)}.zip.sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  x\n")
-
-    store = LocalStore(tmp_path / "store")
-    source = LocalArtifacts(tmp_path / "artifacts")
-    p = restore.plan(sc.versions, restore.collect(source, [str(OLD)]), torch=TORCH, versions_ref="abc1234")
-    result = restore.apply(p, store, source)
+    forged = make_zip({wheel_file(other): wheel_bytes(other, OLD), f"{wheel_file(other)}.metadata": b"Name: forged\n"})
+    store, result = restore_local(sc, tmp_path, [(row, data) for row, data, _ in cases] + [(other, forged)])
     assert result.uploaded == () and len(result.refused) == 6, result.refused  # 3 artifacts, 3 empty releases
     refused = " | ".join(result.refused)
     for row, _, reason in cases:
@@ -482,3 +484,26 @@ def test_restored_wheels_pass_the_wheel_checks_first(tmp_path: Path) -> None:
         assert reason in refused
     assert f"{wheel_file(other)}.metadata differs from the METADATA inside {wheel_file(other)}; refused" in refused
     assert store.list_releases() == []
+
+
+def test_restore_refuses_a_wheel_of_a_project_the_component_does_not_publish(tmp_path: Path) -> None:
+    """wheel_packages decides what an artifact may put on a release: torch inside apex's artifact refuses it."""
+    sc = Scenario()
+    apex, flash = (next(r for r in sc.rows if (r.component, r.arch, r.python) == (c, "x86_64", "3.11"))
+                   for c in ("apex", "flash-attention"))
+    with tempfile.TemporaryDirectory() as tmp:
+        torch = build_wheel(Path(tmp), {"torch/__init__.py": b"print('hijacked')\n"}, name="torch", version="99.0",
+                            tags="cp311-cp311-linux_x86_64")
+        hijack = make_zip({wheel_file(apex): wheel_bytes(apex, OLD), torch.name: torch.read_bytes()})
+    plain = make_zip({wheel_file(flash): wheel_bytes(flash, OLD)})  # a wheel without its .metadata
+    store, result = restore_local(sc, tmp_path, [(apex, hijack), (flash, plain)])
+    assert result.refused[0] == (
+        f"artifact {art_name(apex)} (run {OLD}, id {OLD}/{art_name(apex)}): torch-99.0-cp311-cp311-linux_x86_64.whl: "
+        "project 'torch' is not one component apex publishes (apex: components.apex.wheel_packages in versions.yaml, "
+        "or the component's own name when it lists none); a component publishes only its own wheels: fix its "
+        "build, or list the project in its wheel_packages; refused")
+    assert store.get_release(apex.release_tag) is None
+    # the other artifact is restored, and its wheel gets the .metadata made from its own METADATA
+    assert result.uploaded == (f"{flash.release_tag}/{wheel_file(flash)}",
+                               f"{flash.release_tag}/{wheel_file(flash)}.metadata")
+    assert store.read_asset(flash.release_tag, f"{wheel_file(flash)}.metadata") == wheel_metadata(flash, OLD)

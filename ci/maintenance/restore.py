@@ -16,7 +16,9 @@ them. This task puts them back:
    (a mismatch refuses the artifact, and so does a missing digest unless ``accept_undigested``),
    refuse any member that is absolute, has a ``..`` component or is a symbolic link, take the
    ``*.whl`` (and ``*.whl.metadata``) members, and run the wheel checks on every wheel (all but
-   the torch ABI check, which needs the row's torch); a ``.metadata`` must equal its wheel's METADATA;
+   the torch ABI check, which needs the row's torch); every wheel must be a project the component
+   publishes (ci/wheel_packages.py, the component's ``wheel_packages`` for that arch); a ``.metadata``
+   must equal its wheel's METADATA, and a wheel without one gets it, made from that METADATA;
 5. per release: create it if missing, upload the wheels (an existing asset with other bytes is
    refused unless ``clobber``, which replaces it through the store's safe clobber; an existing
    release keeps its title and notes), then attach
@@ -38,9 +40,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ci import log, manifest, matrix, naming
+from ci import log, manifest, matrix, naming, wheel_packages
 from ci.digest import sha256_file
-from ci.errors import ConfigError, WheelhouseError
+from ci.errors import CheckFailed, ConfigError, WheelhouseError
 from ci.plan import wheel_covers_arch
 from ci.store.artifacts import Artifact, ArtifactSource
 from ci.store.model import Release, ReleaseStore
@@ -106,6 +108,8 @@ class Item:
     cuda: str
     python: str
     torch: str
+    projects: frozenset[str]
+    """The projects the component publishes on this arch (PEP 503 names)."""
 
 
 @dataclass(frozen=True)
@@ -206,7 +210,8 @@ def plan(versions: Versions, listings: Mapping[str, Sequence[Artifact]], *, torc
             skipped.append(f"{a.name} (run {a.run_id}): component {m['component']} is not in versions.yaml at "
                            f"{versions_ref}")
             continue
-        item = Item(a, m["component"], m["arch"], m["cuda"], m["python"], m["torch"])
+        projects = wheel_packages.allowed(m["component"], component.settings_for(m["arch"]).wheel_packages)
+        item = Item(a, m["component"], m["arch"], m["cuda"], m["python"], m["torch"], projects)
         rows = [r for r in matrix.component_rows(versions, component)
                 if (r.arch, r.cuda, r.python, r.torch) == (item.arch, item.cuda, item.python, item.torch)]
         if rows:
@@ -350,7 +355,8 @@ def _fetch(group: ReleaseRestore, source: ArtifactSource, tmp: Path, out: _Outco
                 if not wheel_covers_arch(p.name, item.arch):
                     raise ArtifactRefused(f"{what}: {p.name} is not a wheel for {item.arch}; refused "
                                           "(the artifact name and its contents disagree)")
-            _check_restored(what, wheels, [p for p in extracted if p.name.endswith(".whl.metadata")])
+            extracted = wheels + _check_restored(what, item, wheels,
+                                                 [p for p in extracted if p.name.endswith(".whl.metadata")])
             staged = []
             for p in extracted:
                 f = _File(p.name, p, sha256_file(p), p.stat().st_size, item.arch, item)
@@ -368,27 +374,34 @@ def _fetch(group: ReleaseRestore, source: ArtifactSource, tmp: Path, out: _Outco
     return files
 
 
-def _check_restored(what: str, wheels: list[Path], sidecars: list[Path]) -> None:
-    """The checks a build runs (but the torch ABI: no torch here), and sidecars equal to their wheel's METADATA.
+def _check_restored(what: str, item: Item, wheels: list[Path], sidecars: list[Path]) -> list[Path]:
+    """The checks a build runs (but the torch ABI: no torch here) and the component's projects; returns the
+    ``.metadata`` of every wheel, each equal to its wheel's METADATA (written from it where the artifact had none).
 
     Nothing reaches a release unchecked: an artifact is other people's bytes until it passes.
     """
-    from ci.wheels.archive import open_wheel
     from ci.wheels.check import check_wheels
-    from ci.wheels.metadata import read_metadata
 
     report = check_wheels(wheels)
     if not report.ok:
         more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
         raise ArtifactRefused(f"{what}: fails the wheel checks: {report.problems[0]}{more}; refused")
-    by_name = {p.name: p for p in wheels}
+    try:
+        metadata = wheel_packages.check_all(wheels, item.component, item.projects)
+    except CheckFailed as error:
+        raise ArtifactRefused(f"{what}: {error}; refused") from None
     for sidecar in sidecars:
-        wheel = by_name.get(sidecar.name.removesuffix(".metadata"))
-        if wheel is None:
+        wheel_name = sidecar.name.removesuffix(".metadata")
+        if wheel_name not in metadata:
             raise ArtifactRefused(f"{what}: {sidecar.name} has no wheel beside it; refused")
-        with open_wheel(wheel) as archive:
-            if read_metadata(archive) != sidecar.read_bytes():
-                raise ArtifactRefused(f"{what}: {sidecar.name} differs from the METADATA inside {wheel.name}; refused")
+        if metadata[wheel_name] != sidecar.read_bytes():
+            raise ArtifactRefused(f"{what}: {sidecar.name} differs from the METADATA inside {wheel_name}; refused")
+    out = []
+    for wheel in wheels:
+        sidecar = wheel.with_name(f"{wheel.name}.metadata")
+        sidecar.write_bytes(metadata[wheel.name])  # the same bytes where the artifact had it
+        out.append(sidecar)
+    return out
 
 
 def _restored_manifest(group: ReleaseRestore, arch: str, wheels: list[_File], restore: RestorePlan) -> bytes:

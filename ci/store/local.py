@@ -31,6 +31,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -46,14 +47,28 @@ _CHUNK = 1 << 20
 LOCK_FILE = ".wheelhouse-store.lock"
 _TEMP_MARK = ".new-"
 """Temporary copies are ``assets/.<name>.new-<random>``."""
+_TEMP_RANDOM = re.compile(r"[a-z0-9_]+")
+"""The characters ``tempfile.mkstemp`` puts after the prefix."""
 _FILE_MODE = 0o644
 """Assets and records are world-readable, so a web server running as another user can serve a store."""
 _SAFE_NAME = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-+")
 
 
+def _name_is_safe(name: str) -> bool:
+    """A name that stays inside the folder it is joined to: no separator, not ``.`` or ``..``."""
+    return bool(name) and name not in (".", "..") and set(name) <= _SAFE_NAME
+
+
 def _check_name(kind: str, name: str) -> None:
-    if not name or name in (".", "..") or not set(name) <= _SAFE_NAME:
+    if not _name_is_safe(name):
         raise RemoteError(f"local store: {kind} name {name!r} has characters outside [A-Za-z0-9._+-]; rename it")
+
+
+def _is_temporary_name(file: object, name: str) -> bool:
+    """Whether ``file`` is a temporary copy of asset ``name`` as upload_asset makes it (``.<name>.new-<random>``)."""
+    prefix = f".{name}{_TEMP_MARK}"
+    return (isinstance(file, str) and file.startswith(prefix)
+            and _TEMP_RANDOM.fullmatch(file[len(prefix):]) is not None)
 
 
 class LocalStore:
@@ -115,11 +130,17 @@ class LocalStore:
         record["tag"] = tag  # informational: the folder name is the tag
         _atomic_write(self._dir(tag) / "release.json", json.dumps(record, indent=2, sort_keys=True).encode() + b"\n")
 
+    def _temporary(self, tag: str, file: str) -> Path:
+        """``assets/<file>`` of a pending clobber; never a path outside ``assets/`` (the record is data)."""
+        if not _name_is_safe(file):  # _record_problem refused it already: this guards the unlink itself
+            raise RuntimeError(f"release {tag}: pending file {file!r} passed the record checks but leaves assets/")
+        return self._dir(tag) / "assets" / file
+
     def _assets(self, tag: str, record: dict) -> dict[str, dict]:
         """The record's assets with each crash-interrupted clobber resolved (see the module docstring)."""
         assets = dict(record.get("assets", {}))
         for name, pending in record.get("pending", {}).items():
-            if not (self._dir(tag) / "assets" / pending["file"]).exists():  # renamed into place: new bytes
+            if not self._temporary(tag, pending["file"]).exists():  # renamed into place: new bytes
                 assets[name] = {"size": pending["size"], "sha256": pending["sha256"]}
         return assets
 
@@ -131,7 +152,7 @@ class LocalStore:
         settled["assets"] = self._assets(tag, record)
         self._write_record(tag, settled)
         for pending in record["pending"].values():  # never renamed into place: drop the temporary file
-            (self._dir(tag) / "assets" / pending["file"]).unlink(missing_ok=True)
+            self._temporary(tag, pending["file"]).unlink(missing_ok=True)
         return settled
 
     def _release(self, tag: str, record: dict) -> Release:
@@ -317,11 +338,17 @@ def _record_problem(record: object) -> str | None:
         if not isinstance(entries, dict):
             return f"{key} is not an object"
         for name, info in entries.items():
+            if not _name_is_safe(name):  # asset names become paths under assets/
+                return f"{key} entry {name!r} is not an asset name (characters outside [A-Za-z0-9._+-], or . or ..)"
             wanted = ("size", "sha256", "file") if key == "pending" else ("size", "sha256")
             if not isinstance(info, dict) or any(field not in info for field in wanted):
                 return f"{key} entry {name!r} lacks {' or '.join(wanted)}"
             if not isinstance(info["size"], int) or not isinstance(info["sha256"], str):
                 return f"{key} entry {name!r} has a malformed size or sha256"
+            if key == "pending" and not _is_temporary_name(info["file"], name):
+                # the next writer deletes this file: only a temporary copy of ours may be named
+                return (f"pending entry {name!r} names file {info['file']!r}, not a temporary copy "
+                        f"'.{name}{_TEMP_MARK}<random>' in assets/")
     return None
 
 
