@@ -267,10 +267,10 @@ def _wheel_links(files: Mapping[str, bytes]) -> set[str]:
     return links
 
 
-def _first_write_leftover(rel: str) -> bool:
+def _first_write_leftover(name: str) -> bool:
     """The temporary marker a publish writes first, left alone by a kill: nothing else was written yet."""
-    temp = _TEMP_SUFFIX.match(rel)
-    return temp is not None and not temp["dir"] and temp["name"] == MARKER_FILE
+    temp = _TEMP_SUFFIX.match(name)
+    return temp is not None and temp["name"] == MARKER_FILE
 
 
 _NOT_OURS_DIR = "name a new or empty directory, or the directory of an earlier publish"
@@ -280,19 +280,21 @@ def _previous_site(root: Path, *, where: str, adopt: bool, force: bool = False,
                    not_ours_fix: str = _NOT_OURS_DIR) -> PreviousSite | None:
     """The site under ``root`` (None when there is none): its marker's file list, or for a site published
     before the marker, its index files. Anything else is refused, unless ``force`` (then all of it goes)."""
-    files = _files(root)
-    if all(_first_write_leftover(rel) for rel in files):  # empty, or a first publish was killed in its first write
-        return None if not files else PreviousSite(frozenset())
-    if MARKER_FILE in files:
+    top = [entry.name for entry in root.iterdir() if entry.name != _GIT_DIR] if root.is_dir() else []
+    if all(_first_write_leftover(name) for name in top):  # empty, or a first publish killed in its first write
+        return PreviousSite(frozenset()) if top else None
+    # only a marker, or our digests.json, is a reason to read the tree (it may be someone's home directory)
+    marker, cache = root / MARKER_FILE, root / CACHE_FILE
+    if marker.is_file():
         try:
-            marker = SiteMarker.parse(files[MARKER_FILE].read_bytes(), source=f"{MARKER_FILE} of {where}")
+            parsed = SiteMarker.parse(marker.read_bytes(), source=f"{MARKER_FILE} of {where}")
         except WheelhouseError:
             if force:
                 return PreviousSite(None)
             raise
-        return PreviousSite(marker.files | {MARKER_FILE}, marker.store)
-    if CACHE_FILE in files and is_digest_cache(files[CACHE_FILE].read_bytes()):
-        ours, others = legacy_files(files)
+        return PreviousSite(parsed.files | {MARKER_FILE}, parsed.store)
+    if cache.is_file() and is_digest_cache(cache.read_bytes()):
+        ours, others = legacy_files(_files(root))
         if not others or adopt:
             kept = f"; kept {len(others)} file(s) no publish wrote, e.g. {others[0]}" if others else ""
             return PreviousSite(ours, adopted=f"{where}: adopted a site published before {MARKER_FILE} "

@@ -407,3 +407,12 @@ def test_a_killed_publish_leaves_no_copy_of_the_site_in_tmpdir(tmp_path: Path, b
         assert sorted(os.listdir(tmp)) == []
     finally:
         tempfile.tempdir = saved
+
+
+def test_a_directory_that_is_not_ours_is_refused_without_reading_its_tree(tmp_path: Path) -> None:
+    """A mistyped --out such as $HOME: refused from its top level, not after a walk that meets its symlinks."""
+    home = tmp_path / "home"
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / ".local" / "bin" / "tool").symlink_to("/bin/true")
+    with pytest.raises(WheelhouseError, match=r"is not empty and holds no published site \(no wheelhouse-site"):
+        DirectoryTarget(home)
