@@ -330,36 +330,57 @@ def plan(c, component="all", arch=None, python=None, markdown=None, github_outpu
         "base_url": "public URL of the site (default: https://<owner>.github.io/<repo> or the file:// URL)",
         "dry_run": "print what would change, write nothing",
         "allow_shrink": "publish even when more than half (or all) of the published wheel links would go",
+        "adopt": "take over a site published before wheelhouse-site.json that also holds other files (they are kept)",
+        "force": "publish over the index of another store, or into a branch that holds no index (the default "
+                 "branch included), replacing its tree",
     }
 )
 @reports_errors
 def publish_index(c, store=None, out=None, default_world=None, push_branch=None, remote=None, pages_artifact=None,
-                  base_url=None, dry_run=False, allow_shrink=False):
+                  base_url=None, dry_run=False, allow_shrink=False, adopt=False, force=False):
     """Publish one PEP 503 index per CUDA/torch world from the store's releases."""
     from ci import pages
 
     dry_run = dry_run or _core_dry(c)
+    where_to = {"out": out, "pages_artifact": pages_artifact, "push_branch": push_branch, "remote": remote,
+                "base_url": base_url}
+    _check_index_options(store, default_world=default_world, missing_target="publish-index: name --out, "
+                         "--pages-artifact or --push-branch for a GitHub store", **where_to)
 
     versions = load(_env().versions_path)
     release_store = _store(store, must_exist=True)
     default_world = pages.default_world(versions, default_world)
-    where = _index_target(release_store, store=store, out=out, pages_artifact=pages_artifact, push_branch=push_branch,
-                          remote=remote, base_url=base_url)
-    if where is None:
-        raise Exit("error: publish-index: name --out, --pages-artifact or --push-branch for a GitHub store", code=2)
-    target, base_url = where
-    releases = release_store.list_releases()
-    previous, cache_warning = _previous_cache(target, base_url, release_store)
+    target, base_url = _index_target(release_store, store=store, force=force, adopt=adopt, **where_to)
+    live = _live_site(target, base_url, release_store)
     with _opened(target) as active:
-        outcome = pages.publish_index(releases, active, base_url=base_url, default_world=default_world,
-                                      fetch=_fetch_for(release_store), dry_run=dry_run, allow_shrink=allow_shrink,
-                                      previous_cache=previous)
-    if cache_warning:
-        print(f"warning: {cache_warning}", file=sys.stderr)
+        outcome = pages.publish_index(release_store.list_releases(), active, base_url=base_url,
+                                      default_world=default_world, fetch=_fetch_for(release_store), dry_run=dry_run,
+                                      allow_shrink=allow_shrink, store=release_store.description, live=live,
+                                      force=force)
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(outcome.summary.line())
     print(f"{outcome.result.target}: {outcome.result.changes.line()}" + (" (dry run)" if dry_run else ""))
+
+
+def _check_index_options(store, *, out, pages_artifact, push_branch, remote, base_url, missing_target,
+                         default_world=None):
+    """The usage errors of the options that say where the index goes, raised (exit status 2) before any store
+    is opened or any network is touched."""
+    from ci.index import check_base_url, check_world
+
+    named = [f"--{name.replace('_', '-')}" for name, value in
+             (("push_branch", push_branch), ("pages_artifact", pages_artifact), ("out", out)) if value]
+    if len(named) > 1:
+        raise UsageError(f"{' and '.join(named)}: name one place to publish the index")
+    if remote and not push_branch:
+        raise UsageError("--remote names the git remote of --push-branch; add --push-branch BRANCH (e.g. gh-pages)")
+    if base_url is not None:
+        check_base_url(base_url)
+    if default_world is not None:
+        check_world(default_world)
+    if not named and _env(store).github_repo:
+        raise UsageError(missing_target)
 
 
 def _fetch_for(release_store):
@@ -367,13 +388,14 @@ def _fetch_for(release_store):
     return getattr(release_store, "fetch", _url_fetch)
 
 
-def _previous_cache(target, base_url, release_store):
-    """(digests.json of the live site, warning) for a Pages artifact built in a fresh directory."""
+def _live_site(target, base_url, release_store):
+    """The live site at ``base_url`` for a Pages artifact built in a fresh directory (None for other targets):
+    its digest cache, and the wheel links it serves, which the new index is compared with."""
     from ci import pages
 
-    if isinstance(target, pages.ArtifactTarget) and target.read("digests.json") is None:
-        return pages.published_cache(base_url, _get_for(release_store))
-    return None, None
+    if isinstance(target, pages.ArtifactTarget) and target.previous_site() is None:
+        return pages.read_live_site(base_url, _get_for(release_store))
+    return None
 
 
 def _get_for(release_store):
@@ -442,12 +464,15 @@ def _opened(target):
 
 
 def _index_target(release_store, *, store=None, **where):
-    """(target, base_url) for publishing the index (ci.pages.index_target); None when a GitHub store names none."""
+    """(target, base_url) for publishing the index (ci.pages.index_target); _check_index_options has made sure
+    one is named."""
     from ci import pages
     from ci.store.local import LocalStore
 
     store_root = release_store.root if isinstance(release_store, LocalStore) else None
-    return pages.index_target(store_root=store_root, github_repo=_env(store).github_repo, **where)
+    found = pages.index_target(store_root=store_root, github_repo=_env(store).github_repo, **where)
+    assert found is not None, "checked by _check_index_options"
+    return found
 
 
 @task(
@@ -532,44 +557,53 @@ def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=Non
     help={
         "keep_worlds": "never delete releases in these worlds, e.g. cu130/torch2.13,cpu/torch2.13",
         "older_than": "delete only releases published longer ago than this (90d, 12h, 2w)",
-        "apply": "delete, then re-publish the index (default: print the plan only)",
+        "apply": "re-publish the index without the releases to delete, then delete them (default: print the plan)",
         "store": "override WHEELHOUSE_STORE",
         "out": "re-publish the index into this directory (default for a local store: <store>/site)",
         "pages_artifact": "re-publish the index as a Pages artifact directory",
         "push_branch": "re-publish the index to this branch of --remote (e.g. gh-pages)",
         "remote": "git remote URL or path for --push-branch (default: this repository's origin)",
         "base_url": "public URL of the site (as publish-index)",
+        "force": "delete even every release, more than half of them, or releases of components the versions file "
+                 "does not name; publish over a drop in wheel links or another store's index",
     }
 )
 @reports_errors
 def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=None, pages_artifact=None,
-          push_branch=None, remote=None, base_url=None):
-    """Delete releases versions.yaml no longer names (never one a matrix row maps to), then re-index."""
+          push_branch=None, remote=None, base_url=None, force=False):
+    """Delete releases versions.yaml no longer names (never one a matrix row maps to), after re-indexing without them."""
     from ci import pages
     from ci.maintenance import prune as prune_module
 
+    worlds = prune_module.parse_worlds(keep_worlds)
+    age = prune_module.parse_age(older_than) if older_than else None
+    where_to = {"out": out, "pages_artifact": pages_artifact, "push_branch": push_branch, "remote": remote,
+                "base_url": base_url}
+    if apply:
+        _check_index_options(store, missing_target="prune --apply: name where to re-publish the index (--out, "
+                             "--pages-artifact or --push-branch) for a GitHub store", **where_to)
+
     versions = load(_env().versions_path)
     release_store = _store(store, must_exist=True)
-    plan = prune_module.plan(versions, release_store.list_releases(), keep_worlds=prune_module.parse_worlds(keep_worlds),
-                             older_than=prune_module.parse_age(older_than) if older_than else None,
+    plan = prune_module.plan(versions, release_store.list_releases(), keep_worlds=worlds, older_than=age,
                              store=release_store.description)
     print(plan.render())
+    refusal = None if force else plan.refusal()
     if not apply:
+        if refusal is not None:
+            print(f"warning: --apply will refuse this plan: {refusal}", file=sys.stderr)
         print("dry run: nothing deleted (pass --apply)")
         return
-    where = _index_target(release_store, store=store, out=out, pages_artifact=pages_artifact, push_branch=push_branch,
-                          remote=remote, base_url=base_url)
-    if where is None:
-        raise Exit("error: prune --apply: name where to re-publish the index (--out, --pages-artifact or "
-                   "--push-branch) for a GitHub store", code=2)
-    target, url = where
-    previous, cache_warning = _previous_cache(target, url, release_store)
+    if refusal is not None:
+        raise refusal
+    target, url = _index_target(release_store, store=store, force=force, **where_to)
+    live = _live_site(target, url, release_store)
     with _opened(target) as active:
-        index = prune_module.IndexTarget(active, base_url=url, default_world=pages.default_world(versions),
-                                         fetch=_fetch_for(release_store), previous_cache=previous)
-        result = prune_module.apply(plan, release_store, index=index)
-    if cache_warning:
-        print(f"warning: {cache_warning}", file=sys.stderr)
+        index = prune_module.IndexTarget(active, base_url=url, default_world=pages.default_world(versions), live=live,
+                                         fetch=_fetch_for(release_store))
+        result = prune_module.apply(plan, release_store, index=index, force=force)
+    for warning in result.index.warnings if result.index is not None else ():
+        print(f"warning: {warning}", file=sys.stderr)
     print(result.render())
 
 

@@ -1,7 +1,7 @@
 """Publishing a generated index site: git branch, Pages artifact or plain directory.
 
-Every target takes a finished site directory (built into a temporary directory
-by :func:`publish_index`) and converges to it:
+Every target takes the files of a finished site (built in memory by :func:`publish_index`) and
+converges to them:
 
 - :class:`GitBranchTarget` clones one branch (e.g. ``gh-pages``) of a git
   remote into a temporary worktree (or starts it as an orphan branch), replaces
@@ -15,17 +15,20 @@ by :func:`publish_index`) and converges to it:
   store's index, served over file:// or loopback http); each file is replaced
   atomically, new and changed files first, removals last.
 
-A directory target must be new, empty or a site published before (it holds
-our ``digests.json``); it may not be or contain the repository or the store,
-nor lie inside the store's ``releases/``, and a ``.git`` in it is never
-touched: a mistyped ``--out`` is refused instead of emptied.
-:func:`publish_index` also refuses, unless ``allow_shrink``, a site that
-drops more than :data:`MAX_DROPPED_SHARE` of the wheel links published
-before (a store read from the wrong place looks empty).
+A target is ours only when it is new, empty, or holds the ``wheelhouse-site.json`` an earlier publish
+wrote (:mod:`ci.site_marker`; a site from before that file is adopted when it holds nothing but index
+pages), and a publish replaces or removes only the files that marker lists: a ``.git`` (at any depth)
+and any file no publish wrote stay. A directory target may not be or contain the repository or the
+store, nor lie inside the store's ``releases/``. A branch that holds no site of ours, and the
+remote's default branch, are replaced only with ``force``. A site whose marker names another store
+is published over only with ``force``. :func:`publish_index` also refuses, unless ``allow_shrink``, a
+site that drops all, or more than :data:`MAX_DROPPED_SHARE`, of the wheel links published before:
+those of the target, and for a Pages artifact built on a fresh runner those the live site's marker
+counts (a store read from the wrong place looks empty).
 
 Files whose bytes are equal are never rewritten, so their mtimes stay and a
 change in one world touches only that world's files (and the shared landing
-page / digest cache when their content changes). ``dry_run=True`` returns the
+page / digest cache / marker when their content changes). ``dry_run=True`` returns the
 plan (files added, changed, removed) and writes nothing.
 """
 
@@ -45,7 +48,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ci import matrix
 from ci.errors import RemoteError, UsageError, WheelhouseError
-from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, site_files, summarize, write_files
+from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, site_files, summarize
+from ci.site_marker import MARKER_FILE, SiteMarker, is_digest_cache, landing_links, legacy_files
 from ci.store.model import Release
 from ci.versions import REPO_ROOT, Versions
 
@@ -53,6 +57,9 @@ _GIT_DIR = ".git"
 MAX_DROPPED_SHARE = 0.5
 """Share of the previously published wheel links a publish may drop without ``allow_shrink``."""
 _LINK = re.compile(r'<a href="[^"]*"[^>]*>([^<]+)</a>')
+_TEMP_SUFFIX = re.compile(r"^(?P<dir>(?:.*/)?)\.(?P<name>.+)\.tmp-\d+$")
+"""``.<name>.tmp-<pid>``: what :func:`_atomic_write` leaves beside ``<name>`` when it is killed."""
+_CLONE_PREFIX = "wheelhouse-pages-"
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,33 @@ class PublishOutcome:
     """The index's warnings plus publishing's own (e.g. an unreadable digest cache)."""
 
 
+@dataclass(frozen=True)
+class PreviousSite:
+    """The site a target holds before a publish (None stands for a new or empty target)."""
+
+    files: frozenset[str] | None
+    """The files a publish may replace or remove; None: all of them (a branch replaced with ``force``)."""
+    store: str | None = None
+    """The store its marker names (None: no marker)."""
+    adopted: str | None = None
+    """A warning when the site predates the marker and was adopted."""
+
+
+@dataclass(frozen=True)
+class LiveSite:
+    """What the site at the public URL holds; read for a Pages artifact, which is built on a fresh runner."""
+
+    url: str
+    cache: bytes | None = None
+    """Its ``digests.json``."""
+    published: bool = False
+    """A site of ours is there (a marker, or a ``digests.json`` of ours)."""
+    store: str | None = None
+    links: int | None = None
+    """The wheel links it serves: its marker's count, or its landing page's for a site from before the marker."""
+    warning: str | None = None
+
+
 class PagesTarget(Protocol):
     description: str
 
@@ -98,23 +132,28 @@ class PagesTarget(Protocol):
     def published_root(self) -> Path | None:
         """The local tree of the published site (None when there is none yet)."""
 
-    def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
-        """Make the target hold exactly the files of ``site_dir``."""
+    def previous_site(self) -> PreviousSite | None:
+        """The site the target holds (None when new or empty); a WheelhouseError when it is not ours."""
+
+    def publish(self, site: Mapping[str, bytes], *, previous: PreviousSite | None,
+                dry_run: bool = False) -> PublishResult:
+        """Make the target hold the files of ``site``, replacing or removing only files ``previous`` lists."""
 
 
 # --------------------------------------------------------------------------- tree comparison
 
 
-def _files(root: Path, *, skip_git: bool = False) -> dict[str, Path]:
-    """Regular files under ``root`` by relative POSIX path; symlinks are refused."""
+def _files(root: Path) -> dict[str, Path]:
+    """Regular files under ``root`` by relative POSIX path, without any ``.git`` (at any depth, never
+    touched); symlinks are refused."""
     found: dict[str, Path] = {}
     if not root.exists():
         return found
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
-        if skip_git and here == root and _GIT_DIR in dirnames:
-            dirnames.remove(_GIT_DIR)
-        for name in list(dirnames) + filenames:
+        dirnames[:] = [d for d in dirnames if d != _GIT_DIR]
+        filenames = [f for f in filenames if f != _GIT_DIR]  # a submodule's or worktree's .git file
+        for name in dirnames + filenames:
             path = here / name
             if path.is_symlink():
                 raise WheelhouseError(f"{path} is a symlink: a Pages site must hold plain files only; remove it")
@@ -124,61 +163,85 @@ def _files(root: Path, *, skip_git: bool = False) -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
-def _same(a: Path, b: Path) -> bool:
-    if a.stat().st_size != b.stat().st_size:
+def _same(data: bytes, path: Path) -> bool:
+    return path.stat().st_size == len(data) and path.read_bytes() == data
+
+
+def _may_replace(rel: str, previous: PreviousSite | None, site: Mapping[str, bytes]) -> bool:
+    """Whether a publish may overwrite or remove ``rel``: a file the previous site lists, or the temporary
+    file a killed write left beside one of its files or the new site's."""
+    if previous is None:
         return False
-    with a.open("rb") as fa, b.open("rb") as fb:
-        while True:
-            ca, cb = fa.read(1 << 20), fb.read(1 << 20)
-            if ca != cb:
-                return False
-            if not ca:
-                return True
+    if previous.files is None:
+        return True
+    temp = _TEMP_SUFFIX.match(rel)
+    if temp:
+        rel = temp["dir"] + temp["name"]
+        return rel in previous.files or rel in site
+    return rel in previous.files
 
 
-def diff_trees(site_dir: Path, dest: Path, *, skip_git: bool = False) -> SiteChanges:
-    """What :func:`sync_tree` would do to make ``dest`` equal to ``site_dir``."""
-    new = _files(site_dir)
-    old = _files(dest, skip_git=skip_git)
-    added = [rel for rel in new if rel not in old]
-    changed = [rel for rel in new if rel in old and not _same(new[rel], old[rel])]
-    removed = [rel for rel in old if rel not in new]
-    unchanged = len(new) - len(added) - len(changed)
-    return SiteChanges(tuple(added), tuple(changed), tuple(removed), unchanged)
+def diff_site(site: Mapping[str, bytes], dest: Path, *, previous: PreviousSite | None,
+              where: str = "") -> SiteChanges:
+    """What :func:`sync_tree` would do to make ``dest`` hold ``site``; files ``previous`` does not list stay."""
+    old = _files(dest)
+    added = [rel for rel in site if rel not in old]
+    changed = [rel for rel in site if rel in old and not _same(site[rel], old[rel])]
+    foreign = [rel for rel in changed if not _may_replace(rel, previous, site)]
+    if foreign:
+        raise WheelhouseError(f"{where or dest}: {foreign[0]} was not written by an earlier publish and the new site "
+                              "would overwrite it; move it away and publish again")
+    removed = [rel for rel in old if rel not in site and _may_replace(rel, previous, site)]
+    unchanged = len(site) - len(added) - len(changed)
+    return SiteChanges(tuple(sorted(added)), tuple(sorted(changed)), tuple(sorted(removed)), unchanged)
 
 
-def _atomic_copy(src: Path, dst: Path) -> None:
-    if dst.is_dir() and not dst.is_symlink():
-        shutil.rmtree(dst)
+def _atomic_write(data: bytes, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
-    shutil.copyfile(src, tmp)
+    tmp.write_bytes(data)
     os.replace(tmp, dst)
 
 
-def _prune_empty_dirs(root: Path) -> None:
-    for dirpath, _dirnames, _filenames in sorted(os.walk(root), key=lambda item: -len(item[0])):
-        path = Path(dirpath)
-        if path == root or _GIT_DIR in path.relative_to(root).parts:
-            continue
-        with contextlib.suppress(OSError):
-            path.rmdir()
+def _remove_emptied_dirs(root: Path, removed: Iterable[str]) -> None:
+    """Remove the directories that removing ``removed`` left empty (never ``root``, never another)."""
+    for rel in sorted({Path(r).parent for r in removed}, key=lambda p: -len(p.parts)):
+        path = root / rel
+        while path != root and path.is_relative_to(root):
+            try:
+                path.rmdir()
+            except OSError:  # not empty: it holds something else
+                break
+            path = path.parent
 
 
-def sync_tree(site_dir: Path, dest: Path, *, dry_run: bool = False, skip_git: bool = False) -> SiteChanges:
-    """Make ``dest`` hold exactly the files of ``site_dir``, touching only files that differ.
+def sync_tree(site: Mapping[str, bytes], dest: Path, *, previous: PreviousSite | None, dry_run: bool = False,
+              where: str = "") -> SiteChanges:
+    """Make ``dest`` hold the files of ``site``, touching only files that differ and removing only files
+    ``previous`` lists.
 
-    New and changed files are written before anything is removed, so a reader (or a crash) never
-    meets a listing whose package pages are gone."""
-    changes = diff_trees(site_dir, dest, skip_git=skip_git)
+    New and changed files are written before anything is removed, so a reader (or a crash) never meets a
+    listing whose package pages are gone. The marker is written first listing the old files and the new
+    ones, and last listing the new ones: after a crash at any point it names every file a publish wrote."""
+    changes = diff_site(site, dest, previous=previous, where=where)
     if dry_run or changes.empty:
         return changes
     dest.mkdir(parents=True, exist_ok=True)
+    marker = site.get(MARKER_FILE)
+    interim = None
+    if marker is not None and MARKER_FILE in changes.added + changes.changed:
+        new = SiteMarker.parse(marker, source=MARKER_FILE)
+        earlier = previous.files if previous is not None and previous.files is not None else frozenset()
+        interim = SiteMarker(new.store, new.links, new.files | (earlier - {MARKER_FILE})).to_json()
+        _atomic_write(interim, dest / MARKER_FILE)
     for rel in changes.added + changes.changed:
-        _atomic_copy(site_dir / rel, dest / rel)
+        if rel != MARKER_FILE:
+            _atomic_write(site[rel], dest / rel)
     for rel in changes.removed:
         (dest / rel).unlink()
-    _prune_empty_dirs(dest)
+    if marker is not None and interim is not None and interim != marker:
+        _atomic_write(marker, dest / MARKER_FILE)
+    _remove_emptied_dirs(dest, changes.removed)
     return changes
 
 
@@ -194,13 +257,61 @@ def site_links(root: Path | None) -> set[str]:
     return links
 
 
-def _is_published_site(path: Path) -> bool:
-    """Every publish writes ``digests.json`` (a corrupt one is rebuilt, so only its presence counts)."""
-    return (path / CACHE_FILE).is_file()
+def _wheel_links(files: Mapping[str, bytes]) -> set[str]:
+    """:func:`site_links` of a site held in memory."""
+    links: set[str] = set()
+    for rel, data in files.items():
+        parts = rel.split("/")
+        if len(parts) == 5 and parts[2] == "simple" and parts[4] == "index.html":
+            links.update(f"{parts[0]}/{parts[1]}/{name}" for name in _LINK.findall(data.decode("utf-8", "replace")))
+    return links
+
+
+def _first_write_leftover(name: str) -> bool:
+    """The temporary marker a publish writes first, left alone by a kill: nothing else was written yet."""
+    temp = _TEMP_SUFFIX.match(name)
+    return temp is not None and temp["name"] == MARKER_FILE
+
+
+_NOT_OURS_DIR = "name a new or empty directory, or the directory of an earlier publish"
+
+
+def _previous_site(root: Path, *, where: str, adopt: bool, force: bool = False,
+                   not_ours_fix: str = _NOT_OURS_DIR) -> PreviousSite | None:
+    """The site under ``root`` (None when there is none): its marker's file list, or for a site published
+    before the marker, its index files. Anything else is refused, unless ``force`` (then all of it goes)."""
+    top = [entry.name for entry in root.iterdir() if entry.name != _GIT_DIR] if root.is_dir() else []
+    if all(_first_write_leftover(name) for name in top):  # empty, or a first publish killed in its first write
+        return PreviousSite(frozenset()) if top else None
+    # only a marker, or our digests.json, is a reason to read the tree (it may be someone's home directory)
+    marker, cache = root / MARKER_FILE, root / CACHE_FILE
+    if marker.is_file():
+        try:
+            parsed = SiteMarker.parse(marker.read_bytes(), source=f"{MARKER_FILE} of {where}")
+        except WheelhouseError:
+            if force:
+                return PreviousSite(None)
+            raise
+        return PreviousSite(parsed.files | {MARKER_FILE}, parsed.store)
+    if cache.is_file() and is_digest_cache(cache.read_bytes()):
+        ours, others = legacy_files(_files(root))
+        if not others or adopt:
+            kept = f"; kept {len(others)} file(s) no publish wrote, e.g. {others[0]}" if others else ""
+            return PreviousSite(ours, adopted=f"{where}: adopted a site published before {MARKER_FILE} "
+                                              f"({len(ours)} index file(s) and our {CACHE_FILE}){kept}")
+        if not force:
+            raise WheelhouseError(
+                f"{where} holds a site published before {MARKER_FILE} and {len(others)} file(s) no publish wrote "
+                f"(e.g. {others[0]}): pass --adopt to publish over it (those files are kept), or move them away")
+    if force:
+        return PreviousSite(None)
+    raise WheelhouseError(f"{where} is not empty and holds no published site (no {MARKER_FILE}): publishing would "
+                          f"delete its files; {not_ours_fix}")
 
 
 def check_site_dir(path: Path, *, store_root: Path | None = None) -> None:
-    """Refuse a directory a publish would damage (see the module docstring)."""
+    """Refuse a directory a publish must never write: a file, the repository, the store (see the module
+    docstring); whether the directory is ours is :func:`_previous_site`'s question."""
     where = path.resolve()
     if where.exists() and not where.is_dir():
         raise WheelhouseError(f"{path} is a file, not a directory: name a directory for the site")
@@ -215,10 +326,6 @@ def check_site_dir(path: Path, *, store_root: Path | None = None) -> None:
         if root == where or root.is_relative_to(where):
             raise WheelhouseError(f"{path} is or contains {what} ({root}): publishing there would delete its files; "
                                   "name a directory of its own for the site")
-    if where.is_dir() and any(where.iterdir()) and not _is_published_site(where):
-        raise WheelhouseError(
-            f"{path} is not empty and holds no published site (no {CACHE_FILE}): publishing would delete "
-            "its files; name a new or empty directory, or the directory of an earlier publish")
 
 
 # --------------------------------------------------------------------------- directory targets
@@ -227,52 +334,78 @@ def check_site_dir(path: Path, *, store_root: Path | None = None) -> None:
 class DirectoryTarget:
     """A plain directory updated in place (e.g. the local store's index).
 
-    ``store_root``: the local store the site is built from, which the directory may not overlap."""
+    ``store_root``: the local store the site is built from, which the directory may not overlap.
+    ``adopt``: take over a site published before the marker that also holds other files (they are kept)."""
 
-    def __init__(self, path: Path, *, store_root: Path | None = None) -> None:
+    def __init__(self, path: Path, *, store_root: Path | None = None, adopt: bool = False) -> None:
         self.path = Path(path)
         self.description = f"directory {self.path}"
+        self.adopt = adopt
         check_site_dir(self.path, store_root=store_root)
+        self.previous_site()  # refused now, before the store is read, when it is not ours
 
     def published_root(self) -> Path | None:
         return self.path
 
     def read(self, relpath: str) -> bytes | None:
         try:
-            return (self.path / relpath).read_bytes()
+            return (self.published_root() or self.path).joinpath(relpath).read_bytes()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
-    def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
-        check_site_dir(self.path)  # still ours (it may have changed since the target was named)
-        changes = sync_tree(site_dir, self.path, dry_run=dry_run, skip_git=True)
+    def previous_site(self) -> PreviousSite | None:
+        check_site_dir(self.path)  # still a directory of its own (it may have changed since the target was named)
+        root = self.published_root()
+        return _previous_site(root, where=str(self.path), adopt=self.adopt) if root is not None else None
+
+    def publish(self, site: Mapping[str, bytes], *, previous: PreviousSite | None,
+                dry_run: bool = False) -> PublishResult:
+        changes = sync_tree(site, self.path, previous=previous, dry_run=dry_run, where=self.description)
         return PublishResult(self.description, changes, dry_run)
 
 
 class ArtifactTarget(DirectoryTarget):
     """A Pages artifact directory, replaced as a whole by a rename."""
 
-    def __init__(self, path: Path, *, store_root: Path | None = None) -> None:
-        super().__init__(path, store_root=store_root)
+    def __init__(self, path: Path, *, store_root: Path | None = None, adopt: bool = False) -> None:
+        super().__init__(path, store_root=store_root, adopt=adopt)
         self.description = f"pages artifact {self.path}"
-        if (self.path / _GIT_DIR).exists():
+
+    def _leftovers(self, kind: str) -> list[Path]:
+        """``.<name>.old-*`` backups or ``.<name>.new-*`` staging trees of a killed publish (compared by
+        prefix: the name may hold glob characters)."""
+        parent, prefix = self.path.parent, f".{self.path.name}.{kind}-"
+        if not parent.is_dir():
+            return []
+        found = [p for p in parent.iterdir() if p.name.startswith(prefix) and p.is_dir() and not p.is_symlink()]
+        return sorted(found, key=lambda p: p.stat().st_mtime)
+
+    def published_root(self) -> Path | None:
+        """The tree, or when a publish was killed between its two renames, the backup the next run restores."""
+        backups = self._leftovers("old")
+        return backups[-1] if backups and not self.path.exists() else self.path
+
+    def previous_site(self) -> PreviousSite | None:
+        previous = super().previous_site()
+        root = self.published_root()
+        if root is not None and any(root.rglob(_GIT_DIR)):
             raise WheelhouseError(f"{self.path} holds a {_GIT_DIR}: an artifact directory is replaced as a whole; "
                                   "name a directory of its own")
+        return previous
 
     def _recover(self) -> None:
         """Undo what a publish killed between its two renames left: no tree, a backup, a staging tree."""
-        parent = self.path.parent
-        backups = sorted(parent.glob(f".{self.path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+        backups = self._leftovers("old")
         if backups and not self.path.exists():
             os.rename(backups.pop(), self.path)
-        for leftover in backups + list(parent.glob(f".{self.path.name}.new-*")):
+        for leftover in backups + self._leftovers("new"):
             shutil.rmtree(leftover, ignore_errors=True)
 
-    def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
-        check_site_dir(self.path)
+    def publish(self, site: Mapping[str, bytes], *, previous: PreviousSite | None,
+                dry_run: bool = False) -> PublishResult:
         if not dry_run:
             self._recover()
-        changes = diff_trees(site_dir, self.path)
+        changes = diff_site(site, self.path, previous=previous, where=self.description)
         if dry_run or (changes.empty and self.path.is_dir()):
             return PublishResult(self.description, changes, dry_run)
         parent = self.path.parent
@@ -281,19 +414,20 @@ class ArtifactTarget(DirectoryTarget):
         backup = parent / f".{self.path.name}.old-{os.getpid()}"
         try:
             old = _files(self.path)
-            unchanged = set(_files(site_dir)) - set(changes.added) - set(changes.changed)
-            for rel, src in _files(site_dir).items():
+            rewritten = set(changes.added) | set(changes.changed)
+            # unchanged files keep their inode (bytes and mtime); files no publish wrote are carried over
+            kept = [rel for rel in old if rel not in rewritten and rel not in changes.removed]
+            for rel in kept:
                 target = staging / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
-                if rel in unchanged:
-                    try:
-                        os.link(old[rel], target)  # same inode: bytes and mtime kept
-                        continue
-                    except OSError:
-                        pass
+                try:
+                    os.link(old[rel], target)
+                except OSError:
                     shutil.copy2(old[rel], target)
-                else:
-                    shutil.copyfile(src, target)
+            for rel in rewritten:
+                target = staging / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(site[rel])
             staging.chmod(0o755)
             if self.path.exists():
                 os.rename(self.path, backup)
@@ -319,11 +453,33 @@ def _redact(remote: str) -> str:
     return remote
 
 
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def _reap_clones(tmp: Path) -> None:
+    """Remove the clones of killed publishes: named by us (``wheelhouse-pages-<pid>-``), owned by this user,
+    and their process is gone."""
+    for entry in tmp.glob(f"{_CLONE_PREFIX}*"):
+        pid = re.fullmatch(rf"{_CLONE_PREFIX}(\d+)-\w+", entry.name)
+        with contextlib.suppress(OSError):
+            if (pid and entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid()
+                    and not _process_alive(int(pid[1]))):
+                shutil.rmtree(entry)
+
+
 class GitBranchTarget:
     """One branch of a git remote (``gh-pages``), updated by commit and push.
 
-    Use as a context manager (or call :meth:`close`): the worktree is a
-    temporary clone made on first use.
+    Use as a context manager (or call :meth:`close`): the worktree is a temporary clone made on first
+    use. ``force``: replace a branch that holds no site of ours, the remote's default branch included
+    (history keeps the old tree). ``adopt``: as for :class:`DirectoryTarget`.
     """
 
     def __init__(
@@ -334,14 +490,20 @@ class GitBranchTarget:
         message: str = "Update package index",
         author_name: str = "wheelhouse",
         author_email: str = "wheelhouse@localhost",
+        force: bool = False,
+        adopt: bool = False,
     ) -> None:
         self.remote = remote
         self.branch = branch
         self.message = message
         self.author = (author_name, author_email)
+        self.force = force
+        self.adopt = adopt
         self.description = f"git {_redact(remote)} branch {branch}"
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._worktree: Path | None = None
+        self._exists = False
+        self._default_branch: str | None = None
 
     def __enter__(self) -> GitBranchTarget:  # Python 3.10 has no typing.Self
         return self
@@ -375,10 +537,18 @@ class GitBranchTarget:
         """The clone of the branch (created on first call); an orphan branch when the remote lacks it."""
         if self._worktree is not None:
             return self._worktree
-        self._tmp = tempfile.TemporaryDirectory(prefix="wheelhouse-pages-")
+        tmp = Path(tempfile.gettempdir())
+        _reap_clones(tmp)
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"{_CLONE_PREFIX}{os.getpid()}-", dir=tmp)
         work = Path(self._tmp.name) / "site"
-        heads = self._git("ls-remote", "--heads", "--", self.remote, f"refs/heads/{self.branch}")
-        if heads.strip():
+        refs = self._git("ls-remote", "--symref", "--", self.remote, "HEAD", f"refs/heads/{self.branch}")
+        for line in refs.splitlines():
+            symref = re.fullmatch(r"ref: refs/heads/(\S+)\s+HEAD", line.strip())
+            if symref:
+                self._default_branch = symref[1]
+            elif line.endswith(f"\trefs/heads/{self.branch}"):
+                self._exists = True
+        if self._exists:
             self._git(
                 "clone",
                 "--quiet",
@@ -410,6 +580,18 @@ class GitBranchTarget:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
+    def previous_site(self) -> PreviousSite | None:
+        work = self.worktree()
+        if not self._exists:
+            return None
+        if self.branch == self._default_branch and not self.force:
+            raise WheelhouseError(
+                f"{self.branch} is the default branch of {_redact(self.remote)}: publishing would replace the "
+                "project's files with the index; name a branch of its own such as gh-pages (or pass --force)")
+        return _previous_site(work, where=self.description, adopt=self.adopt, force=self.force,
+                              not_ours_fix="name a new branch or the branch of an earlier publish, or pass --force "
+                                           "to replace its tree (its history keeps it)")
+
     def head(self) -> str | None:
         work = self.worktree()
         try:
@@ -417,9 +599,10 @@ class GitBranchTarget:
         except RemoteError:
             return None
 
-    def publish(self, site_dir: Path, *, dry_run: bool = False) -> PublishResult:
+    def publish(self, site: Mapping[str, bytes], *, previous: PreviousSite | None,
+                dry_run: bool = False) -> PublishResult:
         work = self.worktree()
-        changes = sync_tree(site_dir, work, dry_run=dry_run, skip_git=True)
+        changes = sync_tree(site, work, previous=previous, dry_run=dry_run, where=self.description)
         if dry_run or changes.empty:
             return PublishResult(self.description, changes, dry_run)
         self._git("add", "--all", cwd=work)
@@ -452,7 +635,8 @@ def origin_url(repo_root: Path = REPO_ROOT) -> str:
 
 def index_target(*, store_root: Path | None, github_repo: str | None, out: str | Path | None = None,
                  pages_artifact: str | Path | None = None, push_branch: str | None = None, remote: str | None = None,
-                 base_url: str | None = None, repo_root: Path = REPO_ROOT) -> tuple[PagesTarget, str] | None:
+                 base_url: str | None = None, repo_root: Path = REPO_ROOT, force: bool = False,
+                 adopt: bool = False) -> tuple[PagesTarget, str] | None:
     """Where the index is published, and the public URL its pages are read at; None when nothing names a target.
 
     The target is the first named of ``push_branch`` (of ``remote``, default this repository's origin),
@@ -461,13 +645,14 @@ def index_target(*, store_root: Path | None, github_repo: str | None, out: str |
     (``https://<owner>.github.io/<repo>``), else the site directory as a ``file://`` URL.
     """
     if push_branch:
-        target: PagesTarget = GitBranchTarget(remote or origin_url(repo_root), branch=push_branch)
+        target: PagesTarget = GitBranchTarget(remote or origin_url(repo_root), branch=push_branch, force=force,
+                                              adopt=adopt)
     elif pages_artifact:
-        target = ArtifactTarget(Path(pages_artifact), store_root=store_root)
+        target = ArtifactTarget(Path(pages_artifact), store_root=store_root, adopt=adopt)
     elif out:
-        target = DirectoryTarget(Path(out), store_root=store_root)
+        target = DirectoryTarget(Path(out), store_root=store_root, adopt=adopt)
     elif store_root is not None:
-        target = DirectoryTarget(store_root / "site", store_root=store_root)
+        target = DirectoryTarget(store_root / "site", store_root=store_root, adopt=adopt)
     else:
         return None
     if base_url is None:
@@ -477,7 +662,6 @@ def index_target(*, store_root: Path | None, github_repo: str | None, out: str |
         else:
             base_url = Path(out or pages_artifact or (store_root or Path(".")) / "site").resolve().as_uri()
     return target, base_url
-
 
 
 def publish_index(
@@ -492,16 +676,31 @@ def publish_index(
     previous_cache: bytes | None = None,
     dry_run: bool = False,
     allow_shrink: bool = False,
+    store: str | None = None,
+    live: LiveSite | None = None,
+    force: bool = False,
+    shrink_flag: str = "--allow-shrink",
 ) -> PublishOutcome:
-    """Build the index of ``releases`` into a temporary directory and publish it to ``target``.
+    """Build the index of ``releases`` in memory and publish it, with its marker, to ``target``.
 
-    The digest cache comes from ``previous_cache`` when given, else from the
-    target's published ``digests.json``; an unreadable one is replaced, with a
-    warning. Unless ``allow_shrink``, a site that drops all, or more than
-    :data:`MAX_DROPPED_SHARE`, of the wheel links published before is refused.
+    ``store`` names the store the releases come from (the marker records it); a target or ``live``
+    site whose marker names another store is refused unless ``force``. The digest cache comes from
+    ``previous_cache`` when given, else from the target's published ``digests.json``, else from the
+    ``live`` site's; an unreadable one is replaced, with a warning. Unless ``allow_shrink`` (named
+    ``shrink_flag`` in the refusal), a site that drops all, or more than :data:`MAX_DROPPED_SHARE`, of
+    the wheel links the target, or else the ``live`` site, published before is refused.
     """
-    warnings: list[str] = []
+    warnings: list[str] = [live.warning] if live is not None and live.warning else []
+    previous = target.previous_site()
+    if previous is not None and previous.adopted:
+        warnings.append(previous.adopted)
+    if not force:
+        _check_same_store(previous.store if previous is not None else None, store, target.description)
+        if live is not None:
+            _check_same_store(live.store, store, f"the live site at {live.url}")
     raw = previous_cache if previous_cache is not None else target.read(CACHE_FILE)
+    if raw is None and live is not None:
+        raw = live.cache
     try:
         cache = DigestCache.from_json(raw, source=f"{CACHE_FILE} of {target.description}")
     except WheelhouseError as exc:
@@ -516,46 +715,70 @@ def publish_index(
         yanked=yanked,
         site_name=site_name,
     )
+    links = _wheel_links(files)
+    files[MARKER_FILE] = SiteMarker(store, len(links), frozenset(files)).to_json()
     summary = summarize(site, files)
     if not allow_shrink:
-        _check_shrink(target, files)
-    with tempfile.TemporaryDirectory(prefix="wheelhouse-site-") as tmp:
-        site_dir = Path(tmp) / "site"
-        write_files(files, site_dir)
-        try:
-            result = target.publish(site_dir, dry_run=dry_run)
-        except OSError as exc:  # the target's file system said no (read-only, /proc, full disk...)
-            where = getattr(target, "path", None) or exc.filename
-            raise WheelhouseError(f"cannot write the site to {where} ({exc.strerror}); name a writable "
-                                  "directory") from None
+        _check_shrink(site_links(target.published_root()) if previous is not None else set(), links,
+                      target.description, shrink_flag)
+        if live is not None:
+            _check_live_shrink(live, links, shrink_flag)
+    try:
+        result = target.publish(files, previous=previous, dry_run=dry_run)
+    except OSError as exc:  # the target's file system said no (read-only, /proc, full disk...)
+        where = getattr(target, "path", None) or exc.filename
+        raise WheelhouseError(f"cannot write the site to {where} ({exc.strerror}); name a writable "
+                              "directory") from None
     return PublishOutcome(summary, result, tuple(warnings) + summary.warnings)
 
 
-def published_cache(base_url: str, get: Callable[[str], bytes | None]) -> tuple[bytes | None, str | None]:
-    """(the live site's ``digests.json``, a warning) read from ``base_url`` with ``get(url)``.
+def read_live_site(base_url: str, get: Callable[[str], bytes | None]) -> LiveSite:
+    """The site published at ``base_url``, read with ``get(url)`` (None for a 404: nothing published yet).
 
-    A Pages artifact is built on a fresh runner, so its own directory holds no cache: without the live
-    one every asset lacking a digest and every ``.metadata`` would be downloaded again on every publish.
-    ``get`` returns None for a 404 (a first publish); any failure gives a warning and no cache."""
-    url = f"{base_url.rstrip('/')}/{CACHE_FILE}"
+    A Pages artifact is built on a fresh runner: the live site's ``digests.json`` saves downloading every
+    asset without a digest again, and its marker (or, for a site from before the marker, its landing
+    page) says how many wheel links it serves. A failure to read gives a warning and no comparison."""
+    url = base_url.rstrip("/")
     try:
-        return get(url), None
-    except Exception as exc:  # the cache only saves downloads; its absence costs time
-        return None, f"could not read the published {CACHE_FILE} at {url} ({exc}); hashing without it"
+        marker = get(f"{url}/{MARKER_FILE}")
+        cache = get(f"{url}/{CACHE_FILE}")
+        landing = get(f"{url}/index.html") if marker is None and is_digest_cache(cache) else None
+    except Exception as exc:  # unreachable: the publish goes on, as it did before the site existed
+        return LiveSite(url, warning=f"could not read the live site at {url} ({exc}); hashing without its "
+                                     f"{CACHE_FILE}, and the drop in wheel links is not measured against it")
+    if marker is not None:
+        parsed = SiteMarker.parse(marker, source=f"{MARKER_FILE} of the live site at {url} (check --base-url)")
+        return LiveSite(url, cache, True, parsed.store, parsed.links)
+    if is_digest_cache(cache):
+        return LiveSite(url, cache, True, None, landing_links(landing))
+    return LiveSite(url, cache)
 
 
-def _check_shrink(target: PagesTarget, files: Mapping[str, bytes]) -> None:
-    before = site_links(target.published_root())
-    if not before:
-        return
-    after: set[str] = set()
-    for rel, data in files.items():
-        parts = rel.split("/")
-        if len(parts) == 5 and parts[2] == "simple" and parts[4] == "index.html":
-            after.update(f"{parts[0]}/{parts[1]}/{name}" for name in _LINK.findall(data.decode("utf-8", "replace")))
+def _check_same_store(published: str | None, store: str | None, where: str) -> None:
+    if published is not None and store is not None and published != store:
+        raise WheelhouseError(f"{where} holds the index of the store {published}, not of {store}: check --store / "
+                              "WHEELHOUSE_STORE (and --base-url); pass --force to publish over it")
+
+
+def _check_shrink(before: set[str], after: set[str], where: str, flag: str) -> None:
     dropped = before - after
-    if len(dropped) == len(before) or len(dropped) > MAX_DROPPED_SHARE * len(before):
+    if before and (len(dropped) == len(before) or len(dropped) > MAX_DROPPED_SHARE * len(before)):
         raise WheelhouseError(
-            f"the new index would drop {len(dropped)} of the {len(before)} wheel links {target.description} "
+            f"the new index would drop {len(dropped)} of the {len(before)} wheel links {where} "
             f"publishes now (more than {MAX_DROPPED_SHARE:.0%}), e.g. {sorted(dropped)[0]}: check that the store "
-            "(--store / WHEELHOUSE_STORE) is the right one; pass --allow-shrink if the drop is intended")
+            f"(--store / WHEELHOUSE_STORE) is the right one; pass {flag} if the drop is intended")
+
+
+def _check_live_shrink(live: LiveSite, after: set[str], flag: str) -> None:
+    """The drop measured against the live site's count (a fresh artifact directory has nothing to compare)."""
+    if not live.published:
+        return
+    if live.links is None:
+        raise WheelhouseError(
+            f"the live site at {live.url} holds an index of ours but neither {MARKER_FILE} nor a landing page that "
+            f"counts its wheel links, so the drop cannot be measured: check --base-url; pass {flag} to publish anyway")
+    if live.links and (not after or live.links - len(after) > MAX_DROPPED_SHARE * live.links):
+        raise WheelhouseError(
+            f"the new index would hold {len(after)} wheel links where the live site at {live.url} serves "
+            f"{live.links} (a drop of more than {MAX_DROPPED_SHARE:.0%}): check that the store (--store / "
+            f"WHEELHOUSE_STORE) is the right one; pass {flag} if the drop is intended")

@@ -21,6 +21,7 @@ from ci.pages import (
     publish_index,
     sync_tree,
 )
+from ci.site_marker import MARKER_FILE
 from ci.store.model import Asset, Release
 
 BASE = "https://owner.github.io/repo"
@@ -109,8 +110,8 @@ def test_git_change_in_one_world_touches_only_that_world(bare):
     outcome = _publish_git(url, releases(extra_cu129=True))
     assert outcome.result.commit and _count(remote) == 2
     changed = git("--git-dir", str(remote), "diff", "--name-only", "gh-pages~1", "gh-pages").split()
-    # the package page of that world, and the landing page whose file count moved
-    assert changed == ["cu129/torch2.13/simple/flash-attn/index.html", "index.html"]
+    # the package page of that world, and the landing page and the marker whose link counts moved
+    assert changed == ["cu129/torch2.13/simple/flash-attn/index.html", "index.html", MARKER_FILE]
 
 
 def test_git_dry_run_reports_and_writes_nothing(bare):
@@ -118,12 +119,12 @@ def test_git_dry_run_reports_and_writes_nothing(bare):
     _publish_git(url, releases())
     plan = _publish_git(url, releases(extra_cu129=True), dry_run=True)
     assert plan.result.dry_run and plan.result.commit is None
-    assert plan.result.changes.changed == ("cu129/torch2.13/simple/flash-attn/index.html", "index.html")
+    assert plan.result.changes.changed == ("cu129/torch2.13/simple/flash-attn/index.html", "index.html", MARKER_FILE)
     assert plan.result.changes.added == () and plan.result.changes.removed == ()
     assert _count(remote) == 1
 
 
-def test_git_replaces_foreign_content_and_keeps_history(bare, tmp_path):
+def test_git_replaces_foreign_content_only_with_force_and_keeps_history(bare, tmp_path):
     remote, url = bare
     seed = tmp_path / "seed"
     git("init", "--quiet", str(seed))
@@ -132,7 +133,11 @@ def test_git_replaces_foreign_content_and_keeps_history(bare, tmp_path):
     git("add", ".", cwd=seed)
     git("-c", "user.name=x", "-c", "user.email=x@x", "commit", "--quiet", "-m", "old", cwd=seed)
     git("push", "--quiet", url, "gh-pages", cwd=seed)
-    outcome = _publish_git(url, releases())
+    with pytest.raises(WheelhouseError, match="holds no published site"):
+        _publish_git(url, releases())
+    assert _count(remote) == 1
+    with GitBranchTarget(url, force=True) as target:
+        outcome = publish_index(releases(), target, base_url=BASE, default_world=DEFAULT)
     assert outcome.result.changes.removed == ("stale.html",)
     assert _count(remote) == 2
     assert "stale.html" not in git("--git-dir", str(remote), "ls-tree", "-r", "--name-only", "gh-pages")
@@ -199,13 +204,14 @@ def test_directory_target_rewrites_only_changed_files(tmp_path):
     plan = publish_index(
         releases(extra_cu129=True), DirectoryTarget(dest), base_url=dest.as_uri(), default_world=DEFAULT, dry_run=True
     )
-    assert set(plan.result.changes.changed) == {"cu129/torch2.13/simple/flash-attn/index.html", "index.html"}
+    assert set(plan.result.changes.changed) == {"cu129/torch2.13/simple/flash-attn/index.html", "index.html",
+                                                MARKER_FILE}
     assert _snapshot(dest) == before
 
     publish_index(releases(extra_cu129=True), DirectoryTarget(dest), base_url=dest.as_uri(), default_world=DEFAULT)
     after = _snapshot(dest)
     touched = {rel for rel in before if after[rel] != before[rel]}
-    assert touched == {"cu129/torch2.13/simple/flash-attn/index.html", "index.html"}
+    assert touched == {"cu129/torch2.13/simple/flash-attn/index.html", "index.html", MARKER_FILE}
 
     # a world that disappears is removed, with its empty directories
     publish_index(releases()[:1], DirectoryTarget(dest), base_url=dest.as_uri(), default_world=DEFAULT,
@@ -228,25 +234,26 @@ def test_artifact_target_swaps_whole_tree_and_keeps_unchanged_files(tmp_path):
     after = _snapshot(dest)
     touched = {rel for rel in before if after[rel] != before[rel]}
     assert (
-        touched == set(changed.result.changes.changed) == {"cu129/torch2.13/simple/flash-attn/index.html", "index.html"}
+        touched == set(changed.result.changes.changed)
+        == {"cu129/torch2.13/simple/flash-attn/index.html", "index.html", MARKER_FILE}
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["_site"]  # no staging or backup left behind
 
 
 def test_symlinks_in_a_site_are_refused(tmp_path):
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "index.html").write_text("x")
-    (site / "link.html").symlink_to(site / "index.html")
+    for target in (DirectoryTarget, ArtifactTarget):
+        site = tmp_path / target.__name__
+        publish_index(releases(), target(site), base_url=BASE, default_world=DEFAULT)
+        (site / "link.html").symlink_to(site / "index.html")
+        with pytest.raises(WheelhouseError, match="symlink"):
+            publish_index(releases(), target(site), base_url=BASE, default_world=DEFAULT)
     with pytest.raises(WheelhouseError, match="symlink"):
-        ArtifactTarget(tmp_path / "out").publish(site)
-    with pytest.raises(WheelhouseError, match="symlink"):
-        sync_tree(site, tmp_path / "out2")
+        sync_tree({"index.html": b"x"}, tmp_path / "DirectoryTarget", previous=None)
 
 
 def test_corrupt_published_cache_is_rebuilt_with_a_warning(tmp_path):
     dest = tmp_path / "index"
-    dest.mkdir()
+    publish_index([], DirectoryTarget(dest), base_url=BASE, default_world=DEFAULT)
     (dest / CACHE_FILE).write_text("{broken")
     fetch, calls = _fetch_counter()
     outcome = publish_index(

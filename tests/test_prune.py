@@ -5,19 +5,26 @@ GitHub test server (with --older-than, --keep-worlds and the index re-published)
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
+import shutil
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from ci import matrix, naming
+from ci import matrix, naming, pages
 from ci.errors import WheelhouseError
 from ci.maintenance import prune
-from ci.pages import DirectoryTarget
+from ci.pages import DirectoryTarget, publish_index
 from ci.store.github import GitHubStore
 from ci.store.local import LocalStore
 from ci.versions import Versions, load
+from tests.crash_points import kill_at_every_step
 from tests.github_server import GitHubTestServer
 from tests.github_server.pytest_plugin import github_server as server  # noqa: F401 (fixture)
 
@@ -90,7 +97,7 @@ def test_prune_never_deletes_what_the_matrix_maps_to(tmp_path: Path) -> None:
         keep = tuple(rng.sample(all_worlds, rng.randint(0, min(2, len(all_worlds)))))
         p = prune.plan(current, store.list_releases(), keep_worlds=keep, store=store.description)
         assert "keep every release a build_matrix row" in p.render()
-        result = prune.apply(p, store)
+        result = prune.apply(p, store, force=True)  # random plans delete any share; the policy is what is tested
         left = {r.tag: r.title for r in store.list_releases()}
         for tag in mixed:
             if tag in protected:
@@ -194,7 +201,14 @@ def test_prune_against_the_github_server(server: GitHubTestServer, tmp_path: Pat
 
         site = tmp_path / "site"
         index = prune.IndexTarget(DirectoryTarget(site), base_url=site.as_uri(), default_world="cu130/torch2.13")
-        result = prune.apply(p, store, index=index)
+        with pytest.raises(WheelhouseError) as refused:  # vllm and sglang: components versions.yaml does not name
+            prune.apply(p, store, index=index)
+        assert str(refused.value) == (
+            f"prune would delete releases of sglang, vllm, which {path} does not name: check that the versions file "
+            f"({path}, WHEELHOUSE_VERSIONS) and the store (--store / WHEELHOUSE_STORE) are the right ones; pass "
+            "--force if this is intended")
+        assert set(gh.snapshot()) == set(MIX) and not site.exists()
+        result = prune.apply(p, store, index=index, force=True)
         assert set(result.deleted) == set(DELETED)
         snapshot = gh.snapshot()
         assert not set(DELETED) & set(snapshot) and set(snapshot) == set(MIX) - set(DELETED)
@@ -229,13 +243,14 @@ def test_prune_local_store_age_and_arguments(tmp_path: Path) -> None:
     p = prune.plan(versions, store.list_releases(), older_than=prune.parse_age("30d"),
                    now=datetime.now(timezone.utc) + timedelta(days=1))
     assert [d.tag for d in p.to_delete] == ["vllm-v0.10.0-py3.12-torch2.13.0"]
-    prune.apply(p, store)
+    prune.apply(p, store, force=True)
     assert store.get_release("vllm-v0.10.0-py3.12-torch2.13.0") is None
     everything = prune.plan(versions, store.list_releases())
     assert {d.tag for d in everything.to_delete} == set(DELETED) - {"vllm-v0.10.0-py3.12-torch2.13.0"} | {
         "flash-attention-v2.7.0-py3.12-torch2.12.0", YOUNG}
     prune.apply(everything, store, index=prune.IndexTarget(DirectoryTarget(tmp_path / "site"),
-                                                           base_url=(tmp_path / "site").as_uri(), default_world=None))
+                                                           base_url=(tmp_path / "site").as_uri(), default_world=None),
+                force=True)
     assert (tmp_path / "site" / "index.html").is_file()
     assert set(r.tag for r in store.list_releases()) == {
         "flash-attention-v2.8.3-py3.11-torch2.13.0", "flash-attention-v2.8.3-py3.12-torch2.13.0",
@@ -248,3 +263,105 @@ def test_prune_local_store_age_and_arguments(tmp_path: Path) -> None:
     assert prune.parse_worlds("cu130/torch2.13, cpu/torch2.13,") == ("cu130/torch2.13", "cpu/torch2.13")
     with pytest.raises(WheelhouseError, match=r"--keep-worlds: 'torch2\.13'"):
         prune.parse_worlds("torch2.13")
+
+
+# --- a wrong versions file or store cannot empty the store (N3); the index goes first (N18) --------------
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
+
+
+def _store_of(root: Path, releases: dict[str, str]) -> LocalStore:
+    store = LocalStore(root)
+    for i, (tag, title) in enumerate(releases.items()):
+        store.ensure_release(tag, title, "")
+        wheel = root.parent / f"pkg{i}-1.0-py3-none-any.whl"
+        wheel.write_bytes(tag.encode())
+        store.upload_asset(tag, wheel)
+        wheel.unlink()
+    return store
+
+
+def _invoke(*args: str, versions: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WHEELHOUSE_")}
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True,
+                          env={**env, "WHEELHOUSE_VERSIONS": str(versions)}, timeout=120)
+
+
+def test_prune_with_the_wrong_versions_file_deletes_nothing(tmp_path: Path) -> None:
+    """The store holds the production file's releases; WHEELHOUSE_VERSIONS names the fixture file (left over
+    from the demo): every release is of a component that file does not name."""
+    production = load(REPO / "versions.yaml")
+    rows = matrix.expand(production)[:8]
+    store = _store_of(tmp_path / "prod", {r.release_tag: matrix.release_title(production, r) for r in rows})
+    before = sorted(r.tag for r in store.list_releases())
+    components = ", ".join(sorted({r.component for r in rows}))
+
+    dry = _invoke("prune", "--store", str(store.root), versions=FIXTURE_VERSIONS)
+    assert dry.returncode == 0, dry.stderr
+    assert f"release(s) in {store.root}, against {FIXTURE_VERSIONS}" in dry.stdout
+    assert "warning: --apply will refuse this plan: prune would delete all" in dry.stderr
+
+    result = _invoke("prune", "--store", str(store.root), "--apply", versions=FIXTURE_VERSIONS)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: prune would delete all {len(before)} release(s) of {store.root}; and releases of {components}, which "
+        f"{FIXTURE_VERSIONS} does not name: check that the versions file ({FIXTURE_VERSIONS}, WHEELHOUSE_VERSIONS) "
+        "and the store (--store / WHEELHOUSE_STORE) are the right ones; pass --force if this is intended")
+    assert sorted(r.tag for r in store.list_releases()) == before and not (store.root / "site").exists()
+
+    result = _invoke("prune", "--store", str(store.root), "--apply", "--force", versions=FIXTURE_VERSIONS)
+    assert result.returncode == 0, result.stderr
+    assert store.list_releases() == []
+
+
+def test_prune_of_more_than_half_the_releases_needs_force(tmp_path: Path) -> None:
+    path = tmp_path / "versions.yaml"
+    path.write_text(VERSIONS)
+    versions = load(path)
+    store = LocalStore(tmp_path / "store")
+    seed(store, {tag: MIX[tag] for tag in ("flash-attention-v2.8.3-py3.11-torch2.13.0",
+                                           "flash-attention-v2.8.2-py3.12-torch2.13.0",
+                                           "apex-master-py3.12-torch2.11.0", "apex-master-py3.11-torch2.13.0")})
+    p = prune.plan(versions, store.list_releases(), store=store.description)
+    assert len(p.to_delete) == 3
+    with pytest.raises(WheelhouseError, match=r"^prune would delete 3 of the 4 releases of .* \(more than 50%\): "):
+        prune.apply(p, store)
+    assert len(store.list_releases()) == 4
+    assert len(prune.apply(p, store, force=True).deleted) == 3
+
+
+def test_a_prune_killed_at_any_step_never_leaves_the_index_linking_to_a_deleted_wheel(tmp_path: Path) -> None:
+    path = tmp_path / "versions.yaml"
+    path.write_text(VERSIONS)
+    versions = load(path)
+    current = ("flash-attention-v2.8.3-py3.11-torch2.13.0", "flash-attention-v2.8.3-py3.12-torch2.13.0",
+               "apex-master-py3.12-torch2.13.0")
+    superseded = ("flash-attention-v2.8.2-py3.12-torch2.13.0", "apex-master-py3.11-torch2.13.0")
+    base = _store_of(tmp_path / "base" / "store", {tag: MIX[tag] for tag in current + superseded})
+    work, site = tmp_path / "work" / "store", tmp_path / "site"
+
+    def prepare(k: int) -> None:
+        shutil.rmtree(work.parent, ignore_errors=True)
+        shutil.copytree(base.root.parent, work.parent)
+        shutil.rmtree(site, ignore_errors=True)
+        publish_index(LocalStore(work).list_releases(), DirectoryTarget(site), base_url=site.as_uri(),
+                      default_world=None)
+
+    def action() -> None:
+        store = LocalStore(work)
+        p = prune.plan(versions, store.list_releases(), store=store.description)
+        prune.apply(p, store, index=prune.IndexTarget(DirectoryTarget(site), base_url=site.as_uri(),
+                                                      default_world=None))
+
+    def check(k: int) -> None:
+        links = [href.split("#")[0] for page in site.glob("*/*/simple/*/index.html")
+                 for href in re.findall(r'href="([^"]+)"', page.read_text())]
+        assert links, k
+        missing = [link for link in links if not Path(unquote(urlsplit(link).path)).is_file()]
+        assert missing == [], (k, missing)
+
+    steps = kill_at_every_step(action, [(LocalStore, "delete_release"), (pages.os, "replace")], prepare=prepare,
+                               check=check)
+    assert steps > 4
+    assert sorted(r.tag for r in LocalStore(work).list_releases()) == sorted(current)

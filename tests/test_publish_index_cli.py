@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from wheel_factory import build_wheel
 
 from ci.store.local import LocalStore
@@ -67,3 +68,38 @@ def test_a_github_store_named_by_store_publishes_under_its_pages_url(tmp_path):
             landing = (site / "index.html").read_text()
             assert "https://o.github.io/r/cu130/torch2.13/simple/" in landing
             assert "file://" not in landing
+
+
+USAGE_ERRORS = {
+    "two-targets": (["publish-index", "--out", "{tmp}/a", "--pages-artifact", "{tmp}/b"],
+                    "--pages-artifact and --out: name one place to publish the index"),
+    "remote-without-branch": (["publish-index", "--out", "{tmp}/a", "--remote", "/srv/site.git"],
+                              "--remote names the git remote of --push-branch; add --push-branch BRANCH (e.g. gh-pages)"),
+    "bad-base-url": (["publish-index", "--out", "{tmp}/a", "--base-url", "o.github.io/r"],
+                     "base URL 'o.github.io/r' is not an http(s):// or file:// URL: pass e.g. "
+                     "https://<owner>.github.io/<repo>"),
+    "no-target": (["publish-index"], "publish-index: name --out, --pages-artifact or --push-branch for a GitHub store"),
+    "prune-age": (["prune", "--older-than", "3months"],
+                  "--older-than '3months': give a number and a unit, e.g. 90d, 12h or 2w"),
+    "prune-no-target": (["prune", "--apply"], "prune --apply: name where to re-publish the index (--out, "
+                                              "--pages-artifact or --push-branch) for a GitHub store"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USAGE_ERRORS))
+def test_a_usage_error_exits_2_before_the_store_is_read(case, tmp_path):
+    """One line, exit status 2, and not one request to the store: a typo costs nothing and changes nothing."""
+    from tests.github_server import GitHubTestServer
+
+    args, message = USAGE_ERRORS[case]
+    with GitHubTestServer(token="test-token") as gh:
+        gh.seed_release("demo-1.0-py3.12-torch2.13.0", name="demo 1.0 - cu13.0.2 py3.12 torch2.13.0")
+        gh.reset_counters()
+        args = [arg.format(tmp=tmp_path) for arg in args]
+        result = subprocess.run([sys.executable, "-m", "invoke", *args, "--store", "github:o/r"], cwd=REPO,
+                                capture_output=True, text=True, timeout=60,
+                                env={**_clean_env(), "WHEELHOUSE_API_URL": gh.api_url, "GITHUB_TOKEN": "test-token",
+                                     "WHEELHOUSE_VERSIONS": str(REPO / "tests" / "fixtures" / "versions.yaml")})
+        assert (result.returncode, result.stderr) == (2, f"error: {message}\n")
+        assert sum(gh.counters.values()) == 0
+    assert list(tmp_path.iterdir()) == []

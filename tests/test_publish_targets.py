@@ -5,6 +5,7 @@ directory target is updated add-first, remove-last."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -20,7 +21,7 @@ from ci.errors import WheelhouseError
 from ci.pages import ArtifactTarget, DirectoryTarget, publish_index
 from ci.store.local import LocalStore
 from ci.store.model import Asset, Release
-from tests.crash_points import kill_at_every_step
+from tests.crash_points import kill_at_every_step, run_killed_at
 
 REPO = Path(__file__).resolve().parent.parent
 WORLD = "cpu/torch2.13"
@@ -43,6 +44,13 @@ def _store_with_one_wheel(root: Path, tmp_path: Path) -> LocalStore:
     return store
 
 
+@pytest.fixture
+def bare_remote(tmp_path: Path) -> Path:
+    remote = tmp_path / "pages.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    return remote
+
+
 def _mine(root: Path) -> dict[str, bytes]:
     (root / "sub").mkdir(parents=True)
     (root / ".git").mkdir()
@@ -60,7 +68,7 @@ def test_publish_refuses_a_directory_of_someone_elses_files(tmp_path: Path) -> N
         result = _invoke("publish-index", "--store", str(store.root), flag, str(mine))
         assert result.returncode == 1, result.stdout
         assert result.stderr.strip().splitlines() == [
-            f"error: {mine} is not empty and holds no published site (no digests.json): publishing would delete "
+            f"error: {mine} is not empty and holds no published site (no wheelhouse-site.json): publishing would delete "
             "its files; name a new or empty directory, or the directory of an earlier publish"]
         assert {p.relative_to(mine).as_posix(): p.read_bytes() for p in mine.rglob("*") if p.is_file()} == files
     result = _invoke("prune", "--store", str(store.root), "--apply", "--out", str(mine))
@@ -119,13 +127,12 @@ def test_an_index_that_loses_most_links_needs_allow_shrink(tmp_path: Path) -> No
     assert _invoke("publish-index", "--store", str(store.root), "--out", str(site)).returncode == 0
     page = site / WORLD / "simple" / "wheelhouse-fixture" / "index.html"
     before = page.read_bytes()
-    empty = tmp_path / "empty"
-    (empty / "releases").mkdir(parents=True)  # an existing store that holds nothing (e.g. the wrong one)
-    result = _invoke("publish-index", "--store", str(empty), "--out", str(site))
+    store.delete_release(store.list_releases()[0].tag)  # the store now lists nothing (e.g. emptied by mistake)
+    result = _invoke("publish-index", "--store", str(store.root), "--out", str(site))
     assert result.returncode == 1
     assert "would drop 1 of the 1 wheel links" in result.stderr and "--allow-shrink" in result.stderr
     assert page.read_bytes() == before
-    result = _invoke("publish-index", "--store", str(empty), "--out", str(site), "--allow-shrink")
+    result = _invoke("publish-index", "--store", str(store.root), "--out", str(site), "--allow-shrink")
     assert result.returncode == 0, result.stderr
     assert not page.exists()
 
@@ -159,7 +166,7 @@ def test_directory_target_killed_at_every_step_never_lists_a_missing_page(tmp_pa
     steps = kill_at_every_step(
         lambda: publish_index(_releases("old", 2) + _releases("new", 2), DirectoryTarget(site), base_url=base,
                               default_world=WORLD),
-        [(pages, "_atomic_copy"), (pathlib.Path, "unlink")], prepare=prepare, check=check)
+        [(pages, "_atomic_write"), (pathlib.Path, "unlink")], prepare=prepare, check=check)
     print(f"directory target: killed at each of {steps} steps; no listing named a missing page")
     assert steps > 12
 
@@ -181,6 +188,231 @@ def test_artifact_target_killed_at_every_step_recovers_on_the_next_run(tmp_path:
     steps = kill_at_every_step(
         lambda: publish_index(_releases("old", 2) + _releases("new", 2), ArtifactTarget(site),
                               base_url="https://o.github.io/r", default_world=WORLD),
-        [(pages.os, "rename"), (pages.shutil, "copyfile"), (pages.os, "link")], prepare=prepare, check=check)
+        [(pages.os, "rename"), (pathlib.Path, "write_bytes"), (pages.os, "link")], prepare=prepare, check=check)
     print(f"artifact target: killed at each of {steps} steps; every next run recovered")
     assert steps > 4
+
+
+# --- a site is ours only by the marker we write (N9, N13), its file list bounds what a publish removes ----
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_stray_digests_json_does_not_make_a_directory_ours(tmp_path: Path) -> None:
+    store = _store_with_one_wheel(tmp_path / "store", tmp_path)
+    for flag, name in (("--out", "proj"), ("--pages-artifact", "proj2")):
+        proj = tmp_path / name
+        (proj / "src").mkdir(parents=True)
+        (proj / "src" / "main.c").write_text("code\n")
+        (proj / "digests.json").write_text("{}\n")  # some other tool's, or ours emptied
+        before = _tree(proj)
+        for extra in ((), ("--adopt",)):
+            result = _invoke("publish-index", "--store", str(store.root), flag, str(proj), *extra)
+            assert result.returncode == 1, (flag, extra, result.stdout)
+            assert result.stderr.strip() == (
+                f"error: {proj} is not empty and holds no published site (no wheelhouse-site.json): publishing "
+                "would delete its files; name a new or empty directory, or the directory of an earlier publish")
+            assert _tree(proj) == before
+
+
+def test_a_publish_removes_only_files_an_earlier_publish_wrote(tmp_path: Path) -> None:
+    """A nested .git, and any file the marker does not list, stay; a removed world's pages go."""
+    store = _store_with_one_wheel(tmp_path / "store", tmp_path)
+    site = tmp_path / "site"
+    assert _invoke("publish-index", "--store", str(store.root), "--out", str(site)).returncode == 0
+    marker = json.loads((site / "wheelhouse-site.json").read_text())
+    assert marker["store"] == str(store.root) and marker["links"] == 1
+    assert sorted(marker["files"]) == sorted(set(_tree(site)) - {"wheelhouse-site.json"})
+    mine = {"docs/.git/config": b"[core]\n", "docs/notes.md": b"notes\n", "CNAME": b"wheels.example\n",
+            f"{WORLD}/simple/README.txt": b"mine\n"}
+    for rel, data in mine.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+    store.delete_release(store.list_releases()[0].tag)
+    result = _invoke("publish-index", "--store", str(store.root), "--out", str(site), "--allow-shrink")
+    assert result.returncode == 0, result.stderr
+    left = _tree(site)
+    assert {rel: left.get(rel) for rel in mine} == mine
+    assert not (site / WORLD / "simple" / "wheelhouse-fixture").exists()
+    assert json.loads((site / "wheelhouse-site.json").read_text())["links"] == 0
+
+
+def test_a_site_published_before_the_marker_is_adopted(tmp_path: Path) -> None:
+    """Index pages and our digests.json only: adopted as it is. With other files too: only with --adopt, and
+    those files are kept."""
+    store = _store_with_one_wheel(tmp_path / "store", tmp_path)
+    site = tmp_path / "site"
+    assert _invoke("publish-index", "--store", str(store.root), "--out", str(site)).returncode == 0
+    (site / "wheelhouse-site.json").unlink()  # what an earlier version published
+    result = _invoke("publish-index", "--store", str(store.root), "--out", str(site))
+    assert result.returncode == 0, result.stderr
+    assert "adopted a site published before wheelhouse-site.json" in result.stderr
+    assert (site / "wheelhouse-site.json").is_file()
+
+    (site / "wheelhouse-site.json").unlink()
+    (site / "README.md").write_text("mine\n")
+    result = _invoke("publish-index", "--store", str(store.root), "--out", str(site))
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: {site} holds a site published before wheelhouse-site.json and 1 file(s) no publish wrote "
+        "(e.g. README.md): pass --adopt to publish over it (those files are kept), or move them away")
+    result = _invoke("publish-index", "--store", str(store.root), "--out", str(site), "--adopt")
+    assert result.returncode == 0, result.stderr
+    assert (site / "README.md").read_text() == "mine\n" and (site / "wheelhouse-site.json").is_file()
+    assert "README.md" not in json.loads((site / "wheelhouse-site.json").read_text())["files"]
+
+
+def test_a_site_of_another_store_needs_force(tmp_path: Path) -> None:
+    first = _store_with_one_wheel(tmp_path / "first", tmp_path)
+    second = _store_with_one_wheel(tmp_path / "second", tmp_path / "b")
+    site = tmp_path / "site"
+    assert _invoke("publish-index", "--store", str(first.root), "--out", str(site)).returncode == 0
+    before = _tree(site)
+    result = _invoke("publish-index", "--store", str(second.root), "--out", str(site))
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: directory {site} holds the index of the store {first.root}, not of {second.root}: check --store / "
+        "WHEELHOUSE_STORE (and --base-url); pass --force to publish over it")
+    assert _tree(site) == before
+    assert _invoke("publish-index", "--store", str(second.root), "--out", str(site), "--force").returncode == 0
+    assert json.loads((site / "wheelhouse-site.json").read_text())["store"] == str(second.root)
+
+
+def test_recovery_of_an_artifact_named_with_glob_characters_touches_only_its_own_leftovers(tmp_path: Path) -> None:
+    store = _store_with_one_wheel(tmp_path / "store", tmp_path)
+    parent = tmp_path / "par"
+    for rel in (".keep.old-1/f", ".cache.new-x/g"):
+        (parent / rel).parent.mkdir(parents=True)
+        (parent / rel).write_text("mine\n")
+    for name in ("*", "[a-z]*", "?"):
+        result = _invoke("publish-index", "--store", str(store.root), "--pages-artifact", str(parent / name))
+        assert result.returncode == 0, result.stderr
+        assert (parent / ".keep.old-1" / "f").read_text() == "mine\n"
+        assert (parent / ".cache.new-x" / "g").read_text() == "mine\n"
+
+
+# --- a branch is replaced only when it holds our site or is new (N10) ------------------------------------
+
+
+def _git(*args: str, cwd: Path | None = None) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def test_push_branch_refuses_a_branch_that_holds_no_site_and_the_default_branch(tmp_path: Path) -> None:
+    store = _store_with_one_wheel(tmp_path / "store", tmp_path)
+    project = tmp_path / "project"
+    _git("init", "-q", "-b", "main", str(project))
+    (project / "setup.py").write_text("print('project')\n")
+    _git("add", ".", cwd=project)
+    _git("commit", "-q", "-m", "project", cwd=project)
+    bare = tmp_path / "bare.git"
+    _git("clone", "-q", "--bare", str(project), str(bare))  # HEAD: main, the default branch
+    _git("push", "-q", str(bare), "main:docs", cwd=project)  # another branch holding the project
+
+    def publish(branch: str, *extra: str) -> subprocess.CompletedProcess:
+        return _invoke("publish-index", "--store", str(store.root), "--push-branch", branch, "--remote", str(bare),
+                       *extra)
+
+    result = publish("docs")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: git {bare} branch docs is not empty and holds no published site (no wheelhouse-site.json): "
+        "publishing would delete its files; name a new branch or the branch of an earlier publish, or pass --force "
+        "to replace its tree (its history keeps it)")
+    result = publish("main")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: main is the default branch of {bare}: publishing would replace the project's files with the index; "
+        "name a branch of its own such as gh-pages (or pass --force)")
+    assert _git("--git-dir", str(bare), "ls-tree", "-r", "--name-only", "main").split() == ["setup.py"]
+    assert _git("--git-dir", str(bare), "ls-tree", "-r", "--name-only", "docs").split() == ["setup.py"]
+
+    assert publish("gh-pages").returncode == 0  # new: an orphan branch
+    assert publish("gh-pages").returncode == 0  # ours now
+    assert "wheelhouse-site.json" in _git("--git-dir", str(bare), "ls-tree", "--name-only", "gh-pages").split()
+    assert publish("docs", "--force").returncode == 0
+    assert "setup.py" not in _git("--git-dir", str(bare), "ls-tree", "-r", "--name-only", "docs").split()
+
+
+# --- the shrink guard measures against the live site for a Pages artifact (N8) --------------------------
+
+
+def test_a_fresh_pages_artifact_is_compared_with_the_live_site(tmp_path: Path) -> None:
+    """CI builds the artifact in a fresh directory: the live site (read at --base-url, here over file://) says
+    how many links it serves, and which store it indexes."""
+    store = _store_with_one_wheel(tmp_path / "store", tmp_path)
+    live = tmp_path / "live"
+    base = ("--base-url", live.as_uri())
+    assert _invoke("publish-index", "--store", str(store.root), "--pages-artifact", str(live), *base).returncode == 0
+    other = tmp_path / "other"
+    (other / "releases").mkdir(parents=True)
+    result = _invoke("publish-index", "--store", str(other), "--pages-artifact", str(tmp_path / "run1" / "_site"), *base)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: the live site at {live.as_uri()} holds the index of the store {store.root}, not of {other}: check "
+        "--store / WHEELHOUSE_STORE (and --base-url); pass --force to publish over it")
+
+    store.delete_release(store.list_releases()[0].tag)  # the right store, but it lists nothing
+    for run, live_has_marker in ((2, True), (3, False)):
+        if not live_has_marker:  # a live site published before the marker: its landing page counts the links
+            (live / "wheelhouse-site.json").unlink()
+        artifact = tmp_path / f"run{run}" / "_site"
+        result = _invoke("publish-index", "--store", str(store.root), "--pages-artifact", str(artifact), *base)
+        assert result.returncode == 1, run
+        assert result.stderr.strip() == (
+            f"error: the new index would hold 0 wheel links where the live site at {live.as_uri()} serves 1 (a drop "
+            "of more than 50%): check that the store (--store / WHEELHOUSE_STORE) is the right one; pass "
+            "--allow-shrink if the drop is intended")
+        assert not artifact.exists()
+    result = _invoke("publish-index", "--store", str(store.root), "--pages-artifact", str(tmp_path / "run4" / "_site"),
+                     *base, "--allow-shrink")
+    assert result.returncode == 0, result.stderr
+
+
+# --- a killed publish leaves nothing behind in $TMPDIR (earlier finding 20) ------------------------------
+
+
+def test_a_killed_publish_leaves_no_copy_of_the_site_in_tmpdir(tmp_path: Path, bare_remote: Path) -> None:
+    """The site is built in memory; a git target's clone left by a kill is removed by the next run (its
+    process is gone)."""
+    import tempfile
+
+    tmp, site = tmp_path / "tmp", tmp_path / "site"
+    tmp.mkdir()
+    base = "https://o.github.io/r"
+    rels = _releases("old", 2) + _releases("new", 2)
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(tmp)
+    try:
+        def check(k: int) -> None:
+            assert sorted(os.listdir(tmp)) == [], k
+            publish_index(rels, DirectoryTarget(site), base_url=base, default_world=WORLD)  # the next run converges
+
+        steps = kill_at_every_step(lambda: publish_index(rels, DirectoryTarget(site), base_url=base,
+                                                         default_world=WORLD),
+                                   [(pages.os, "replace")], prepare=lambda k: shutil.rmtree(site, ignore_errors=True),
+                                   check=check)
+        assert steps > 3
+
+        def publish_to_branch() -> None:
+            with pages.GitBranchTarget(str(bare_remote)) as target:
+                publish_index(rels, target, base_url=base, default_world=WORLD)
+
+        assert run_killed_at(1, publish_to_branch, [(pages.subprocess, "run")])  # just after its ls-remote
+        assert [p.name.split("-")[:2] for p in tmp.iterdir()] == [["wheelhouse", "pages"]]
+        publish_to_branch()
+        assert sorted(os.listdir(tmp)) == []
+    finally:
+        tempfile.tempdir = saved
+
+
+def test_a_directory_that_is_not_ours_is_refused_without_reading_its_tree(tmp_path: Path) -> None:
+    """A mistyped --out such as $HOME: refused from its top level, not after a walk that meets its symlinks."""
+    home = tmp_path / "home"
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / ".local" / "bin" / "tool").symlink_to("/bin/true")
+    with pytest.raises(WheelhouseError, match=r"is not empty and holds no published site \(no wheelhouse-site"):
+        DirectoryTarget(home)

@@ -16,8 +16,11 @@ Policy, in the order it is applied to each published release:
 5. With ``older_than``, a release to delete is kept unless it was published before ``now -
    older_than``; a release of unknown age is kept.
 
-Apply deletes the releases (the GitHub store deletes their git tags too), then re-publishes the
-index from what is left, to the target the caller passes.
+A plan that would delete every release, more than :data:`MAX_DELETED_SHARE` of them, or releases of
+components the versions file does not name at all (the signs of a wrong versions file or store) is
+refused unless ``force``. Apply first re-publishes the index without the releases it deletes, to the
+target the caller passes, then deletes them (the GitHub store deletes their git tags too): a kill in
+between leaves releases no index links to, never an index linking to deleted wheels.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ from datetime import datetime, timedelta, timezone
 from ci import matrix, naming
 from ci.errors import UsageError, WheelhouseError
 from ci.index import Fetch, check_world
-from ci.pages import PagesTarget, PublishOutcome, publish_index
+from ci.pages import LiveSite, PagesTarget, PublishOutcome, publish_index
 from ci.store.model import Release, ReleaseStore
 from ci.versions import Versions
 
+MAX_DELETED_SHARE = 0.5
+"""Share of the store's releases one prune may delete without ``force``."""
 _AGE = re.compile(r"^\s*(\d+)\s*([dhw])\s*$")
 _UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 
@@ -90,13 +95,36 @@ class PrunePlan:
     store: str
     policy: tuple[str, ...]
     decisions: tuple[Decision, ...]
+    versions: str = ""
+    """The versions file the plan was made from."""
+    unnamed: tuple[str, ...] = ()
+    """Components with releases to delete that the versions file does not name at all."""
 
     @property
     def to_delete(self) -> tuple[Decision, ...]:
         return tuple(d for d in self.decisions if d.delete)
 
+    def refusal(self) -> WheelhouseError | None:
+        """Why applying this plan needs ``force``: it deletes every release, more than
+        :data:`MAX_DELETED_SHARE` of them, or releases of components the versions file does not name."""
+        doomed, total = len(self.to_delete), len(self.decisions)
+        problems = []
+        if doomed and doomed == total:
+            problems.append(f"all {total} release(s) of {self.store}")
+        elif doomed > MAX_DELETED_SHARE * total:
+            problems.append(f"{doomed} of the {total} releases of {self.store} (more than {MAX_DELETED_SHARE:.0%})")
+        if self.unnamed:
+            more = f" and {len(self.unnamed) - 3} more" if len(self.unnamed) > 3 else ""
+            problems.append(f"releases of {', '.join(self.unnamed[:3])}{more}, which {self.versions} does not name")
+        if not problems:
+            return None
+        return WheelhouseError(
+            f"prune would delete {'; and '.join(problems)}: check that the versions file ({self.versions}, "
+            "WHEELHOUSE_VERSIONS) and the store (--store / WHEELHOUSE_STORE) are the right ones; pass --force if "
+            "this is intended")
+
     def render(self) -> str:
-        lines = [f"prune: {len(self.decisions)} release(s) in {self.store}", "policy:"]
+        lines = [f"prune: {len(self.decisions)} release(s) in {self.store}, against {self.versions}", "policy:"]
         lines += [f"  {p}" for p in self.policy]
         lines += [d.render() for d in self.decisions]
         lines.append(f"{len(self.to_delete)} to delete, {len(self.decisions) - len(self.to_delete)} to keep")
@@ -175,7 +203,9 @@ def plan(versions: Versions, releases: Sequence[Release], *, keep_worlds: Sequen
             elif published >= cutoff:
                 delete, reason = False, f"{reason}; but published {published:%Y-%m-%d}, within {age_text(older_than)}"
         decisions.append(Decision(release.tag, release.title, delete, reason, release.created_at))
-    return PrunePlan(store, tuple(policy), tuple(decisions))
+    unnamed = {parsed.component for d in decisions if d.delete and (parsed := naming.parse_title(d.title)) is not None
+               and parsed.component not in versions.components}
+    return PrunePlan(store, tuple(policy), tuple(decisions), str(versions.path), tuple(sorted(unnamed)))
 
 
 @dataclass(frozen=True)
@@ -187,8 +217,8 @@ class IndexTarget:
     base_url: str
     default_world: str | None
     fetch: Fetch | None = None
-    previous_cache: bytes | None = None
-    """The digest cache to start from when the target holds none (the live site's, for an artifact)."""
+    live: LiveSite | None = None
+    """The live site, for a Pages artifact built in a fresh directory (its digest cache and link count)."""
 
 
 @dataclass(frozen=True)
@@ -198,24 +228,33 @@ class PruneResult:
     """The re-publish's outcome, None when no target was given."""
 
     def render(self) -> str:
-        lines = [f"deleted {tag}" for tag in self.deleted]
-        lines.append(f"{len(self.deleted)} release(s) deleted")
+        lines = []
         if self.index is not None:
             lines.append(f"index: {self.index.summary.line()}; "
                          f"{self.index.result.target}: {self.index.result.changes.line()}")
+        lines += [f"deleted {tag}" for tag in self.deleted]
+        lines.append(f"{len(self.deleted)} release(s) deleted")
         return "\n".join(lines)
 
 
-def apply(prune: PrunePlan, store: ReleaseStore, *, index: IndexTarget | None = None) -> PruneResult:
-    """Delete the planned releases (a missing one is fine), then re-publish the index."""
+def apply(prune: PrunePlan, store: ReleaseStore, *, index: IndexTarget | None = None,
+          force: bool = False) -> PruneResult:
+    """Re-publish the index without the planned releases, then delete them (a missing one is fine).
+
+    Refused, with nothing changed, when :meth:`PrunePlan.refusal` objects and not ``force``, or when the
+    index would lose more wheel links than the deletions explain (see ci.pages)."""
+    refusal = None if force else prune.refusal()
+    if refusal is not None:
+        raise refusal
+    doomed = {decision.tag for decision in prune.to_delete}
+    outcome = None
+    if index is not None:
+        remaining = [release for release in store.list_releases() if release.tag not in doomed]
+        outcome = publish_index(remaining, index.target, base_url=index.base_url, default_world=index.default_world,
+                                fetch=index.fetch, live=index.live, store=store.description, allow_shrink=force,
+                                force=force, shrink_flag="--force")
     deleted = []
     for decision in prune.to_delete:
         store.delete_release(decision.tag)
         deleted.append(decision.tag)
-    outcome = None
-    if index is not None:
-        # The drop is what was asked for: the shrink guard would only stop it half-done.
-        outcome = publish_index(store.list_releases(), index.target, base_url=index.base_url,
-                                default_world=index.default_world, fetch=index.fetch, allow_shrink=True,
-                                previous_cache=index.previous_cache)
     return PruneResult(tuple(deleted), outcome)
