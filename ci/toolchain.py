@@ -99,11 +99,12 @@ def torch_requirements(row: MatrixRow) -> list[str]:
 
 
 def install_command(python: Path | str, row: MatrixRow, index: str | None) -> list[str]:
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *torch_requirements(row)]
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
     if index:
         # torch's own indexes also carry its dependencies (nvidia-*, triton, sympy...).
         cmd += ["--index-url", index]
-    return cmd
+    # `--` ends the options: a requirement that starts with '-' is never read as one
+    return [*cmd, "--", *torch_requirements(row)]
 
 
 def find_uv() -> str | None:
@@ -123,7 +124,7 @@ def uv_install_command(uv: str, python: Path | str, requirements: list[str], ind
     pip does. A row's own index replaces pip's index URL, as ``--index-url`` does for pip.
     """
     options = pip_index_options()
-    cmd = [uv, "pip", "install", "--python", str(python), *requirements]
+    cmd = [uv, "pip", "install", "--python", str(python)]
     if index:
         cmd += ["--index-url", index]
     elif options.get("index-url"):
@@ -133,7 +134,7 @@ def uv_install_command(uv: str, python: Path | str, requirements: list[str], ind
             cmd += [f"--{key}", value]
     if options.get("no-index") and options["no-index"][0].lower() in ("1", "true", "yes", "on"):
         cmd.append("--no-index")
-    return [*cmd, "--index-strategy", "unsafe-best-match"]
+    return [*cmd, "--index-strategy", "unsafe-best-match", "--", *requirements]
 
 
 _PIP_KEYS = ("index-url", "extra-index-url", "find-links", "constraint", "no-index")
@@ -371,8 +372,9 @@ def venv_python(venv: Path) -> Path:
 def plan_install_command(row: MatrixRow, venv: Path, index: str | None) -> list[str]:
     """The torch install a build would run into ``venv``, for the plan (pip's own options left out)."""
     if find_uv():
-        cmd = ["uv", "pip", "install", "--python", str(venv_python(venv)), *torch_requirements(row)]
-        return cmd + (["--index-url", index] if index else []) + ["--index-strategy", "unsafe-best-match"]
+        cmd = ["uv", "pip", "install", "--python", str(venv_python(venv))]
+        return [*cmd, *(["--index-url", index] if index else []), "--index-strategy", "unsafe-best-match",
+                "--", *torch_requirements(row)]
     return ["python", *install_command(venv_python(venv), row, index)[1:]]
 
 
@@ -413,7 +415,7 @@ def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, installe
         _run([str(base), "-m", "venv", str(venv)], "create the venv")
         _LOG.info(f"installing {' '.join(torch_requirements(row))}" + (f" from {index}" if index else ""))
         _run(install_command(python, row, index), what)
-        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *BUILD_TOOLS],
+        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "--", *BUILD_TOOLS],
              "install build tools")
     normalise_header_mtimes(venv)
     stamp.write_text(json.dumps({"python": row.python, "torch": row.torch, "index": index}) + "\n")

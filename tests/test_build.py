@@ -90,7 +90,7 @@ def test_every_listed_build_session_dry_runs():
 def test_deep_gemm_plan_bundles_both_pythons():
     result = nox("-s", "build-deep-gemm-3.12", "--", "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert "torch==2.13.0 torchvision==0.28.0 torchaudio==2.11.0 --index-url https://download.pytorch.org/whl/cu130" in result.stdout
+    assert "--index-url https://download.pytorch.org/whl/cu130 --index-strategy unsafe-best-match -- torch==2.13.0 torchvision==0.28.0 torchaudio==2.11.0" in result.stdout
     assert "bundle:         one wheel for Pythons 3.11, 3.12" in result.stdout
     assert "WHEELHOUSE_BUNDLE_PYTHONS=3.11 3.12" in result.stdout
 
