@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import log
+from ci import credentials, log
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.wheels.abi import links_libstdcxx_dynamically
@@ -36,7 +36,8 @@ _LOG = log.get("toolchain")
 _PROBE = (
     "import json, sys, sysconfig\n"
     "info = {'python': '%d.%d' % sys.version_info[:2], 'executable': sys.executable,\n"
-    "        'ext_suffix': sysconfig.get_config_var('EXT_SUFFIX'), 'include': sysconfig.get_paths()['include']}\n"
+    "        'ext_suffix': sysconfig.get_config_var('EXT_SUFFIX'), 'include': sysconfig.get_paths()['include'],\n"
+    "        'site_dirs': sorted({sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']})}\n"
     "try:\n"
     "    import torch\n"
     "    info.update(torch=torch.__version__, torch_cuda=torch.version.cuda,\n"
@@ -59,6 +60,8 @@ class Interpreter:
     torch_dir: Path
     nvcc: Path | None
     nvcc_version: str | None
+    site_dirs: tuple[Path, ...] = ()
+    """Where the interpreter installs packages (a build must leave them as they are)."""
 
     def describe(self) -> dict:
         return {
@@ -193,13 +196,24 @@ def find_python(version: str, *, uv: str | None = None) -> Path:
 
 
 def _runs_as(python: str, version: str) -> bool:
-    result = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                            capture_output=True, text=True)
+    result = subprocess.run([python, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                            capture_output=True, text=True, env=interpreter_environment())
     return result.returncode == 0 and result.stdout.strip() == version
 
 
-def probe(python: Path | str) -> dict:
-    result = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True)
+def interpreter_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment to start a build interpreter with: without credentials, writing no bytecode.
+
+    A build may have dropped a ``.pth`` into the interpreter (it runs at every start) or changed its
+    packages; no start of it may see a token, whatever it runs.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    return {**credentials.build_environment(environ).environ, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def probe(python: Path | str, env: dict[str, str] | None = None) -> dict:
+    result = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True,
+                            env=interpreter_environment(env))
     if result.returncode != 0 or not result.stdout.strip():
         raise WheelhouseError(f"{python}: cannot run this interpreter ({result.stderr.strip()[-200:]}); check the path")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -293,7 +307,7 @@ def _major_minor(version: str) -> str:
 
 def verify(python: Path | str, row: MatrixRow, *, env: dict[str, str] | None = None) -> Interpreter:
     """Check that ``python`` can build ``row``; one line naming the mismatch otherwise."""
-    info = probe(python)
+    info = probe(python, env)
     where = f"{python}"
     if info["python"] != row.python:
         raise WheelhouseError(
@@ -357,7 +371,25 @@ def verify(python: Path | str, row: MatrixRow, *, env: dict[str, str] | None = N
         torch_dir=Path(info["torch_dir"]),
         nvcc=nvcc,
         nvcc_version=found_version,
+        site_dirs=tuple(Path(d) for d in info.get("site_dirs", ())),
     )
+
+
+def site_packages_state(interpreter: Interpreter) -> dict[str, tuple[int, int]]:
+    """Every file below the interpreter's site-packages, with its size and mtime: what a build must not change."""
+    state = {}
+    for root in interpreter.site_dirs:
+        for folder, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(folder, name)
+                stat = os.lstat(path)
+                state[path] = (stat.st_size, stat.st_mtime_ns)
+    return state
+
+
+def changed_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """The files added, changed or removed between two :func:`site_packages_state` calls."""
+    return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
 
 
 def venv_key(row: MatrixRow, index: str | None) -> str:
