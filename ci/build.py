@@ -603,7 +603,7 @@ def _interpreter_left_unchanged(row: MatrixRow, options: BuildOptions, interpret
     A file the build drops there (a ``.pth`` runs at every start of the interpreter) would run in every
     later use of it: the next builds that reuse the row's venv, and with --reuse-env every command of
     this tool, some of them with a token. The row's venv is ours and is removed (the next build makes
-    it again); the interpreter of --reuse-env is the user's, so they are told what changed.
+    it again); from the interpreter of --reuse-env, the user's, only the files the build added are removed.
     """
     before = toolchain.site_packages_state(interpreter)
     try:
@@ -617,22 +617,27 @@ def _refuse_changes(row: MatrixRow, options: BuildOptions, interpreter: toolchai
     changed = toolchain.changed_files(before, toolchain.site_packages_state(interpreter))
     if not changed:
         return
-    shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-    if options.reuse_env:
-        raise WheelhouseError(
-            f"{row.label}: the build changed the site-packages of {interpreter.python} ({shown}); they run in every "
-            "later use of this interpreter: remove or reinstall them before using it with a token, and build "
-            "without --reuse-env"
-        )
     venv = interpreter.python.parent.parent
-    if venv.parent != options.cache_dir / "venvs":  # not a venv of ours: say so, remove nothing
-        raise WheelhouseError(f"{row.label}: the build changed the site-packages of {interpreter.python} ({shown}); "
-                              "remove them before using this interpreter again")
-    shutil.rmtree(venv, ignore_errors=True)
-    raise WheelhouseError(
-        f"{row.label}: the build changed the site-packages of its venv ({shown}); removed the venv {venv} (the next "
-        "build makes it again); a build must install nothing into its interpreter"
-    )
+    if not options.reuse_env and venv.parent == options.cache_dir / "venvs":
+        shutil.rmtree(venv, ignore_errors=True)
+        raise WheelhouseError(
+            f"{row.label}: the build changed the site-packages of its venv ({_listed(changed)}); removed the venv "
+            f"{venv} (the next build makes it again); a build must install nothing into its interpreter"
+        )
+    # Not our venv: take back what the build added; a file it changed or removed cannot be restored.
+    added = [path for path in changed if path not in before]
+    for path in added:
+        Path(path).unlink(missing_ok=True)
+    altered = [path for path in changed if path in before]
+    done = [f"removed what it added ({_listed(added)})"] if added else []
+    if altered:
+        done.append(f"reinstall what it changed ({_listed(altered)}) before using this interpreter with a token")
+    raise WheelhouseError(f"{row.label}: the build changed the site-packages of {interpreter.python}, which run at "
+                          f"every start of it: {'; '.join(done)}; build without --reuse-env")
+
+
+def _listed(paths: list[str], most: int = 5) -> str:
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
 def _check_wheels(row: MatrixRow, wheels: list[Path], torch_dir: Path) -> dict:

@@ -387,6 +387,31 @@ def test_build_code_gets_no_credential_and_cannot_change_its_interpreter(tmp_pat
     assert not (tmp_path / "dist").exists()
 
 
+def test_with_reuse_env_the_files_a_build_adds_to_the_interpreter_are_removed(tmp_path):
+    """--reuse-env builds in the caller's interpreter (the tool's own, which later runs `invoke release` with a
+    token): a .pth the build drops there is taken out again and the build fails naming it. Run from a throwaway
+    venv, never this one."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "tests" / "fixtures" / "fixture_ext", src)
+    (src / "setup.py").write_text("import os, site\n"
+                                  "open(os.path.join(site.getsitepackages()[0], 'zzz_hostile.pth'), 'w').write('\\n')\n"
+                                  "raise SystemExit(1)\n")
+    (row,) = matrix.expand(load(FIXTURE_VERSIONS))
+    python = _stamped_row_venv(tmp_path / "elsewhere", row) / "bin" / "python"
+    script = ("import sys\nfrom pathlib import Path\nfrom ci import build, matrix\nfrom ci.errors import WheelhouseError\n"
+              "from ci.versions import load\nversions = load(sys.argv[1]); (row,) = matrix.expand(versions)\n"
+              "options = build.BuildOptions(cache_dir=Path(sys.argv[2]), dist_root=Path(sys.argv[3]), reuse_env=True, "
+              "source=Path(sys.argv[4]))\n"
+              "try:\n    build.run(versions, row, options)\nexcept WheelhouseError as error:\n    print(error)\n")
+    result = subprocess.run([str(python), "-c", script, str(FIXTURE_VERSIONS), str(tmp_path / "cache"),
+                             str(tmp_path / "dist"), str(src)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    planted = python.parent.parent / "lib" / "python3.11" / "site-packages" / "zzz_hostile.pth"
+    assert result.stdout.strip().splitlines()[-1] == (  # the builder's own output comes first
+        f"{row.label}: the build changed the site-packages of {python}, which run at every start of it: removed what "
+        f"it added ({planted}); build without --reuse-env"), result.stderr[-2000:]
+    assert not planted.exists() and python.is_file()
+
+
 def test_the_dry_run_plan_masks_index_credentials():
     """The plan names the torch index; a password in its URL is masked like every logged line."""
     versions = load(FIXTURE_VERSIONS)
