@@ -22,7 +22,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import build, log, matrix, naming
+from ci import build, credentials, log, matrix, naming
 from ci.environment import Environment, on_github_actions
 from ci.errors import WheelhouseError
 from ci.versions import load
@@ -37,6 +37,13 @@ try:
 except WheelhouseError as error:
     log.report_error(str(error))
     raise SystemExit(error.exit_code) from None
+
+# No session needs a token, and builds run third-party code that could read one from this process's
+# /proc/<pid>/environ: start again without them (the variables a component's pass_env names stay).
+credentials.reexec_without_credentials(
+    [sys.executable, *sys.orig_argv[1:]], os.environ,
+    keep={name for row in matrix.expand(VERSIONS) for name in row.settings.pass_env},
+)
 
 
 def _fail(session: nox.Session, error: WheelhouseError) -> None:

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -97,7 +98,7 @@ class BuildPlan:
         if self.row.settings.verify_wheel_archs and self.row.settings.torch_cuda_arch_list and self.row.cuda != "cpu":
             checks.append(f"CUDA archs {self.row.settings.torch_cuda_arch_list}")
         lines.append(f"  then:           wheel checks ({', '.join(checks)}), .metadata files, build record")
-        return "\n".join(lines)
+        return log.redact("\n".join(lines))  # an index URL may carry its password
 
 
 @dataclass(frozen=True)
@@ -213,8 +214,9 @@ def _sibling_site_packages(options: BuildOptions, versions: Versions, row: Matri
 
 def _site_packages(python: str) -> str:
     """Where ``python`` installs packages (torch's headers live below it)."""
-    return subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True,
+                          env=toolchain.interpreter_environment()).stdout.strip()
 
 
 def _free_port() -> str:
@@ -317,6 +319,7 @@ def _contract(row: MatrixRow, python: str, dist: Path, options: BuildOptions, bu
         "WHEELHOUSE_ROOT": str(REPO_ROOT),
         "WHEELHOUSE_PYTHON": python,
         "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",  # a build leaves its interpreter's site-packages as they are
     }
     env.update(s.extra_env)  # each key exported as itself: builders need no jq
     if bundle:
@@ -392,34 +395,35 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     durations["toolchain_s"] = round(time.monotonic() - started, 1)
 
     # Everything below runs third-party code (an sdist's setup.py, the builder, the project's build):
-    # it gets our environment minus credentials.
-    builder_environ, withheld = credentials.without_credentials(options.environ, allow=row.settings.pass_env)
-    if withheld:
-        _LOG.info(f"withholding from the build: {', '.join(withheld)} (credentials; pass_env in versions.yaml passes one)")
+    # it gets the allow-listed environment, and must leave the interpreter as it found it.
+    filtered = credentials.build_environment(options.environ, pass_env=row.settings.pass_env)
+    if filtered.describe():
+        _LOG.info(filtered.describe())
+    with _interpreter_left_unchanged(row, options, interpreter):
+        steps.start(f"sources: {sources.describe_plan(versions.component(row.component), options.source)}")
+        t0 = time.monotonic()
+        checkout = _fetch_sources(versions, row, options, python, interpreter, filtered.environ)
+        config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
+        build_dir, lock = _prepare_build_dir(options, row, checkout, config)
+        durations["source_s"] = round(time.monotonic() - t0, 1)
 
-    steps.start(f"sources: {sources.describe_plan(versions.component(row.component), options.source)}")
-    t0 = time.monotonic()
-    checkout = _fetch_sources(versions, row, options, python, interpreter, builder_environ)
-    config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
-    build_dir, lock = _prepare_build_dir(options, row, checkout, config)
-    durations["source_s"] = round(time.monotonic() - t0, 1)
+        environment = builder_environment(
+            versions, row, options, index=index, python=python, build_dir=build_dir,
+            site_packages=interpreter.torch_dir.parent, port=_free_port(),
+            bundle=tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons),
+            inherited_path=options.environ.get("PATH", ""), revision=checkout.revision,
+        )
 
-    environment = builder_environment(
-        versions, row, options, index=index, python=python, build_dir=build_dir,
-        site_packages=interpreter.torch_dir.parent, port=_free_port(),
-        bundle=tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons),
-        inherited_path=options.environ.get("PATH", ""), revision=checkout.revision,
-    )
-
-    steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}")
-    t0 = time.monotonic()
-    wheels, cache_stats = _run_builder(row, environment, {**builder_environ, **environment.variables}, build_dir)
-    durations["build_s"] = round(time.monotonic() - t0, 1)
-    _check_projects(row, wheels)
+        steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}")
+        t0 = time.monotonic()
+        wheels, cache_stats = _run_builder(row, environment, {**filtered.environ, **environment.variables}, build_dir)
+        durations["build_s"] = round(time.monotonic() - t0, 1)
+        _check_projects(row, wheels)
 
     steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/")
     t0 = time.monotonic()
-    checks = _check_wheels(row, wheels, python) if options.run_checks else {"ran": False}
+    # against the torch found before the build: the build's interpreter is not started again
+    checks = _check_wheels(row, wheels, interpreter.torch_dir) if options.run_checks else {"ran": False}
     durations["checks_s"] = round(time.monotonic() - t0, 1)
     durations["total_s"] = round(time.monotonic() - started, 1)
 
@@ -605,14 +609,58 @@ def _check_projects(row: MatrixRow, wheels: list[Path]) -> None:
         raise CheckFailed(f"{row.label}: {error}") from None
 
 
-def _check_wheels(row: MatrixRow, wheels: list[Path], python: str) -> dict:
+@contextmanager
+def _interpreter_left_unchanged(row: MatrixRow, options: BuildOptions, interpreter: toolchain.Interpreter):
+    """Raise, after the block (failed or not), when it changed the interpreter's site-packages.
+
+    A file the build drops there (a ``.pth`` runs at every start of the interpreter) would run in every
+    later use of it: the next builds that reuse the row's venv, and with --reuse-env every command of
+    this tool, some of them with a token. The row's venv is ours and is removed (the next build makes
+    it again); from the interpreter of --reuse-env, the user's, only the files the build added are removed.
+    """
+    before = toolchain.site_packages_state(interpreter)
+    try:
+        yield
+    finally:
+        _refuse_changes(row, options, interpreter, before)
+
+
+def _refuse_changes(row: MatrixRow, options: BuildOptions, interpreter: toolchain.Interpreter,
+                    before: dict[str, tuple[int, int]]) -> None:
+    changed = toolchain.changed_files(before, toolchain.site_packages_state(interpreter))
+    if not changed:
+        return
+    venv = interpreter.python.parent.parent
+    if not options.reuse_env and venv.parent == options.cache_dir / "venvs":
+        shutil.rmtree(venv, ignore_errors=True)
+        raise WheelhouseError(
+            f"{row.label}: the build changed the site-packages of its venv ({_listed(changed)}); removed the venv "
+            f"{venv} (the next build makes it again); a build must install nothing into its interpreter"
+        )
+    # Not our venv: take back what the build added; a file it changed or removed cannot be restored.
+    added = [path for path in changed if path not in before]
+    for path in added:
+        Path(path).unlink(missing_ok=True)
+    altered = [path for path in changed if path in before]
+    done = [f"removed what it added ({_listed(added)})"] if added else []
+    if altered:
+        done.append(f"reinstall what it changed ({_listed(altered)}) before using this interpreter with a token")
+    raise WheelhouseError(f"{row.label}: the build changed the site-packages of {interpreter.python}, which run at "
+                          f"every start of it: {'; '.join(done)}; build without --reuse-env")
+
+
+def _listed(paths: list[str], most: int = 5) -> str:
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
+
+
+def _check_wheels(row: MatrixRow, wheels: list[Path], torch_dir: Path) -> dict:
     """Run the wheel checks against the build interpreter's torch; raise on failure."""
     from ci.wheels import check
 
     require = None
     if row.settings.verify_wheel_archs and row.settings.torch_cuda_arch_list and row.cuda != "cpu":
         require = row.settings.torch_cuda_arch_list
-    report = check.check_wheels(wheels, torch_target=python, require_archs=require, pythons=list(row.pythons))
+    report = check.check_wheels(wheels, torch_target=torch_dir, require_archs=require, pythons=list(row.pythons))
     if not report.ok:
         raise WheelhouseError(f"{row.label}: wheel checks failed: {'; '.join(report.problems)}")
     return json.loads(report.to_json())

@@ -15,7 +15,8 @@ points (tasks.py, noxfile.py) call :func:`configure` once, which sends every lin
   (in MiB) in CI logs or whenever stderr is not a terminal.
 
 Secrets: every line written passes :func:`redact`, which masks the credentials of URLs
-(``https://user:token@host`` becomes ``https://***@host``); the GitHub store masks its token itself.
+(``https://user:token@host`` becomes ``https://***@host``); the GitHub store masks its token itself
+(:func:`mask`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ci.errors import WheelhouseError
 
 ROOT = "wheelhouse"
 MIB = 1024 * 1024
-_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 
 
 def get(area: str) -> logging.Logger:
@@ -45,7 +46,17 @@ def get(area: str) -> logging.Logger:
 
 def redact(text: str) -> str:
     """``text`` with the user and password of every URL in it masked."""
-    return _URL_CREDENTIALS.sub(r"\1***@", text)
+    return URL_USERINFO.sub(r"\1***@", text)
+
+
+MIN_MASKED_LENGTH = 8
+"""Shorter values are not masked by :func:`mask`: a test token ``t`` would mask every ``t`` of the output
+(real tokens are 40 characters or more)."""
+
+
+def mask(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` (a token, a password) replaced by ``***``."""
+    return text.replace(secret, "***") if secret and len(secret) >= MIN_MASKED_LENGTH else text
 
 
 def _escape(text: str) -> str:

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from ci import matrix
+from ci import log, matrix
 from ci.errors import RemoteError, UsageError, WheelhouseError
 from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, site_files, summarize
 from ci.site_marker import MARKER_FILE, SiteMarker, is_digest_cache, landing_links, legacy_files
@@ -524,9 +524,7 @@ class GitBranchTarget:
         proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             detail = " ".join((proc.stderr or proc.stdout).split())
-            secret = urlsplit(self.remote).password
-            if secret:
-                detail = detail.replace(secret, "***")
+            detail = log.mask(detail, urlsplit(self.remote).password)
             detail = detail.replace(self.remote, _redact(self.remote))
             raise RemoteError(
                 f"git {args[0]} failed for {self.description}: {detail[:400]}; check the remote URL and its access"

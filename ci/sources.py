@@ -21,16 +21,13 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ci import log, naming
+from ci import credentials, log, naming
 from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.versions import REPO_ROOT, Component
 from ci.wheels.archive import unsafe_member
 
 FETCH_ATTEMPTS = 4
-# No prompts (a build must never wait for a password). The user's and the system's git
-# configuration apply: that is where a site points github.com at its mirror (insteadOf).
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
 _LOG = log.get("sources")
 
 
@@ -54,17 +51,25 @@ class Checkout:
         return described
 
 
+def _git_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """git talks to hosts that versions.yaml and upstreams' .gitmodules name: it gets no credential (an
+    allow-listed environment, credential helpers off) and never prompts. The user's and the system's git
+    configuration still apply: that is where a site points github.com at its mirror (insteadOf)."""
+    return ["git", *credentials.GIT_NO_CREDENTIALS, *args], credentials.git_environment(os.environ)
+
+
 def _git(args: list[str], cwd: Path | None = None, *, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, **_GIT_ENV}
-    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    command, env = _git_command(args)
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
     if check and result.returncode != 0:
-        raise subprocess.CalledProcessError(result.returncode, ["git", *args], result.stdout, result.stderr)
+        raise subprocess.CalledProcessError(result.returncode, command, result.stdout, result.stderr)
     return result
 
 
 def _git_streamed(args: list[str], cwd: Path) -> log.Streamed:
     """A long git command (fetch, submodule update) with its output and progress shown as it comes."""
-    return log.stream(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV}, logger=_LOG)
+    command, env = _git_command(args)
+    return log.stream(command, cwd=cwd, env=env, logger=_LOG)
 
 
 def resolve_ref(url: str, ref: str) -> str | None:

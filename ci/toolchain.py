@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import log
+from ci import credentials, log
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.wheels.abi import links_libstdcxx_dynamically
@@ -36,7 +36,8 @@ _LOG = log.get("toolchain")
 _PROBE = (
     "import json, sys, sysconfig\n"
     "info = {'python': '%d.%d' % sys.version_info[:2], 'executable': sys.executable,\n"
-    "        'ext_suffix': sysconfig.get_config_var('EXT_SUFFIX'), 'include': sysconfig.get_paths()['include']}\n"
+    "        'ext_suffix': sysconfig.get_config_var('EXT_SUFFIX'), 'include': sysconfig.get_paths()['include'],\n"
+    "        'site_dirs': sorted({sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']})}\n"
     "try:\n"
     "    import torch\n"
     "    info.update(torch=torch.__version__, torch_cuda=torch.version.cuda,\n"
@@ -59,6 +60,8 @@ class Interpreter:
     torch_dir: Path
     nvcc: Path | None
     nvcc_version: str | None
+    site_dirs: tuple[Path, ...] = ()
+    """Where the interpreter installs packages (a build must leave them as they are)."""
 
     def describe(self) -> dict:
         return {
@@ -99,11 +102,12 @@ def torch_requirements(row: MatrixRow) -> list[str]:
 
 
 def install_command(python: Path | str, row: MatrixRow, index: str | None) -> list[str]:
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *torch_requirements(row)]
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
     if index:
         # torch's own indexes also carry its dependencies (nvidia-*, triton, sympy...).
         cmd += ["--index-url", index]
-    return cmd
+    # `--` ends the options: a requirement that starts with '-' is never read as one
+    return [*cmd, "--", *torch_requirements(row)]
 
 
 def find_uv() -> str | None:
@@ -123,7 +127,7 @@ def uv_install_command(uv: str, python: Path | str, requirements: list[str], ind
     pip does. A row's own index replaces pip's index URL, as ``--index-url`` does for pip.
     """
     options = pip_index_options()
-    cmd = [uv, "pip", "install", "--python", str(python), *requirements]
+    cmd = [uv, "pip", "install", "--python", str(python)]
     if index:
         cmd += ["--index-url", index]
     elif options.get("index-url"):
@@ -133,7 +137,7 @@ def uv_install_command(uv: str, python: Path | str, requirements: list[str], ind
             cmd += [f"--{key}", value]
     if options.get("no-index") and options["no-index"][0].lower() in ("1", "true", "yes", "on"):
         cmd.append("--no-index")
-    return [*cmd, "--index-strategy", "unsafe-best-match"]
+    return [*cmd, "--index-strategy", "unsafe-best-match", "--", *requirements]
 
 
 _PIP_KEYS = ("index-url", "extra-index-url", "find-links", "constraint", "no-index")
@@ -192,13 +196,24 @@ def find_python(version: str, *, uv: str | None = None) -> Path:
 
 
 def _runs_as(python: str, version: str) -> bool:
-    result = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                            capture_output=True, text=True)
+    result = subprocess.run([python, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                            capture_output=True, text=True, env=interpreter_environment())
     return result.returncode == 0 and result.stdout.strip() == version
 
 
-def probe(python: Path | str) -> dict:
-    result = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True)
+def interpreter_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment to start a build interpreter with: without credentials, writing no bytecode.
+
+    A build may have dropped a ``.pth`` into the interpreter (it runs at every start) or changed its
+    packages; no start of it may see a token, whatever it runs.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    return {**credentials.build_environment(environ).environ, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def probe(python: Path | str, env: dict[str, str] | None = None) -> dict:
+    result = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True,
+                            env=interpreter_environment(env))
     if result.returncode != 0 or not result.stdout.strip():
         raise WheelhouseError(f"{python}: cannot run this interpreter ({result.stderr.strip()[-200:]}); check the path")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -292,7 +307,7 @@ def _major_minor(version: str) -> str:
 
 def verify(python: Path | str, row: MatrixRow, *, env: dict[str, str] | None = None) -> Interpreter:
     """Check that ``python`` can build ``row``; one line naming the mismatch otherwise."""
-    info = probe(python)
+    info = probe(python, env)
     where = f"{python}"
     if info["python"] != row.python:
         raise WheelhouseError(
@@ -356,7 +371,25 @@ def verify(python: Path | str, row: MatrixRow, *, env: dict[str, str] | None = N
         torch_dir=Path(info["torch_dir"]),
         nvcc=nvcc,
         nvcc_version=found_version,
+        site_dirs=tuple(Path(d) for d in info.get("site_dirs", ())),
     )
+
+
+def site_packages_state(interpreter: Interpreter) -> dict[str, tuple[int, int]]:
+    """Every file below the interpreter's site-packages, with its size and mtime: what a build must not change."""
+    state = {}
+    for root in interpreter.site_dirs:
+        for folder, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(folder, name)
+                stat = os.lstat(path)
+                state[path] = (stat.st_size, stat.st_mtime_ns)
+    return state
+
+
+def changed_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """The files added, changed or removed between two :func:`site_packages_state` calls."""
+    return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
 
 
 def venv_key(row: MatrixRow, index: str | None) -> str:
@@ -371,8 +404,9 @@ def venv_python(venv: Path) -> Path:
 def plan_install_command(row: MatrixRow, venv: Path, index: str | None) -> list[str]:
     """The torch install a build would run into ``venv``, for the plan (pip's own options left out)."""
     if find_uv():
-        cmd = ["uv", "pip", "install", "--python", str(venv_python(venv)), *torch_requirements(row)]
-        return cmd + (["--index-url", index] if index else []) + ["--index-strategy", "unsafe-best-match"]
+        cmd = ["uv", "pip", "install", "--python", str(venv_python(venv))]
+        return [*cmd, *(["--index-url", index] if index else []), "--index-strategy", "unsafe-best-match",
+                "--", *torch_requirements(row)]
     return ["python", *install_command(venv_python(venv), row, index)[1:]]
 
 
@@ -413,7 +447,7 @@ def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, installe
         _run([str(base), "-m", "venv", str(venv)], "create the venv")
         _LOG.info(f"installing {' '.join(torch_requirements(row))}" + (f" from {index}" if index else ""))
         _run(install_command(python, row, index), what)
-        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *BUILD_TOOLS],
+        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "--", *BUILD_TOOLS],
              "install build tools")
     normalise_header_mtimes(venv)
     stamp.write_text(json.dumps({"python": row.python, "torch": row.torch, "index": index}) + "\n")

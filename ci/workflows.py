@@ -68,11 +68,9 @@ BUILD_INPUT_PATHS = (
     f"{WORKFLOWS_DIR}/{BUILD_WORKFLOW}",
     f"{WORKFLOWS_DIR}/{PUBLISH_WORKFLOW}",
 )
-# The files hashed into the cache keys (with the row's component, arch, CUDA, torch, and for the
-# resumable build directories its Python).
+# The files hashed into the compiler cache's key (with the row's component, arch, CUDA and torch).
 CACHE_INPUT_FILES = ("build_scripts/**", "patches/**", "versions.yaml")
-CACHE_PATHS = (".cache/builds/", ".cache/compiler-cache/")
-BUILD_DIRS_PATH, COMPILER_CACHE_PATH = CACHE_PATHS
+COMPILER_CACHE_PATH = ".cache/compiler-cache/"
 
 SELF_HOSTED = "runner.environment == 'self-hosted'"
 GITHUB_HOSTED = "runner.environment != 'self-hosted'"
@@ -325,16 +323,13 @@ def build_workflow() -> dict[str, Any]:
     """_build.yml: one matrix row, built, cached, uploaded as an artifact and (optionally) published."""
     inputs = _inputs(ROW_INPUTS)
     row = {name: _expr(f"inputs.{name}") for name, _, _ in ROW_INPUTS}
-    cache_prefix = (
-        f"wheelhouse-build-{row['component']}-{row['arch']}-cu{row['cuda']}-py{row['python']}-torch{row['torch']}-"
-    )
-    # The compiler cache is keyed without Python: an object that does not include Python headers is
-    # the same for every Python, so each Python's job restores the others' (the key is unique per job).
-    cc_prefix = f"wheelhouse-cc-{row['component']}-{row['arch']}-cu{row['cuda']}-torch{row['torch']}-"
+    # The build step runs upstream code, which may write anything into the caches it can reach. So a
+    # cache is restored only under its exact key, which names the component and hashes every build
+    # input (no prefix match: no entry of other inputs), and saved only by a successful build whose key
+    # was not there yet. Build directories are never cached: a build never resumes in files an earlier
+    # job's build code left. The key leaves out Python: objects without Python headers serve every Python.
     inputs_hash = _expr("hashFiles(" + ", ".join(f"'{pattern}'" for pattern in CACHE_INPUT_FILES) + ")")
-    attempt = _expr("github.run_id") + "-" + _expr("github.run_attempt")
-    cc_key = cc_prefix + inputs_hash + "-" + attempt + "-py" + row["python"]
-    cache_env = {"BUILD_DIRS": BUILD_DIRS_PATH, "COMPILER_CACHE": COMPILER_CACHE_PATH}
+    cc_key = f"wheelhouse-cc-{row['component']}-{row['arch']}-cu{row['cuda']}-torch{row['torch']}-{inputs_hash}"
 
     steps: list[dict[str, Any]] = [
         {
@@ -344,9 +339,10 @@ def build_workflow() -> dict[str, Any]:
         },
         _checkout(),
         {
-            # Self-hosted workspaces are reused: a wheel left by an earlier job must never be uploaded.
-            "name": "Remove wheel output of earlier jobs",
-            "run": "rm -rf dist\n",
+            # Self-hosted workspaces are reused: a wheel left by an earlier job must never be uploaded, and
+            # what an earlier job's build code left in the build directories and compiler cache never used.
+            "name": "Remove the output of earlier jobs",
+            "run": f"rm -rf dist .cache/builds {COMPILER_CACHE_PATH}\n",
         },
         {
             "name": "Free disk space",
@@ -391,34 +387,12 @@ def build_workflow() -> dict[str, Any]:
         },
         {"name": "Install the wheelhouse tools", "run": SETUP_COMMAND},
         {
-            "name": "Restore the build cache",
+            "name": "Restore the compiler cache",
             "id": "restore",
             "uses": ACTIONS["cache-restore"],
             "timeout-minutes": 30,
             "env": dict(PROXY_ENV),
-            "with": {
-                "path": BUILD_DIRS_PATH,
-                "key": cache_prefix + inputs_hash + "-" + attempt,
-                # Same build inputs: a build directory to resume.
-                "restore-keys": f"{cache_prefix}{inputs_hash}-\n",
-            },
-        },
-        {
-            "name": "Restore the compiler cache",
-            "uses": ACTIONS["cache-restore"],
-            "timeout-minutes": 30,
-            "env": dict(PROXY_ENV),
-            "with": {
-                "path": COMPILER_CACHE_PATH,
-                "key": cc_key,
-                # Same build inputs from any Python first, then any earlier inputs (most objects stay).
-                "restore-keys": f"{cc_prefix}{inputs_hash}-\n{cc_prefix}\n",
-            },
-        },
-        {
-            "name": "Mark the restored build directories",
-            "env": dict(cache_env),
-            "run": _script("build_cache.sh", "mark"),
+            "with": {"path": COMPILER_CACHE_PATH, "key": cc_key},
         },
         {
             "name": "Build wheel",
@@ -428,24 +402,8 @@ def build_workflow() -> dict[str, Any]:
             "run": 'nox -s "$SESSION" -- --arch "$ARCH" --torch "$TORCH"\n',
         },
         {
-            "name": "Keep only the build directories worth resuming",
-            "id": "prune",
-            "if": "always() && steps.build.outcome != 'skipped'",
-            "env": {**cache_env, "OUTCOME": _expr("steps.build.outcome")},
-            "run": _script("build_cache.sh", "prune"),
-        },
-        {
-            # run_attempt too: a re-run keeps run_id, and a cache key cannot be written twice.
-            "name": "Save the build cache",
-            "if": "always() && steps.prune.outputs.save == 'true'",
-            "uses": ACTIONS["cache-save"],
-            "timeout-minutes": 60,
-            "env": dict(PROXY_ENV),
-            "with": {"path": BUILD_DIRS_PATH, "key": cache_prefix + inputs_hash + "-" + attempt},
-        },
-        {
             "name": "Save the compiler cache",
-            "if": "always() && steps.prune.outputs.save_compiler_cache == 'true'",
+            "if": "steps.build.outcome == 'success' && steps.restore.outputs.cache-hit != 'true'",
             "uses": ACTIONS["cache-save"],
             "timeout-minutes": 60,
             "env": dict(PROXY_ENV),

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,7 @@ def test_every_listed_build_session_dry_runs():
 def test_deep_gemm_plan_bundles_both_pythons():
     result = nox("-s", "build-deep-gemm-3.12", "--", "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert "torch==2.13.0 torchvision==0.28.0 torchaudio==2.11.0 --index-url https://download.pytorch.org/whl/cu130" in result.stdout
+    assert "--index-url https://download.pytorch.org/whl/cu130 --index-strategy unsafe-best-match -- torch==2.13.0 torchvision==0.28.0 torchaudio==2.11.0" in result.stdout
     assert "bundle:         one wheel for Pythons 3.11, 3.12" in result.stdout
     assert "WHEELHOUSE_BUNDLE_PYTHONS=3.11 3.12" in result.stdout
 
@@ -205,6 +206,11 @@ def test_build_failure_is_one_line_and_leaves_dist_empty(tmp_path, case):
     if case == "nvcc-mismatch" and not Path("/usr/local/cuda/bin/nvcc").is_file():
         pytest.skip("needs the CUDA 13.0 toolkit in /usr/local/cuda")
     make_versions, args, env, pattern = FAILURES[case]
+    env = dict(env)
+    settings = {key: env.pop(key) for key in list(env) if key.startswith("FAKE_TORCH_")}
+    if settings:  # the probe gets an allow-listed environment: the fake torch reads its answers from a file
+        env["PYTHONPATH"] = str(shutil.copytree(FAKE_TORCH, tmp_path / "fake_torch"))
+        (tmp_path / "fake_torch" / "settings.json").write_text(json.dumps(settings))
     dist = tmp_path / "dist"
     result = nox("-s", "build-wheelhouse-fixture-3.11", "--", *args, "--dist", str(dist),
                  env={"WHEELHOUSE_VERSIONS": str(make_versions(tmp_path)), **env})
@@ -309,37 +315,111 @@ def test_a_cxx_that_links_libstdcxx_statically_is_refused_before_the_build(tmp_p
     assert str(info.value).startswith(f"CUDAHOSTCXX={wrapper} links libstdc++ statically")
 
 
-def test_builder_and_setup_py_never_see_credentials(tmp_path, caplog):
-    """Third-party build code gets the environment minus tokens; pass_env lets one named variable through."""
-    from ci.errors import WheelhouseError
+def _stamped_row_venv(cache: Path, row) -> Path:
+    """A row venv as prepare_venv leaves it, made in a second: a bare venv that finds this venv's torch."""
+    venv = cache / "venvs" / toolchain.venv_key(row, None)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python{row.python}" / "site-packages"
+    (site / "tool_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (venv / ".wheelhouse-ready").write_text("{}\n")
+    return venv
 
+
+def test_build_code_gets_no_credential_and_cannot_change_its_interpreter(tmp_path, caplog):
+    """Third-party build code gets an allow-listed environment: no token under any name, no URL credentials;
+    pass_env lets a named variable through as it is. A .pth it drops into the row venv would run in every later
+    use of that interpreter (the checks, the next builds): the build fails naming it, and the venv goes."""
     caplog.set_level(logging.INFO, logger="wheelhouse")
 
     src = tmp_path / "src"
     shutil.copytree(REPO / "tests" / "fixtures" / "fixture_ext", src)
-    leak = tmp_path / "seen.json"
-    (src / "setup.py").write_text("import json, os, sys\n"
-                                  "open(os.environ['LEAK'], 'w').write(json.dumps(dict(os.environ)))\nsys.exit(1)\n")
+    leak, ran = tmp_path / "seen.json", tmp_path / "pth-ran.txt"
+    (src / "setup.py").write_text(
+        "import json, os, site\n"
+        "open(os.environ['LEAK'], 'w').write(json.dumps(dict(os.environ)))\n"
+        "open(os.path.join(site.getsitepackages()[0], 'zzz_hostile.pth'), 'w').write(\n"
+        f"    \"import os; open({str(ran)!r}, 'a').write(str(os.environ.get('GITHUB_TOKEN')) + chr(10))\\n\")\n"
+        "raise SystemExit(1)\n")
     secrets = {"GITHUB_TOKEN": "ghp_SECRET1", "GH_TOKEN": "ghp_SECRET2", "ACTIONS_RUNTIME_TOKEN": "SECRET3",
                "ACTIONS_ID_TOKEN_REQUEST_URL": "https://SECRET4", "TWINE_PASSWORD": "SECRET5",
-               "AWS_SECRET_ACCESS_KEY": "SECRET6", "ANY_SERVICE_TOKEN": "SECRET7"}
-    environ = {**os.environ, **secrets, "MIRROR_PASSWORD": "allowed", "LEAK": str(leak)}
+               "AWS_SECRET_ACCESS_KEY": "SECRET6", "ANY_SERVICE_TOKEN": "SECRET7",
+               # names a deny-list missed (adversarial re-run N6)
+               "TOKEN": "tok_SECRET8", "GITHUB_PAT": "pat_SECRET9", "GH_PAT": "pat_SECRET10",
+               "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.https://127.0.0.1/.extraheader",
+               "GIT_CONFIG_VALUE_0": "AUTHORIZATION: basic git_SECRET11", "UV_INDEX_MIRROR_PASSWORD": "SECRET12"}
+    urls = {"PIP_INDEX_URL": "https://u:pip_SECRET13@127.0.0.1:9/simple",
+            "UV_EXTRA_INDEX_URL": "https://uv_SECRET14@127.0.0.1:9/simple"}
+    environ = {**os.environ, **secrets, **urls, "MIRROR_PASSWORD": "allowed", "LEAK": str(leak),
+               "SOME_UNLISTED_SETTING": "x"}
     versions_file = tmp_path / "versions.yaml"
-    versions_file.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    pass_env: [MIRROR_PASSWORD]"))
+    versions_file.write_text(FIXTURE_VERSIONS.read_text().replace(
+        "max_jobs: 2", "max_jobs: 2\n    pass_env: [MIRROR_PASSWORD, LEAK]"))
     versions = load(versions_file)
     (row,) = matrix.expand(versions)
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
-                                 source=src, environ=environ)
-    with pytest.raises(WheelhouseError, match="exited with status"):
+    cache = tmp_path / "cache"
+    venv = _stamped_row_venv(cache, row)
+    options = build.BuildOptions(cache_dir=cache, dist_root=tmp_path / "dist", source=src, environ=environ)
+    with pytest.raises(WheelhouseError) as info:
         build.run(versions, row, options)
+
     seen = json.loads(leak.read_text())
     assert seen["COMPONENT"] == "wheelhouse-fixture"  # the builder's own contract arrived
     assert not set(secrets) & set(seen)
-    assert not any(value in json.dumps(seen) for value in secrets.values())
+    assert "SECRET" not in json.dumps(seen)
+    assert seen["PIP_INDEX_URL"] == "https://127.0.0.1:9/simple"  # pip still finds the index, without the password
+    assert seen["UV_EXTRA_INDEX_URL"] == "https://127.0.0.1:9/simple"
     assert seen["MIRROR_PASSWORD"] == "allowed"
-    assert any(line.startswith("withholding from the build: ACTIONS_ID_TOKEN_REQUEST_URL, ACTIONS_RUNTIME_TOKEN, "
-                               "ANY_SERVICE_TOKEN, AWS_SECRET_ACCESS_KEY, GH_TOKEN, GITHUB_TOKEN, TWINE_PASSWORD")
-               for line in caplog.messages), caplog.messages
+    assert "SOME_UNLISTED_SETTING" not in seen and seen["PATH"] and seen["HOME"] == os.environ["HOME"]
+    (line,) = [line for line in caplog.messages if line.startswith("withholding from the build:")]
+    assert line.startswith(
+        "withholding from the build: credentials ACTIONS_ID_TOKEN_REQUEST_URL, ACTIONS_RUNTIME_TOKEN, "
+        "ANY_SERVICE_TOKEN, AWS_SECRET_ACCESS_KEY, GH_PAT, GH_TOKEN, GITHUB_PAT, GITHUB_TOKEN, GIT_CONFIG_COUNT, "
+        "GIT_CONFIG_KEY_0, GIT_CONFIG_VALUE_0, TOKEN, TWINE_PASSWORD, UV_INDEX_MIRROR_PASSWORD; the URL credentials "
+        "in PIP_INDEX_URL, UV_EXTRA_INDEX_URL; "), line
+    assert line.endswith("variable(s) not on the allow-list (ci/credentials.py) (pass_env in versions.yaml passes one)")
+
+    assert str(info.value) == (
+        f"{row.label}: the build changed the site-packages of its venv "
+        f"({venv}/lib/python3.11/site-packages/zzz_hostile.pth); removed the venv {venv} (the next build makes it "
+        "again); a build must install nothing into its interpreter")
+    assert not venv.exists()
+    assert "SECRET" not in (ran.read_text() if ran.exists() else "")
+    assert not (tmp_path / "dist").exists()
+
+
+def test_with_reuse_env_the_files_a_build_adds_to_the_interpreter_are_removed(tmp_path):
+    """--reuse-env builds in the caller's interpreter (the tool's own, which later runs `invoke release` with a
+    token): a .pth the build drops there is taken out again and the build fails naming it. Run from a throwaway
+    venv, never this one."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "tests" / "fixtures" / "fixture_ext", src)
+    (src / "setup.py").write_text("import os, site\n"
+                                  "open(os.path.join(site.getsitepackages()[0], 'zzz_hostile.pth'), 'w').write('\\n')\n"
+                                  "raise SystemExit(1)\n")
+    (row,) = matrix.expand(load(FIXTURE_VERSIONS))
+    python = _stamped_row_venv(tmp_path / "elsewhere", row) / "bin" / "python"
+    script = ("import sys\nfrom pathlib import Path\nfrom ci import build, matrix\nfrom ci.errors import WheelhouseError\n"
+              "from ci.versions import load\nversions = load(sys.argv[1]); (row,) = matrix.expand(versions)\n"
+              "options = build.BuildOptions(cache_dir=Path(sys.argv[2]), dist_root=Path(sys.argv[3]), reuse_env=True, "
+              "source=Path(sys.argv[4]))\n"
+              "try:\n    build.run(versions, row, options)\nexcept WheelhouseError as error:\n    print(error)\n")
+    result = subprocess.run([str(python), "-c", script, str(FIXTURE_VERSIONS), str(tmp_path / "cache"),
+                             str(tmp_path / "dist"), str(src)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    planted = python.parent.parent / "lib" / "python3.11" / "site-packages" / "zzz_hostile.pth"
+    assert result.stdout.strip().splitlines()[-1] == (  # the builder's own output comes first
+        f"{row.label}: the build changed the site-packages of {python}, which run at every start of it: removed what "
+        f"it added ({planted}); build without --reuse-env"), result.stderr[-2000:]
+    assert not planted.exists() and python.is_file()
+
+
+def test_the_dry_run_plan_masks_index_credentials():
+    """The plan names the torch index; a password in its URL is masked like every logged line."""
+    versions = load(FIXTURE_VERSIONS)
+    (row,) = matrix.expand(versions)
+    options = build.BuildOptions(cache_dir=REPO / ".cache", torch_index="https://u:IDX_SECRET@127.0.0.1:9/simple")
+    text = build.plan(versions, row, options).render()
+    assert "--index-url https://***@127.0.0.1:9/simple" in text
+    assert "IDX_SECRET" not in text
 
 
 def test_this_machines_max_jobs_replaces_the_versions_file_value():
@@ -369,7 +449,9 @@ def test_the_builder_gets_the_environment_the_plan_shows(tmp_path):
     (src / "setup.py").write_text("import json, os, sys\n"
                                   "open(os.environ['SEEN'], 'w').write(json.dumps(dict(os.environ)))\nsys.exit(1)\n")
     environ = {**os.environ, "SEEN": str(seen_file)}
-    versions = load(FIXTURE_VERSIONS)
+    versions_file = tmp_path / "versions.yaml"
+    versions_file.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    pass_env: [SEEN]"))
+    versions = load(versions_file)
     (row,) = matrix.expand(versions)
     options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
                                  source=src, environ=environ)

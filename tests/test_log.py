@@ -175,3 +175,16 @@ def test_transfer_progress_on_a_terminal_is_a_bar():
         progress("download art.zip", done, 3 * log.MIB)
     drawn = screen.getvalue()
     assert "download art.zip" in drawn and "100%" in drawn and "3.00M/3.00M" in drawn
+
+
+def test_a_secret_too_short_to_be_a_token_is_not_masked_everywhere(caplog):
+    """The test server's token is `t`: masking it by value turned every t of the output into ***."""
+    from ci.store.github import GitHubStore
+
+    caplog.set_level(logging.INFO, logger="wheelhouse")
+    line = "renamed wheelhouse_fixture-0.1.0.whl.clobber-711799d7 to wheelhouse_fixture-0.1.0.whl"
+    GitHubStore("owner/repo", token="t")._info(line)
+    token = "ghp_" + "x" * 36
+    GitHubStore("owner/repo", token=token)._info(f"{line} with {token}")
+    assert caplog.messages == [line, f"{line} with ***"]
+    assert log.mask("a t", "t") == "a t" and log.mask(f"a {'s' * 8}", "s" * 8) == "a ***"

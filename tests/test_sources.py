@@ -155,11 +155,16 @@ def _repo_with_two_submodules(tmp_path: Path) -> Path:
     return app
 
 
+def _allow_file_submodules(tmp_path: Path, monkeypatch) -> None:
+    """The user's git configuration reaches the fetch (a site's mirrors live there); file:// submodules need it."""
+    config = tmp_path / "gitconfig"
+    config.write_text("[protocol \"file\"]\n\tallow = always\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+
+
 def test_only_the_named_submodules_are_fetched(tmp_path, monkeypatch):
     """`submodules: [path]` checks out that submodule only; a cached checkout that had all loses the others."""
-    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
-    monkeypatch.setenv("GIT_CONFIG_KEY_0", "protocol.file.allow")
-    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "always")
+    _allow_file_submodules(tmp_path, monkeypatch)
     app = _repo_with_two_submodules(tmp_path)
     cache = tmp_path / "cache"
 
@@ -176,9 +181,7 @@ def test_only_the_named_submodules_are_fetched(tmp_path, monkeypatch):
 
 
 def test_a_named_submodule_that_does_not_exist_is_one_line(tmp_path, monkeypatch):
-    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
-    monkeypatch.setenv("GIT_CONFIG_KEY_0", "protocol.file.allow")
-    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "always")
+    _allow_file_submodules(tmp_path, monkeypatch)
     app = _repo_with_two_submodules(tmp_path)
     with pytest.raises(WheelhouseError) as raised:
         sources.fetch_git(app.as_uri(), "main", tmp_path / "cache", submodules=("third_party/neded",), component="app")
@@ -210,3 +213,46 @@ def test_a_failed_sdist_download_names_pips_last_line(tmp_path, caplog, monkeypa
     assert streamed[0] == "downloading the sdist wheelhouse-no-such-project==1.0"
     assert streamed[-1].startswith("ERROR: No matching distribution found for wheelhouse-no-such-project==1.0")
     assert str(info.value).startswith(f"sdist wheelhouse-no-such-project==1.0 could not be downloaded: {streamed[-1]}")
+
+
+def test_git_hands_no_credential_to_the_host_versions_yaml_names(tmp_path, monkeypatch):
+    """A credential helper that answers with $GITHUB_TOKEN (as CI setups install), a GIT_CONFIG_* extra header
+    and the token itself in the caller's environment: the host named in versions.yaml gets none of them, from
+    the plan's ls-remote or the build's fetch."""
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Unauthorized(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(f"{self.headers.get('Authorization')} {self.headers.get('X-Extra')}")
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="x"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Unauthorized)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        '[credential]\n\thelper = "!f() { echo username=x-access-token; echo password=$GITHUB_TOKEN; }; f"\n')
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_SECRET_FOR_THE_UPSTREAM")
+    for name, value in {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+                        "GIT_CONFIG_VALUE_0": "X-Extra: git_SECRET"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sources, "FETCH_ATTEMPTS", 1)  # one refused fetch is enough
+    url = f"http://127.0.0.1:{server.server_address[1]}/evil/repo.git"
+    try:
+        assert sources.resolve_ref(url, "main") is None
+        with pytest.raises(WheelhouseError):
+            sources.fetch_git(url, "main", tmp_path / "cache", submodules=False)
+    finally:
+        server.shutdown()
+    assert seen, "git never reached the server"
+    assert seen == ["None None"] * len(seen)  # no Authorization, no extra header, on every request

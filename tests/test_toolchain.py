@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,8 @@ def test_uv_gets_pips_index_options(monkeypatch):
     assert "--index-url file:///srv/mirror/simple" in text
     assert "--extra-index-url file:///srv/a/simple --extra-index-url file:///srv/b/simple" in text
     assert "--find-links /srv/wheels" in text and "--constraint /srv/constraints.txt" in text
-    assert cmd[-2:] == ["--index-strategy", "unsafe-best-match"]  # pip's rule: the best version of all indexes
+    # pip's rule: the best version of all indexes; then the requirements, after the options
+    assert cmd[-4:] == ["--index-strategy", "unsafe-best-match", "--", "torch==2.13.0"]
     row_index = toolchain.uv_install_command("uv", "/v/bin/python", ["torch==2.13.0"], "https://idx.invalid/cu130")
     assert row_index.count("--index-url") == 1 and "https://idx.invalid/cu130" in row_index
     assert "--find-links" in row_index  # pip keeps its find-links and extra indexes under --index-url too
@@ -78,3 +80,17 @@ def test_uv_asked_for_but_missing_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(WheelhouseError, match="uv is not installed"):
         toolchain.prepare_venv(_fixture_row(), tmp_path, index=None, installer="uv")
     assert not (tmp_path / "venvs").exists()
+
+
+@pytest.mark.skipif(toolchain.find_uv() is None, reason="needs uv (requirements-tools.txt)")
+def test_a_requirement_is_never_read_as_an_option(tmp_path):
+    """`--` ends the installers' options: a requirement that starts with '-' is refused as a requirement."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    cmd = toolchain.uv_install_command(toolchain.find_uv(), venv / "bin" / "python", ["--help"], None)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "Usage:" not in result.stdout, result.stdout[:300]
+    assert "--help" in result.stderr
+    row = _fixture_row()
+    pip = toolchain.install_command(venv / "bin" / "python", row, "https://idx.invalid/cpu")
+    assert pip[pip.index("--") + 1:] == toolchain.torch_requirements(row)

@@ -157,7 +157,7 @@ class GitHubStore:
 
     # ---- plumbing ---------------------------------------------------------------------------------
     def _scrub(self, text: str) -> str:
-        return text.replace(self._token, "***") if self._token else text
+        return log.mask(text, self._token)
 
     def _info(self, msg: str) -> None:
         self._log.info(self._scrub(msg))

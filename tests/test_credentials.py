@@ -1,0 +1,84 @@
+"""No credential within reach of build code: an allow-listed environment, and processes above the build
+whose /proc/<pid>/environ (their initial environment, readable by the same user) holds none."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import credentials
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
+
+# What a hostile build step does to find a token: its own environment, then each ancestor's initial one.
+ANCESTOR_WALK = """
+import json, os, sys
+found, pid = [], os.getpid()
+while pid > 1:
+    try:
+        environ = open(f"/proc/{pid}/environ", "rb").read()
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        break
+    if SECRET.encode() in environ:
+        found.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode()[:80])
+    pid = int(stat.rsplit(")", 1)[1].split()[1])
+open(OUT, "w").write(json.dumps(found))
+"""
+
+
+def test_build_environment_is_an_allow_list():
+    environ = {"PATH": "/usr/bin", "HOME": "/home/u", "LC_ALL": "C", "CUDA_HOME": "/usr/local/cuda", "CXX": "g++",
+               "PIP_INDEX_URL": "https://u:p@mirror/simple", "UV_INDEX_URL": "https://mirror/simple",
+               "https_proxy": "http://proxyuser:proxypass@proxy:3128", "WHEELHOUSE_BUILD_MEMORY_GIB": "8",
+               "TOKEN": "x", "GITHUB_PAT": "x", "GH_PAT": "x", "GIT_CONFIG_VALUE_0": "x", "CMAKE_API_TOKEN": "x",
+               "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/0/bus", "MIRROR_PASSWORD": "verbatim"}
+    filtered = credentials.build_environment(environ, pass_env=["MIRROR_PASSWORD"])
+    assert filtered.environ == {
+        "PATH": "/usr/bin", "HOME": "/home/u", "LC_ALL": "C", "CUDA_HOME": "/usr/local/cuda", "CXX": "g++",
+        "PIP_INDEX_URL": "https://mirror/simple", "UV_INDEX_URL": "https://mirror/simple",
+        "https_proxy": "http://proxy:3128", "WHEELHOUSE_BUILD_MEMORY_GIB": "8", "MIRROR_PASSWORD": "verbatim"}
+    assert filtered.withheld == ("CMAKE_API_TOKEN", "GH_PAT", "GITHUB_PAT", "GIT_CONFIG_VALUE_0", "TOKEN")
+    assert filtered.stripped == ("PIP_INDEX_URL", "https_proxy") and filtered.unlisted == 1
+    # git gets no GIT_CONFIG_* of the caller and never prompts; its proxy keeps its credentials (only the proxy sees them)
+    git = credentials.git_environment(environ)
+    assert git["GIT_TERMINAL_PROMPT"] == "0" and git["https_proxy"] == environ["https_proxy"]
+    assert "GIT_CONFIG_VALUE_0" not in git and "MIRROR_PASSWORD" not in git
+
+
+def test_a_process_restarts_without_credentials_so_its_proc_environ_holds_none(tmp_path):
+    """Deleting from os.environ leaves /proc/<pid>/environ as it was; the re-exec clears it."""
+    script = ("import os, sys\n"
+              "from ci import credentials\n"
+              "credentials.reexec_without_credentials([sys.executable, *sys.orig_argv[1:]], os.environ, "
+              "keep={'MIRROR_PASSWORD'})\n"
+              "print(open(f'/proc/{os.getpid()}/environ', 'rb').read().decode())\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GITHUB_TOKEN": "ghp_SECRET", "GH_PAT": "pat_SECRET",
+           "MIRROR_PASSWORD": "kept", "SOME_SETTING": "kept too"}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    initial = dict(item.split("=", 1) for item in result.stdout.rstrip("\n").split("\0") if "=" in item)
+    assert "SECRET" not in result.stdout
+    assert initial["MIRROR_PASSWORD"] == "kept" and initial["SOME_SETTING"] == "kept too"
+
+
+@pytest.mark.slow
+def test_no_process_above_a_nox_build_holds_the_token(tmp_path):
+    """The build's setup.py walks its ancestors' /proc/<pid>/environ: nox, started with GITHUB_TOKEN, holds it no more."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "tests" / "fixtures" / "fixture_ext", src)
+    out = tmp_path / "found.json"
+    (src / "setup.py").write_text(f"SECRET, OUT = 'ghp_SECRET_ABOVE', {str(out)!r}\n{ANCESTOR_WALK}\nsys.exit(1)\n")
+    env = {**os.environ, "GITHUB_TOKEN": "ghp_SECRET_ABOVE", "WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS),
+           "WHEELHOUSE_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-m", "nox", "-s", "build-wheelhouse-fixture-3.11", "--", "--reuse-env",
+                             "--source", str(src), "--dist", str(tmp_path / "dist")],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0 and "exited with status 1" in result.stderr, result.stderr[-2000:]
+    assert json.loads(out.read_text()) == []
