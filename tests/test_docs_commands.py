@@ -467,12 +467,13 @@ def test_skill_front_matter() -> None:
     assert len(meta["name"]) <= 64 and 0 < len(meta["description"]) <= 1024
 
 
-def test_skill_points_into_the_guide() -> None:
-    """Every link of the skill into the guide lands on one of its headings."""
-    anchors = {_anchor(h) for h in re.findall(r"^#+ (.+)$", GUIDE.read_text(encoding="utf-8"), re.MULTILINE)}
-    links = re.findall(r"maintaining-components\.md#([\w-]+)", SKILL.read_text(encoding="utf-8"))
-    assert links, "the skill points nowhere into the guide"
-    assert sorted(set(links) - anchors) == []
+def test_links_into_the_guide_land_on_its_headings() -> None:
+    """Every link of the skill into the guide, and of the guide into itself, lands on one of its headings."""
+    guide = GUIDE.read_text(encoding="utf-8")
+    anchors = {_anchor(h) for h in re.findall(r"^#+ (.+)$", guide, re.MULTILINE)}
+    from_skill = re.findall(r"maintaining-components\.md#([\w-]+)", SKILL.read_text(encoding="utf-8"))
+    assert from_skill, "the skill points nowhere into the guide"
+    assert sorted(set(from_skill + re.findall(r"\]\(#([\w-]+)\)", guide)) - anchors) == []
 
 
 def _anchor(heading: str) -> str:
