@@ -49,6 +49,9 @@ SPEC_VERSION = "1.6"
 _PREFIX = "wheelhouse:"
 _GIT_VERSION = re.compile(r"""^git_version\s*(?::\s*str\s*)?=\s*['"]([^'"]*)['"]""", re.M)
 _NVCC_FULL_VERSION = re.compile(r"\bV(\d+\.\d+\.\d+)\b")
+# `git submodule status`: a state character (' ', '-' not checked out, '+', 'U'), the commit, the path,
+# then its `git describe` in parentheses
+_SUBMODULE_STATUS = re.compile(r"^([ +U-]?)([0-9a-f]{40,64}) (.+?)(?: \(.*\))?$")
 _DOTTED = re.compile(r"\b\d+\.\d+(?:\.\d+)*\b")
 
 
@@ -80,10 +83,9 @@ def submodule_commits(checkout: Path) -> list[dict[str, str]]:
     status = _git_output(["submodule", "status", "--recursive"], checkout) or ""
     found = []
     for line in status.splitlines():
-        if not line or line[0] == "-":  # '-': not checked out, so not part of the build
-            continue
-        commit, _, rest = line[1:].partition(" ")
-        found.append({"path": rest.split(" (", 1)[0], "commit": commit})
+        match = _SUBMODULE_STATUS.match(line)
+        if match and match.group(1) != "-":  # '-': not checked out, so not part of the build
+            found.append({"path": match.group(3), "commit": match.group(2)})
     return sorted(found, key=lambda entry: entry["path"])
 
 
