@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ci import credentials, fingerprint, log, matrix, ninja_log, sources, toolchain
+from ci import credentials, fingerprint, log, matrix, ninja_log, sbom, sources, stamp, toolchain
 from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
@@ -97,7 +97,8 @@ class BuildPlan:
         checks = ["torch ABI", "Python coverage"]
         if self.row.settings.verify_wheel_archs and self.row.settings.torch_cuda_arch_list and self.row.cuda != "cpu":
             checks.append(f"CUDA archs {self.row.settings.torch_cuda_arch_list}")
-        lines.append(f"  then:           wheel checks ({', '.join(checks)}), .metadata files, build record")
+        lines.append(f"  then:           {stamp.describe_plan(self.row)}")
+        lines.append(f"                  wheel checks ({', '.join(checks)}), .metadata files, build record")
         return log.redact("\n".join(lines))  # an index URL may carry its password
 
 
@@ -416,9 +417,13 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
 
         steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}")
         t0 = time.monotonic()
-        wheels, cache_stats = _run_builder(row, environment, {**filtered.environ, **environment.variables}, build_dir)
-        durations["build_s"] = round(time.monotonic() - t0, 1)
+        builder_environ = {**filtered.environ, **environment.variables}
+        wheels, cache_stats = _run_builder(row, environment, builder_environ, build_dir)
         _check_projects(row, wheels)
+        # what is published and checked: the torch pin and the SBOM written into each wheel
+        facts = sbom.build_facts(versions, row, checkout, interpreter, builder_environ)
+        stamp.stamp_wheels(row, wheels, facts)
+        durations["build_s"] = round(time.monotonic() - t0, 1)
 
     steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/")
     t0 = time.monotonic()
@@ -443,6 +448,7 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         "durations": durations,
         "checks": checks,
         "wheels": [{"name": w.name, "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels],
+        "sbom": facts,  # what each wheel's SBOM (ci/sbom.py) was written from
         "ninja_steps": ninja_steps,  # which objects the build time went to
     }
     result = _place(row, wheels, record, options.dist_root / row.world)

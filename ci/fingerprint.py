@@ -73,6 +73,7 @@ def build_config(row: MatrixRow, source_revision: str | None, repo_root: Path = 
         "extra_env": dict(s.extra_env),
         "wheel_packages": sorted(s.wheel_packages),
         "repair": s.repair,
+        "torch_pin": s.torch_pin,  # the wheel's METADATA says it
         "build_inputs": build_inputs(row, repo_root),
     }
     if submodules is not None:

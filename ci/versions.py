@@ -116,6 +116,8 @@ class Settings:
     sequential_pythons: bool
     """Build the rows one job at a time (one machine building the Pythons in sequence), so each
     restores the compiler cache the one before it saved."""
+    torch_pin: str
+    """How a wheel that links torch pins it: ``minor``, ``exact`` or ``none`` (ci/wheels/pin.py)."""
 
     @property
     def runs_on_labels(self) -> tuple[str, ...]:

@@ -13,10 +13,12 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from stamp_helpers import validate_cyclonedx
 
-from ci import build, matrix, toolchain
+from ci import build, matrix, sbom, toolchain
 from ci.errors import WheelhouseError
 from ci.versions import load
+from ci.wheels import pin
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
@@ -128,6 +130,14 @@ def test_fixture_builds_through_the_nox_session(tmp_path):
     assert wheel.name == "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"
     assert (world / f"{wheel.name}.metadata").read_text().startswith("Metadata-Version:")
     record = json.loads((world / "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0-x86_64.build.json").read_text())
+    # its _C links torch: the published wheel and its sidecar pin the row's torch line
+    assert pin.read_torch_pin(wheel) == "==2.13.*"
+    assert pin.torch_pin_of((world / f"{wheel.name}.metadata").read_bytes()) == "==2.13.*"
+    # and it carries a valid CycloneDX SBOM, listed in RECORD, written from what the record keeps
+    validate_cyclonedx(sbom.read_document(wheel))
+    summary = sbom.read_sbom(wheel)
+    assert summary.source_revision == record["source"]["revision"] == record["sbom"]["source"]["revision"]
+    assert summary.torch["version"] == record["toolchain"]["torch"] and summary.torch_pin == "torch==2.13.*"
     assert record["checks"]["ok"] is True
     assert record["toolchain"]["torch"].startswith("2.13.0")
     assert record["wheels"][0]["name"] == wheel.name

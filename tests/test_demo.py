@@ -26,3 +26,6 @@ def test_demo_installs_from_the_index_it_wrote(tmp_path, caplog):
     releases = list((tmp_path / "store" / "releases").iterdir())
     assert [r.name for r in releases] == ["wheelhouse-fixture-0.1.0-py3.11-torch2.13.0"]
     assert json.loads((releases[0] / "release.json").read_text())["title"] == "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0"
+    # the wheel it publishes links torch: it and the index's metadata file pin the row's torch line
+    (sidecar,) = (releases[0] / "assets").glob("*.whl.metadata")
+    assert "\nRequires-Dist: torch==2.13.*\n" in sidecar.read_text()

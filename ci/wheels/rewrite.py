@@ -16,8 +16,9 @@ new timestamps (a new sha256 on every run). Instead:
 - the central directory is written here (zip64 records where sizes or offsets
   need them).
 
-:func:`add_members` is the same writer for bundle mode (build_scripts/lib/bundle_pythons.py):
-it adds files and replaces small members (WHEEL), updating RECORD, and copies the rest raw.
+:func:`add_members` is the same writer for bundle mode (build_scripts/lib/bundle_pythons.py) and for
+what every build adds (ci/stamp.py: the torch pin in METADATA, the SBOM): it adds files and replaces
+small members (WHEEL, METADATA), updating RECORD, and copies the rest raw.
 
 The same input therefore gives the same output bytes, and a member's
 compressed bytes are never touched.
@@ -169,13 +170,16 @@ def strip_local_version(wheel: Path | str, out_dir: Path | str) -> Path:
     return target
 
 
-def add_members(wheel: Path | str, target: Path | str, added: Mapping[str, Path], replaced: Mapping[str, bytes]) -> Path:
-    """Write ``wheel`` as ``target`` with the files ``added`` (arcname -> path) and new bytes for the small
-    members ``replaced``, RECORD updated to match; every other member is copied raw.
+def add_members(wheel: Path | str, target: Path | str, added: Mapping[str, Path | bytes],
+                replaced: Mapping[str, bytes]) -> Path:
+    """Write ``wheel`` as ``target`` with the members ``added`` (arcname -> a file's path, or the bytes of a
+    small document) and new bytes for the small members ``replaced``, RECORD updated to match; every
+    other member is copied raw.
 
-    Added files are deflated with the fixed timestamp and mode 0755, in name order, before the
-    ``.dist-info`` directory (an added name the wheel holds already is replaced where it stands); each
-    gets a RECORD line before RECORD's own. A replaced member must be listed in RECORD already.
+    Added members are deflated with the fixed timestamp, in name order, before the ``.dist-info``
+    directory (an added name the wheel holds already is replaced where it stands), with mode 0755 for
+    a file (an extension module) and 0644 for bytes; each gets a RECORD line before RECORD's own. A
+    replaced member must be listed in RECORD already.
     ``target`` may be ``wheel``: the output is written beside it and moved over it.
     """
     wheel, target = Path(wheel), Path(target)
@@ -189,7 +193,7 @@ def add_members(wheel: Path | str, target: Path | str, added: Mapping[str, Path]
         new_record = _rewrite_record(
             label, archive.read_small(record_name), _same,
             {name: (record_hash(data), len(data)) for name, data in replaced.items()},
-            {name: file_record_hash(path) for name, path in added.items()}, record_name,
+            {name: _record_fields(data) for name, data in added.items()}, record_name,
         )
         _write_checked(archive.zipfile, wheel, target, _same, {**replaced, record_name: new_record}, added,
                        f"{archive.dist_info}/", label)
@@ -200,8 +204,14 @@ def _same(path: str) -> str:
     return path
 
 
+def _record_fields(data: Path | bytes) -> tuple[str, int]:
+    """RECORD's hash and size of an added member: a file read in blocks, or bytes."""
+    return file_record_hash(data) if isinstance(data, Path) else (record_hash(data), len(data))
+
+
 def _write_checked(zin: zipfile.ZipFile, wheel: Path, target: Path, rename: Callable[[str], str],
-                   replaced: Mapping[str, bytes], added: Mapping[str, Path], added_before: str, label: str) -> None:
+                   replaced: Mapping[str, bytes], added: Mapping[str, Path | bytes], added_before: str,
+                   label: str) -> None:
     """Write the new archive beside ``target``, validate it as any input is, then move it into place."""
     with tempfile.TemporaryDirectory(prefix=".wheelhouse-rewrite-", dir=target.parent) as tmp:
         partial = Path(tmp) / target.name
@@ -274,7 +284,7 @@ def _write_archive(
     rename: Callable[[str], str],
     replaced: Mapping[str, bytes],
     label: str,
-    added: Mapping[str, Path] | None = None,
+    added: Mapping[str, Path | bytes] | None = None,
     added_before: str = "",
 ) -> None:
     """Members in order: ``replaced`` ones deflated afresh, the others copied raw; the ``added`` files
@@ -308,7 +318,8 @@ def _write_fresh(
 ) -> _Entry:
     """Deflate ``data`` (bytes, or a file streamed in blocks) as a new member with the fixed timestamp.
 
-    Its mode is ``like``'s (a replaced member keeps its permissions), else 0755 for an added file.
+    Its mode is ``like``'s (a replaced member keeps its permissions), else 0755 for an added file and
+    0644 for added bytes.
     """
     raw_name, flags = _encode_name(name, 0)
     dostime, dosdate = _dos(_FIXED_DATE_TIME)
@@ -338,7 +349,7 @@ def _write_fresh(
     dst.write(header(crc, compressed, size))  # the sizes and crc are known only now
     dst.seek(end)
     external_attr = like.external_attr if like is not None and like.external_attr else (
-        (0o100644 if like is not None else 0o100755) << 16)
+        (0o100755 if like is None and isinstance(data, Path) else 0o100644) << 16)
     return _Entry(
         name=raw_name,
         create_version=20,

@@ -1,0 +1,73 @@
+"""On the GPU machine: the SBOM's arch list of a real CUDA wheel equals what cuobjdump lists.
+
+Builds the fixture extension with its CUDA kernel (``TORCH_CUDA_ARCH_LIST``, default ``8.0;9.0+PTX``)
+against the machine's torch, writes the torch pin and the SBOM into it as a build does (ci/stamp.py,
+facts gathered by ci/sbom.py from the real interpreter and source directory), then compares, per
+shared object, the SBOM's cubin and PTX archs with ``cuobjdump --list-elf --list-ptx``. Prints one
+line per shared object and copies the stamped wheel to ``OUT_DIR`` (first argument) for validation
+elsewhere. Exit status 1 on any difference.
+
+    python3 tests/gpu/sbom_archs.py "$OUT"
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from ci import matrix, sbom, sources, toolchain  # noqa: E402
+from ci.stamp import stamp_wheel  # noqa: E402
+from ci.versions import load  # noqa: E402
+from ci.wheels.archive import open_wheel  # noqa: E402
+from ci.wheels.fatbin import find_cuobjdump, scan_elf_file  # noqa: E402
+from ci.wheels.pin import read_torch_pin  # noqa: E402
+
+
+def main(out_dir: Path) -> int:
+    versions = load(os.environ.get("WHEELHOUSE_VERSIONS", ROOT / "tests" / "fixtures" / "versions-device.yaml"))
+    row = next(r for r in matrix.expand(versions) if r.component == "wheelhouse-fixture")
+    interpreter = toolchain.verify(sys.executable, row)
+    tool = find_cuobjdump(toolchain.cuda_home(interpreter.nvcc) if interpreter.nvcc else None)
+    assert tool is not None, "no cuobjdump"
+    with tempfile.TemporaryDirectory(prefix="sbom-archs-") as tmp:
+        work = Path(tmp) / "src"
+        shutil.copytree(ROOT / "tests" / "fixtures" / "fixture_ext", work,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info"))
+        env = {**os.environ, "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX"),
+               "MAX_JOBS": "16"}
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
+                        "-w", tmp, str(work)], env=env, check=True)
+        (wheel,) = Path(tmp).glob("*.whl")
+        source = sources.local_directory(ROOT / versions.component(row.component).source.location)
+        facts = sbom.build_facts(versions, row, source, interpreter, env)
+        result = stamp_wheel(wheel, torch_version=row.torch, pin_mode=row.settings.torch_pin, facts=facts)
+        print(f"{wheel.name}: links torch {result.links_torch}, Requires-Dist: torch{read_torch_pin(wheel)}")
+        summary = sbom.read_sbom(wheel)
+        differences = 0
+        with open_wheel(wheel) as archive:
+            for member, path in archive.shared_objects("sbom-archs-"):
+                listed = scan_elf_file(member.name, path, tool)
+                theirs = (listed.cubins, listed.ptx) if listed else ((), ())
+                ours = summary.archs.get(member.name, ((), ()))
+                same = "same" if ours == theirs else "DIFFERENT"
+                differences += ours != theirs
+                print(f"{member.name}: SBOM cubins {_fmt(ours[0])} PTX {_fmt(ours[1])}; "
+                      f"cuobjdump cubins {_fmt(theirs[0])} PTX {_fmt(theirs[1])}: {same}")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(wheel, out_dir / wheel.name)
+    return 1 if differences else 0
+
+
+def _fmt(archs) -> str:
+    return ";".join(str(a) for a in archs) or "none"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "sbom-archs-out")))
