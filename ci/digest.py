@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import IO
 
 CHUNK = 1 << 20
 
 
 def sha256_file(path: Path | str) -> str:
     """Hex sha256 of the file at ``path``, streamed (memory stays flat at any size)."""
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while block := handle.read(CHUNK):
-            digest.update(block)
+        return sha256_stream(handle)
+
+
+def sha256_stream(stream: IO[bytes]) -> str:
+    """Hex sha256 of what is left to read in ``stream``, read a chunk at a time."""
+    digest = hashlib.sha256()
+    while block := stream.read(CHUNK):
+        digest.update(block)
     return digest.hexdigest()

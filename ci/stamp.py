@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ci import log, sbom
-from ci.digest import sha256_file
+from ci.digest import sha256_stream
 from ci.matrix import MatrixRow
 from ci.wheels import pin
 from ci.wheels.archive import open_wheel
-from ci.wheels.fatbin import scan_elf_file
+from ci.wheels.elf import ElfFile, is_elf
+from ci.wheels.fatbin import HeaderBudget, scan_elf
 from ci.wheels.metadata import read_metadata
 from ci.wheels.rewrite import add_members
 
@@ -44,9 +45,15 @@ def stamp_wheel(wheel: Path, *, torch_version: str, pin_mode: str, facts: Mappin
         metadata_name = f"{archive.dist_info}/METADATA"
         sbom_name = f"{archive.dist_info}/{sbom.SBOM_NAME}"
         shared = []
-        for member, path in archive.shared_objects("wheel-stamp-"):
-            scan = scan_elf_file(member.name, path)
-            shared.append(sbom.SharedObject(member.name, sha256_file(path), pin.torch_libraries_needed(path, member.name),
+        budget = HeaderBudget()  # the wheel's, as in the checks
+        for member, stream in archive.shared_objects():  # read in place: nothing extracted
+            digest = sha256_stream(stream)
+            if not is_elf(stream):  # (rewinds) the checks that follow refuse it by name
+                shared.append(sbom.SharedObject(member.name, digest, (), (), ()))
+                continue
+            elf = ElfFile(stream, member.name)
+            scan = scan_elf(member.name, elf, budget=budget)
+            shared.append(sbom.SharedObject(member.name, digest, pin.torch_libraries_of(elf),
                                             scan.cubins if scan else (), scan.ptx if scan else ()))
         metadata = read_metadata(archive)
     links_torch = any(s.torch_libraries for s in shared)

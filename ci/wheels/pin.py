@@ -54,10 +54,12 @@ def torch_specifier(torch_version: str, mode: str) -> str | None:
 def torch_libraries_needed(path: Path | str, label: str = "<elf>") -> tuple[str, ...]:
     """The torch libraries (``libtorch*``, ``libc10*``) an ELF file needs; empty for anything else."""
     with open(path, "rb") as fp:
-        if not is_elf(fp):
-            return ()
-        needed = ElfFile(fp, label).needed_libraries()
-    return tuple(name for name in needed if name.startswith(TORCH_LIBRARY_PREFIXES))
+        return torch_libraries_of(ElfFile(fp, label)) if is_elf(fp) else ()
+
+
+def torch_libraries_of(elf: ElfFile) -> tuple[str, ...]:
+    """The torch libraries an opened ELF needs (its ``DT_NEEDED`` entries named ``libtorch*``/``libc10*``)."""
+    return tuple(name for name in elf.needed_libraries() if name.startswith(TORCH_LIBRARY_PREFIXES))
 
 
 def _header_entries(lines: list[bytes]) -> list[bytes]:

@@ -26,7 +26,8 @@ from ci import matrix, sbom, sources, toolchain  # noqa: E402
 from ci.stamp import stamp_wheel  # noqa: E402
 from ci.versions import load  # noqa: E402
 from ci.wheels.archive import open_wheel  # noqa: E402
-from ci.wheels.fatbin import find_cuobjdump, scan_elf_file  # noqa: E402
+from ci.wheels.elf import ElfFile  # noqa: E402
+from ci.wheels.fatbin import find_cuobjdump, scan_elf  # noqa: E402
 from ci.wheels.pin import read_torch_pin  # noqa: E402
 
 
@@ -52,8 +53,8 @@ def main(out_dir: Path) -> int:
         summary = sbom.read_sbom(wheel)
         differences = 0
         with open_wheel(wheel) as archive:
-            for member, path in archive.shared_objects("sbom-archs-"):
-                listed = scan_elf_file(member.name, path, tool)
+            for member, stream in archive.shared_objects():
+                listed = scan_elf(member.name, ElfFile(stream, member.name), tool)
                 theirs = (listed.cubins, listed.ptx) if listed else ((), ())
                 ours = summary.archs.get(member.name, ((), ()))
                 same = "same" if ours == theirs else "DIFFERENT"
