@@ -339,7 +339,7 @@ def plan(c, component="all", arch=None, python=None, markdown=None, github_outpu
 def publish_index(c, store=None, out=None, default_world=None, push_branch=None, remote=None, pages_artifact=None,
                   base_url=None, dry_run=False, allow_shrink=False, adopt=False, force=False):
     """Publish one PEP 503 index per CUDA/torch world from the store's releases."""
-    from ci import pages
+    from ci import pages, wheel_packages
 
     dry_run = dry_run or _core_dry(c)
     where_to = {"out": out, "pages_artifact": pages_artifact, "push_branch": push_branch, "remote": remote,
@@ -356,7 +356,7 @@ def publish_index(c, store=None, out=None, default_world=None, push_branch=None,
         outcome = pages.publish_index(release_store.list_releases(), active, base_url=base_url,
                                       default_world=default_world, fetch=_fetch_for(release_store), dry_run=dry_run,
                                       allow_shrink=allow_shrink, store=release_store.description, live=live,
-                                      force=force)
+                                      force=force, projects=wheel_packages.by_component(versions))
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(outcome.summary.line())
@@ -572,7 +572,7 @@ def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=Non
 def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=None, pages_artifact=None,
           push_branch=None, remote=None, base_url=None, force=False):
     """Delete releases versions.yaml no longer names (never one a matrix row maps to), after re-indexing without them."""
-    from ci import pages
+    from ci import pages, wheel_packages
     from ci.maintenance import prune as prune_module
 
     worlds = prune_module.parse_worlds(keep_worlds)
@@ -600,7 +600,8 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
     live = _live_site(target, url, release_store)
     with _opened(target) as active:
         index = prune_module.IndexTarget(active, base_url=url, default_world=pages.default_world(versions), live=live,
-                                         fetch=_fetch_for(release_store))
+                                         fetch=_fetch_for(release_store),
+                                         projects=wheel_packages.by_component(versions))
         result = prune_module.apply(plan, release_store, index=index, force=force)
     for warning in result.index.warnings if result.index is not None else ():
         print(f"warning: {warning}", file=sys.stderr)

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ci import build, log, matrix, pages, release, toolchain
+from ci import build, log, matrix, pages, release, toolchain, wheel_packages
 from ci.errors import WheelhouseError
 from ci.store.local import LocalStore
 from ci.versions import REPO_ROOT, load
@@ -54,6 +54,7 @@ def run(*, cache_dir: Path, store_root: Path = REPO_ROOT / "wheelhouse", dist_ro
     _LOG.info(f"3/5 index every world of the store into {site}")
     outcome = pages.publish_index(
         store.list_releases(), pages.DirectoryTarget(site), base_url=site.as_uri(), default_world=row.world,
+        projects=wheel_packages.by_component(versions),
     )
     for warning in outcome.warnings:
         _LOG.info(f"warning: {warning}")

@@ -678,6 +678,7 @@ def publish_index(
     live: LiveSite | None = None,
     force: bool = False,
     shrink_flag: str = "--allow-shrink",
+    projects: Mapping[str, frozenset[str]] | None = None,
 ) -> PublishOutcome:
     """Build the index of ``releases`` in memory and publish it, with its marker, to ``target``.
 
@@ -686,7 +687,8 @@ def publish_index(
     ``previous_cache`` when given, else from the target's published ``digests.json``, else from the
     ``live`` site's; an unreadable one is replaced, with a warning. Unless ``allow_shrink`` (named
     ``shrink_flag`` in the refusal), a site that drops all, or more than :data:`MAX_DROPPED_SHARE`, of
-    the wheel links the target, or else the ``live`` site, published before is refused.
+    the wheel links the target, or else the ``live`` site, published before is refused. ``projects``
+    (:func:`ci.wheel_packages.by_component`) leaves out a wheel its release's component does not publish.
     """
     warnings: list[str] = [live.warning] if live is not None and live.warning else []
     previous = target.previous_site()
@@ -712,6 +714,7 @@ def publish_index(
         cache=cache,
         yanked=yanked,
         site_name=site_name,
+        projects=projects,
     )
     links = _wheel_links(files)
     files[MARKER_FILE] = SiteMarker(store, len(links), frozenset(files)).to_json()

@@ -103,3 +103,20 @@ def test_a_usage_error_exits_2_before_the_store_is_read(case, tmp_path):
         assert (result.returncode, result.stderr) == (2, f"error: {message}\n")
         assert sum(gh.counters.values()) == 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_publish_index_leaves_out_a_wheel_its_components_versions_entry_does_not_name(tmp_path):
+    """N1 through the task: a release of deep-ep (wheel_packages [deep-ep]) holding a torch wheel is indexed
+    without it, with a warning naming the asset; its own wheel stays."""
+    store = LocalStore(tmp_path / "store")
+    tag = "deep-ep-3f601f7ac1c062c46502646ff04c535013bfca00-py3.12-torch2.13.0"
+    store.ensure_release(tag, "deep-ep 3f601f7 - cu13.0.2 py3.12 torch2.13.0", "")
+    for files, name in (({"deep_ep/__init__.py": b""}, "deep_ep"), ({"torch/__init__.py": b""}, "torch")):
+        store.upload_asset(tag, build_wheel(tmp_path / name, files, name=name, version="1.2.1",
+                                            tags="cp312-cp312-linux_x86_64"))
+    result = _invoke("--store", str(store.root), "--out", str(tmp_path / "site"), "--base-url", "https://o.github.io/r")
+    assert result.returncode == 0, result.stderr
+    assert "warning: asset 'torch-1.2.1-cp312-cp312-linux_x86_64.whl'" in result.stderr
+    assert "project 'torch' is not one component deep-ep publishes" in result.stderr
+    world = tmp_path / "site" / "cu130" / "torch2.13" / "simple"
+    assert sorted(p.name for p in world.iterdir() if p.is_dir()) == ["deep-ep"]

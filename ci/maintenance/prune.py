@@ -26,7 +26,7 @@ between leaves releases no index links to, never an index linking to deleted whe
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -219,6 +219,8 @@ class IndexTarget:
     fetch: Fetch | None = None
     live: LiveSite | None = None
     """The live site, for a Pages artifact built in a fresh directory (its digest cache and link count)."""
+    projects: Mapping[str, frozenset[str]] | None = None
+    """What each component may publish (ci.wheel_packages.by_component): a foreign wheel stays out."""
 
 
 @dataclass(frozen=True)
@@ -252,7 +254,7 @@ def apply(prune: PrunePlan, store: ReleaseStore, *, index: IndexTarget | None = 
         remaining = [release for release in store.list_releases() if release.tag not in doomed]
         outcome = publish_index(remaining, index.target, base_url=index.base_url, default_world=index.default_world,
                                 fetch=index.fetch, live=index.live, store=store.description, allow_shrink=force,
-                                force=force, shrink_flag="--force")
+                                force=force, shrink_flag="--force", projects=index.projects)
     deleted = []
     for decision in prune.to_delete:
         store.delete_release(decision.tag)
