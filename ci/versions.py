@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -190,14 +190,76 @@ def load(path: str | Path | None = None, *, repo_root: Path = REPO_ROOT, check_t
 # --- reading -------------------------------------------------------------------------------------
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses duplicate mapping keys (PyYAML keeps the last silently)."""
+# Bounds on what a versions file may make the loader do. The real versions.yaml is 7 KB, about 400
+# values nested 6 deep; these leave room for many times that and keep every later walk (schema, typing,
+# matrix) small. Composing is where they are cheap to keep: an alias is the value it names, shared, so
+# a few hundred bytes of aliases (a "billion laughs") are billions of values to any walk after loading,
+# and each level of nesting costs Python frames (a deep enough one ends in RecursionError).
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 20
+MAX_VALUES = 20_000
+"""Values (scalars, lists, mappings, keys included) with every alias counted as the values it names."""
 
 
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+class _TooLarge(yaml.YAMLError):
+    """The document exceeds one of the bounds above at ``line``; ``problem`` and ``fix`` make the message."""
+
+    def __init__(self, problem: str, fix: str, line: int) -> None:
+        super().__init__(problem)
+        self.problem, self.fix, self.line = problem, fix, line
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses duplicate mapping keys (PyYAML keeps the last silently) and documents
+    nested deeper than MAX_DEPTH or holding more than MAX_VALUES values once aliases are expanded."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._expanded: dict[str, int] = {}  # anchor -> how many values each alias of it stands for
+        self._open: set[str] = set()  # anchors whose value is still being composed
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()
+        line = event.start_mark.line + 1 if event.start_mark else 0
+        anchor = event.anchor
+        if isinstance(event, yaml.AliasEvent):
+            if anchor in self._open:
+                raise _TooLarge(f"alias *{anchor} is inside the value it names", "remove the alias", line)
+            self._count(self._expanded.get(anchor or "", 1), line)  # an undefined one: the base class says so
+            return super().compose_node(parent, index)
+        if self._depth == MAX_DEPTH:
+            raise _TooLarge(f"nested more than {MAX_DEPTH} levels", "a versions file needs far fewer: flatten it", line)
+        before = self._values
+        self._count(1, line)
+        self._depth += 1
+        if anchor is not None:
+            self._open.add(anchor)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open.discard(anchor or "")
+        if anchor is not None:
+            self._expanded[anchor] = self._values - before
+        return node
+
+    def _count(self, values: int, line: int) -> None:
+        self._values += values
+        if self._values > MAX_VALUES:
+            raise _TooLarge(f"more than {MAX_VALUES} values with aliases expanded",
+                            "a versions file needs far fewer: write values out instead of repeating aliases", line)
+
+
+def _construct_unique_mapping(loader: _BoundedLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, Hashable):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a {type(key).__name__} cannot be a mapping key", key_node.start_mark
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key '{key}' (first at line {seen[key] + 1})", key_node.start_mark
@@ -206,18 +268,28 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+_BoundedLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
 def _read_yaml(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)  # never more: the file may be huge, or endless
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found; pass an existing versions file (WHEELHOUSE_VERSIONS)") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc}); it must be a UTF-8 YAML file") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path.name}: larger than {MAX_FILE_BYTES >> 20} MiB; a versions file needs far less: "
+                          "remove what is not build configuration")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc}); it must be a UTF-8 YAML file") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader subclass
+    except _TooLarge as exc:
+        raise ConfigError(f"{path.name}: {exc.problem} at line {exc.line}; {exc.fix}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "somewhere"

@@ -416,3 +416,60 @@ def test_symlinked_patch_leading_out_of_the_repository_is_refused(tmp_path):
     doc = mutated(_set(["components", "demo", "patches"], ["patches/p.py"]))
     with pytest.raises(ConfigError, match=r"patches\[0\]: patches/p.py is outside the repository"):
         versions.load(write(tmp_path, doc), repo_root=root)
+
+
+# --- bounded reading: any file is read in bounded time and memory, or refused in one line -----------
+
+
+FIXTURE_TEXT = (REPO / "tests" / "fixtures" / "versions.yaml").read_text()
+
+
+def alias_bomb(levels: int) -> str:
+    """A few hundred bytes whose aliases expand to 9**levels values, under a key that takes free-form entries."""
+    lines = ['    l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"    l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "verl_reference_versions:\n  bomb:\n" + "\n".join(lines) + f"\n  use: *l{levels - 1}\n" + FIXTURE_TEXT
+
+
+BOUNDS = [
+    ("alias-bomb", alias_bomb(6),
+     "more than 20000 values with aliases expanded at line 7; a versions file needs far fewer: "
+     "write values out instead of repeating aliases"),
+    ("alias-inside-itself", FIXTURE_TEXT + "x-loop: &loop [1, *loop]\n",
+     "alias *loop is inside the value it names at line 21; remove the alias"),
+    ("deep-flow", FIXTURE_TEXT + "x-deep: " + "[" * 5000 + "]" * 5000 + "\n",
+     "nested more than 20 levels at line 21; a versions file needs far fewer: flatten it"),
+    ("deep-block", FIXTURE_TEXT + "x-deep:\n" + "".join(" " * (i + 1) + "- \n" for i in range(400)),
+     "nested more than 20 levels at line 41; a versions file needs far fewer: flatten it"),
+    ("deep-mapping", FIXTURE_TEXT + "x-deep: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
+     "nested more than 20 levels at line 21; a versions file needs far fewer: flatten it"),
+    ("too-many-values", FIXTURE_TEXT + "x-many: [" + "1," * 20000 + "]\n",
+     "more than 20000 values with aliases expanded at line 21; a versions file needs far fewer: "
+     "write values out instead of repeating aliases"),
+    ("too-large", FIXTURE_TEXT + "# " + "x" * (1 << 20) + "\n",
+     "larger than 1 MiB; a versions file needs far less: remove what is not build configuration"),
+    ("list-as-key", FIXTURE_TEXT + "? [a, b]\n: 1\n", "invalid YAML at line 21 column 3: a list cannot be a mapping key; "
+     "fix the syntax there"),
+]
+
+
+@pytest.mark.parametrize("case,text,expected", BOUNDS, ids=[case for case, _, _ in BOUNDS])
+def test_a_document_past_the_bounds_is_refused_while_reading(tmp_path, case, text, expected):
+    with pytest.raises(ConfigError) as info:
+        versions.load(write(tmp_path, text))
+    assert str(info.value) == f"versions.yaml: {expected}"
+
+
+def test_the_bounds_leave_room_for_aliases_and_many_times_the_real_file(tmp_path):
+    real = (REPO / "versions.yaml").read_text()
+    assert len(real.encode()) * 20 < versions.MAX_FILE_BYTES
+    shared = FIXTURE_TEXT + "    extra_env: &env {A: '1', B: '2'}\n    arch_overrides: {x86_64: {extra_env: *env}}\n"
+    component = versions.load(write(tmp_path, shared)).component("wheelhouse-fixture")
+    assert dict(component.settings_for("x86_64").extra_env) == {"A": "1", "B": "2"}
+
+
+@pytest.mark.parametrize("case", ["alias-bomb", "deep-flow"])
+def test_invoke_matrix_ends_a_document_past_the_bounds_in_one_line_and_exit_2(tmp_path, case):
+    _, text, expected = next(bound for bound in BOUNDS if bound[0] == case)
+    result = run_matrix(write(tmp_path, text))
+    assert (result.returncode, result.stderr) == (2, f"error: versions.yaml: {expected}\n")
