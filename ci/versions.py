@@ -28,7 +28,7 @@ import jsonschema
 import yaml
 
 from ci.errors import ConfigError
-from ci.naming import cuda_label, version_key
+from ci.naming import cuda_label, ref_format_problem, tag_problem, version_key
 from ci.wheels.archs import parse_arch_list
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -334,7 +334,7 @@ def _describe(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"number {value}"
     if isinstance(value, str):
-        return f"string '{value}'"
+        return f"string '{_shorten(value)}'"
     if isinstance(value, list):
         return "a list"
     return "a mapping"
@@ -372,6 +372,8 @@ def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:
         return parts, "must not be empty; list at least one entry or remove the key"
     if kind == "minLength":
         return parts, "must not be an empty string"
+    if kind == "maxLength":
+        return parts, f"{_describe(value)} is longer than {error.validator_value} characters; shorten it"
     if kind == "minimum":
         return parts, f"{value} is too small; the minimum is {error.validator_value}"
     if kind == "maximum":
@@ -398,7 +400,7 @@ def _check_schema(path: Path, data: Any) -> None:
         parts = list(error.absolute_path)
         bad = error.instance
         raise ConfigError(
-            f"{path.name}: {_key_path([*parts, bad])}: invalid name{_did_you_mean(bad, _name_choices(parts))}; "
+            f"{path.name}: {_key_path([*parts, _shorten(str(bad))])}: invalid name{_did_you_mean(bad, _name_choices(parts))}; "
             f"{_name_rule(parts)}"
         )
     parts, message = _schema_message(error)
@@ -413,8 +415,10 @@ def _name_rule(parts: list) -> str:
     if parts and parts[-1] == "arch_overrides":
         return "arch_overrides keys are arches: x86_64 or aarch64"
     if parts and parts[-1] == "extra_env":
-        return "environment variable names are letters, digits and '_', not starting with a digit"
-    return "component names are lower-case letters, digits and '-'"
+        return "environment variable names are letters, digits and '_', not starting with a digit, at most 128 characters"
+    if parts and parts[-1] == "verl_reference_versions":
+        return "names are at most 100 characters"
+    return "component names are lower-case letters, digits and '-', at most 64 characters"
 
 
 # --- typing --------------------------------------------------------------------------------------
@@ -476,9 +480,7 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:  # noq
     for component in versions.components.values():
         where = f"{name}: components.{component.name}"
         _check_not_option(f"{where}.source.{component.source.kind}", component.source.location)
-        _check_not_option(f"{where}.ref", component.ref)
-        if not any(c.isalnum() for c in component.ref):
-            raise ConfigError(f"{where}.ref: '{component.ref}' names no branch, tag or commit; write e.g. v1.2.0 or main")
+        _check_ref(f"{where}.ref", versions, component)
         if component.source.kind == "path":
             _check_inside_repository(f"{where}.source.path", component.source.location, repo_root)
         if repo_root and component.source.kind == "path" and not (repo_root / component.source.location).is_dir():
@@ -538,6 +540,31 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:  # noq
                     raise ConfigError(
                         f"{where}.{patches_key}[{index}]: {patch} does not exist; give a path relative to the repository root"
                     )
+
+
+def _check_ref(where: str, versions: Versions, component: Component) -> None:
+    """The ref reaches git (as a branch, tag or commit) and names the release tags: both must be names
+    git accepts, and the tags short enough for the file names made from them."""
+    from ci.matrix import component_rows  # matrix types what this module loads
+
+    ref = component.ref
+    _check_not_option(where, ref)
+    if not any(c.isalnum() for c in ref):
+        raise ConfigError(f"{where}: '{ref}' names no branch, tag or commit; write e.g. v1.2.0 or main")
+    problem = ref_format_problem(ref)
+    if problem:
+        raise ConfigError(f"{where}: '{_shorten(ref)}' {problem}, which git refuses in a branch or tag name; "
+                          "write the ref as git shows it")
+    for row in component_rows(versions, component):
+        problem = tag_problem(row.release_tag)
+        if problem:
+            raise ConfigError(f"{where}: makes the release tag '{_shorten(row.release_tag)}', which {problem}; "
+                              "shorten the ref (or the component name)")
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    """``text`` as a message shows it: a long value by its start and its length, so the line stays short."""
+    return text if len(text) <= limit else f"{text[:limit - 20]}…({len(text)} characters)"
 
 
 def _check_not_option(where: str, value: str) -> None:

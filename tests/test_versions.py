@@ -137,9 +137,24 @@ MALFORMED = [
      "distribution name as on the package index: letters, digits, '.', '_' and '-', starting and ending with a letter or digit"),
     ("ref-whitespace", mutated(_set(["components", "demo", "ref"], "0.1.0 rc1")),
      "versions.yaml: components.demo.ref: string '0.1.0 rc1' is malformed; write a git branch, tag or commit (for an "
-     "sdist, its version): letters, digits and ._/+- only, starting with a letter or digit (no spaces, no leading '-')"),
+     "sdist, its version) as git accepts it: letters, digits and ._/+- only, starting with a letter or digit (no "
+     "spaces, no leading '-'), no '..' or '//', no part that starts with '.' or ends in '.lock'"),
     ("ref-pipe", mutated(_set(["components", "demo", "ref"], "v1|x")), None),
     ("ref-dot", mutated(_set(["components", "demo", "ref"], ".")), None),
+    # refs git's check-ref-format refuses: no upstream has them, and the tag made from `a..b` is refused too
+    ("ref-dot-dot", mutated(_set(["components", "demo", "ref"], "a..b")), None),
+    ("ref-dot-dot-path", mutated(_set(["components", "demo", "ref"], "a/../../../../x")), None),
+    ("ref-lock", mutated(_set(["components", "demo", "ref"], "v1.lock")), None),
+    ("ref-part-lock", mutated(_set(["components", "demo", "ref"], "v1.lock/x")), None),
+    ("ref-part-dot", mutated(_set(["components", "demo", "ref"], "release/.v1")), None),
+    ("ref-double-slash", mutated(_set(["components", "demo", "ref"], "release//v1")), None),
+    ("ref-250", mutated(_set(["components", "demo", "ref"], "a" * 250)),
+     "versions.yaml: components.demo.ref: string '" + "a" * 60 + "…(250 characters)' is longer than 128 "
+     "characters; shorten it"),
+    ("component-name-long", mutated(lambda d: d["components"].__setitem__("c" * 65, d["components"].pop("demo"))),
+     "versions.yaml: components." + "c" * 65 + ": invalid name; component names are lower-case "
+     "letters, digits and '-', at most 64 characters"),
+    ("reference-version-long", mutated(_set(["verl_reference_versions"], {"vllm": "1" * 201})), None),
     ("arch-list-token", mutated(_set(["components", "demo", "torch_cuda_arch_list"], "banana;9.0")),
      "versions.yaml: components.demo.torch_cuda_arch_list: string 'banana;9.0' is malformed; list CUDA archs separated "
      "by ';', ',' or spaces, e.g. \"8.0;9.0a;10.0;12.0f\" (90, sm_90a and +PTX are accepted too), or null when the "
@@ -162,7 +177,7 @@ MALFORMED = [
     ("runs-on-space", mutated(_set(["components", "demo", "runs_on"], "ubuntu latest")), None),
     ("extra-env-name", mutated(_set(["components", "demo", "extra_env"], {"1BAD": "x"})),
      "versions.yaml: components.demo.extra_env.1BAD: invalid name; environment variable names are letters, digits "
-     "and '_', not starting with a digit"),
+     "and '_', not starting with a digit, at most 128 characters"),
 ]
 
 # Key paths that the messages without an exact expectation must name.
@@ -179,6 +194,14 @@ EXPECTED_PATHS = {
     "ref-option": "components.demo.ref: string '--upload-pack=touch PWNED;true' is malformed;",
     "ref-pipe": "components.demo.ref: string 'v1|x' is malformed;",
     "ref-dot": "components.demo.ref: string '.' is malformed;",
+    "ref-dot-dot": "components.demo.ref: string 'a..b' is malformed; write a git branch, tag or commit",
+    "ref-dot-dot-path": "components.demo.ref: string 'a/../../../../x' is malformed; write a git branch, tag or commit",
+    "ref-lock": "components.demo.ref: string 'v1.lock' is malformed; write a git branch, tag or commit",
+    "ref-part-lock": "components.demo.ref: string 'v1.lock/x' is malformed; write a git branch, tag or commit",
+    "ref-part-dot": "components.demo.ref: string 'release/.v1' is malformed; write a git branch, tag or commit",
+    "ref-double-slash": "components.demo.ref: string 'release//v1' is malformed; write a git branch, tag or commit",
+    "reference-version-long": "verl_reference_versions.vllm: string '" + "1" * 60 + "…(201 characters)' is longer "
+                              "than 200 characters; shorten it",
     "arch-list-empty": "components.demo.torch_cuda_arch_list: string '' is malformed;",
     "override-arch-list": "components.demo.arch_overrides.aarch64.torch_cuda_arch_list: string '9.0;9.x' is malformed;",
     "patch-dotdot": "components.demo.patches[0]: string '../../x' is malformed; write a path relative to the repository root",
@@ -382,6 +405,18 @@ SEMANTIC = [
      "versions.yaml: components.demo.ref: '-c' starts with '-', which git and pip would read as an option; remove the '-'"),
     ("ref-dot", _set(["components", "demo", "ref"], "."),
      "versions.yaml: components.demo.ref: '.' names no branch, tag or commit; write e.g. v1.2.0 or main"),
+    ("ref-dot-dot", _set(["components", "demo", "ref"], "a..b"),
+     "versions.yaml: components.demo.ref: 'a..b' contains '..', which git refuses in a branch or tag name; write the "
+     "ref as git shows it"),
+    ("ref-lock", _set(["components", "demo", "ref"], "v1.lock"),
+     "versions.yaml: components.demo.ref: 'v1.lock' has a part that ends in '.lock' ('v1.lock'), which git refuses in "
+     "a branch or tag name; write the ref as git shows it"),
+    ("ref-tilde", _set(["components", "demo", "ref"], "HEAD~1"),
+     "versions.yaml: components.demo.ref: 'HEAD~1' contains '~', which git refuses in a branch or tag name; write the "
+     "ref as git shows it"),
+    ("tag-too-long", _set(["components", "demo", "ref"], "v" * 190),
+     "versions.yaml: components.demo.ref: makes the release tag 'demo-" + "v" * 55 + "…(214 characters)', which is "
+     "214 characters long, more than 200; shorten the ref (or the component name)"),
     ("arch-list", _set(["components", "demo", "torch_cuda_arch_list"], "banana;9.0"),
      "versions.yaml: components.demo.torch_cuda_arch_list: CUDA arch list: 'banana' is not an architecture; "
      "write e.g. 8.0, 90, 9.0a or 12.0f"),
@@ -473,3 +508,15 @@ def test_invoke_matrix_ends_a_document_past_the_bounds_in_one_line_and_exit_2(tm
     _, text, expected = next(bound for bound in BOUNDS if bound[0] == case)
     result = run_matrix(write(tmp_path, text))
     assert (result.returncode, result.stderr) == (2, f"error: versions.yaml: {expected}\n")
+
+
+def test_the_release_tag_is_bounded_where_each_of_its_parts_is_within_its_own_limit(tmp_path):
+    """A 64-character component name and a 128-character ref pass the schema; the tag made of both would not
+    fit the file names made from it (the store's folder, the build record)."""
+    doc = mutated(lambda d: d["components"].__setitem__("c" * 64, d["components"].pop("demo")))
+    doc["components"]["c" * 64]["ref"] = "r" * 128
+    result = run_matrix(write(tmp_path, doc))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "error: versions.yaml: components." + "c" * 64 + ".ref: makes the release tag '" + "c" * 60 + "…(212 "
+        "characters)', which is 212 characters long, more than 200; shorten the ref (or the component name)\n")
