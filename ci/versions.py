@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -480,6 +481,8 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:  # noq
     for component in versions.components.values():
         where = f"{name}: components.{component.name}"
         _check_not_option(f"{where}.source.{component.source.kind}", component.source.location)
+        if component.source.kind == "git":
+            _check_clone_url(f"{where}.source.git", component.source.location)
         _check_ref(f"{where}.ref", versions, component)
         if component.source.kind == "path":
             _check_inside_repository(f"{where}.source.path", component.source.location, repo_root)
@@ -540,6 +543,30 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:  # noq
                     raise ConfigError(
                         f"{where}.{patches_key}[{index}]: {patch} does not exist; give a path relative to the repository root"
                     )
+
+
+# The clone URLs a component may name, an allow-list: git also takes "<transport>::<address>", which
+# runs a remote helper (fd::0 waits on a file descriptor for ever, ext:: runs a command), and other
+# schemes (git://, http://) that do not authenticate the server.
+_HOST = r"[A-Za-z0-9][A-Za-z0-9.-]*"
+_USER = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_CLONE_URL = re.compile(
+    rf"""(?: https://{_HOST}(?::[0-9]+)?/               # https://host[:port]/owner/repo.git
+           | ssh://(?:{_USER}@)?{_HOST}(?::[0-9]+)?/    # ssh://[user@]host[:port]/path
+           | {_USER}@{_HOST}:(?!-)                      # git@host:owner/repo.git
+           | file:/// | \.{{0,2}}/                      # a local repository: file:///path, /path, ./path, ../path
+        )\S+""",
+    re.VERBOSE,
+)
+
+
+def _check_clone_url(where: str, url: str) -> None:
+    if not _CLONE_URL.fullmatch(url):
+        raise ConfigError(
+            f"{where}: '{_shorten(url)}' is not a clone URL git may be given here; write https://host/owner/repo.git, "
+            "ssh://host/path, git@host:owner/repo.git or a local repository (/path, ./path, ../path or "
+            "file:///path)"
+        )
 
 
 def _check_ref(where: str, versions: Versions, component: Component) -> None:

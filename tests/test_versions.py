@@ -129,8 +129,10 @@ MALFORMED = [
      "versions.yaml: components.demo.arch_filter: needs torch_cuda_arch_list to say which archs to keep; set it or drop arch_filter"),
     # values that reach git, pip, compiler flags, paths, tags, URLs and index worlds
     ("git-option", mutated(_set(["components", "demo", "source"], {"git": "--upload-pack=touch PWNED;true"})),
-     "versions.yaml: components.demo.source.git: string '--upload-pack=touch PWNED;true' is malformed; write a clone URL "
-     "(https://host/owner/repo.git, ssh://…, git@host:owner/repo.git or a local path): no leading '-', no spaces"),
+     "versions.yaml: components.demo.source.git: string '--upload-pack=touch PWNED;true' is malformed; write a clone "
+     "URL: https://host/owner/repo.git, ssh://host/path, git@host:owner/repo.git, or a local repository (/path, "
+     "./path, ../path or file:///path); no spaces, no <transport>:: form"),
+    ("git-transport", mutated(_set(["components", "demo", "source"], {"git": "fd::0"})), None),
     ("ref-option", mutated(_set(["components", "demo", "ref"], "--upload-pack=touch PWNED;true")), None),
     ("sdist-option", mutated(_set(["components", "demo", "source"], {"sdist": "--index-url=http://127.0.0.1:1/"})),
      "versions.yaml: components.demo.source.sdist: string '--index-url=http://127.0.0.1:1/' is malformed; write a "
@@ -194,6 +196,7 @@ EXPECTED_PATHS = {
     "ref-option": "components.demo.ref: string '--upload-pack=touch PWNED;true' is malformed;",
     "ref-pipe": "components.demo.ref: string 'v1|x' is malformed;",
     "ref-dot": "components.demo.ref: string '.' is malformed;",
+    "git-transport": "components.demo.source.git: string 'fd::0' is malformed; write a clone URL",
     "ref-dot-dot": "components.demo.ref: string 'a..b' is malformed; write a git branch, tag or commit",
     "ref-dot-dot-path": "components.demo.ref: string 'a/../../../../x' is malformed; write a git branch, tag or commit",
     "ref-lock": "components.demo.ref: string 'v1.lock' is malformed; write a git branch, tag or commit",
@@ -401,6 +404,10 @@ SEMANTIC = [
     ("sdist-option", _set(["components", "demo", "source"], {"sdist": "--index-url=x"}),
      "versions.yaml: components.demo.source.sdist: '--index-url=x' starts with '-', which git and pip would read as an "
      "option; remove the '-'"),
+    ("git-transport", _set(["components", "demo", "source"], {"git": "fd::0"}),
+     "versions.yaml: components.demo.source.git: 'fd::0' is not a clone URL git may be given here; write "
+     "https://host/owner/repo.git, ssh://host/path, git@host:owner/repo.git or a local repository (/path, "
+     "./path, ../path or file:///path)"),
     ("ref-option", _set(["components", "demo", "ref"], "-c"),
      "versions.yaml: components.demo.ref: '-c' starts with '-', which git and pip would read as an option; remove the '-'"),
     ("ref-dot", _set(["components", "demo", "ref"], "."),
@@ -520,3 +527,44 @@ def test_the_release_tag_is_bounded_where_each_of_its_parts_is_within_its_own_li
     assert result.stderr == (
         "error: versions.yaml: components." + "c" * 64 + ".ref: makes the release tag '" + "c" * 60 + "…(212 "
         "characters)', which is 212 characters long, more than 200; shorten the ref (or the component name)\n")
+
+
+CLONE_URLS = {
+    "https://github.com/NVIDIA/apex.git": True,
+    "https://git.example.com:8443/group/sub/repo": True,
+    "ssh://git@github.com/NVIDIA/apex.git": True,
+    "ssh://host:2222/srv/repo.git": True,
+    "git@github.com:NVIDIA/apex.git": True,
+    "/srv/git/repo.git": True,
+    "./upstream": True,
+    "../upstream.git": True,
+    "file:///srv/git/repo.git": True,
+    # remote helpers (<transport>::<address>) and other schemes
+    "fd::0": False,
+    "fd::3,4": False,
+    "ext::sh%S%x20-c%x20id": False,
+    "https::github.com/x": False,
+    "git://github.com/NVIDIA/apex.git": False,
+    "http://github.com/NVIDIA/apex.git": False,
+    "ftp://host/repo": False,
+    # options and hosts git would hand to ssh as options
+    "ssh://-oProxyCommand=touch%20x/y": False,
+    "git@host:-oProxyCommand=x": False,
+    "-uhost:repo": False,
+    # credentials in the URL, no path, relative paths without ./ (git reads host:path as ssh)
+    "https://user:secret@github.com/x.git": False,
+    "https://github.com": False,
+    "host:owner/repo": False,
+    "upstream": False,
+    "~/upstream": False,
+    "/": False,
+    "https://github.com/a b": False,
+}
+
+
+@pytest.mark.parametrize("url,accepted", CLONE_URLS.items(), ids=list(CLONE_URLS))
+def test_schema_and_loader_accept_the_same_clone_urls(url, accepted):
+    """The schema (editors) and the semantic pass (which a schema edit cannot reopen) allow the same forms."""
+    pattern = _schema_defs()["source"]["properties"]["git"]["pattern"]
+    assert bool(re.match(pattern, url)) == accepted
+    assert (versions._CLONE_URL.fullmatch(url) is not None) == accepted
