@@ -56,6 +56,65 @@ def release_tag(component: str, ref: str, python: str, torch: str) -> str:
     return f"{component}-{sanitize_ref(ref)}-py{python}-torch{torch}"
 
 
+MAX_TAG_LENGTH = 200
+"""A release tag is the name of a local-store folder, of a build record (``<tag>-aarch64.build.json``)
+and of git's ref file (``refs/tags/<tag>.lock`` while it is written): 200 keeps each of them within
+the 255-byte limit of a file name."""
+
+# Bytes git refuses anywhere in a ref name: control characters, DEL, space and ~ ^ : ? * [ \
+_REF_FORBIDDEN_BYTES = frozenset(range(0x20)) | frozenset(b"\x7f ~^:?*[\\")
+
+
+def ref_format_problem(name: str) -> str | None:
+    """Why ``git check-ref-format --allow-onelevel`` refuses ``name``; None when it accepts it.
+
+    git's rules (git help check-ref-format), by its numbers; rule 2 (at least one '/') is the one
+    --allow-onelevel waives, as for a branch or tag name written without ``refs/heads/``:
+
+    1. no '/'-separated part begins with '.' or ends with '.lock';
+    3. no '..' anywhere;
+    4. no control character (below 0x20 or DEL), space, '~', '^' or ':';
+    5. no '?', '*' or '[';
+    6. no '/' at the start or the end, and no '//';
+    7. no '.' at the end;
+    8. no '@{';
+    9. not the single character '@';
+    10. no '\\'.
+
+    git checks bytes, so the name is checked as UTF-8; bytes from 0x80 up are allowed.
+    """
+    raw = name.encode()
+    if not raw:
+        return "is empty"
+    if raw == b"@":
+        return "is '@' alone"
+    forbidden = next((byte for byte in raw if byte in _REF_FORBIDDEN_BYTES), None)
+    if forbidden is not None:
+        return f"contains {chr(forbidden)!r}"
+    for sequence in ("..", "@{"):
+        if sequence in name:
+            return f"contains '{sequence}'"
+    parts = name.split("/")
+    if "" in parts:
+        return "begins or ends with '/' or contains '//'"
+    for part in parts:
+        if part.startswith("."):
+            return f"has a part that begins with '.' ('{part}')"
+        if part.endswith(".lock"):
+            return f"has a part that ends in '.lock' ('{part}')"
+    if name.endswith("."):
+        return "ends with '.'"
+    return None
+
+
+def tag_problem(tag: str) -> str | None:
+    """Why ``tag`` cannot be a release tag (too long for the file names made from it, or a name git
+    refuses); None when it can."""
+    if len(tag.encode()) > MAX_TAG_LENGTH:
+        return f"is {len(tag.encode())} characters long, more than {MAX_TAG_LENGTH}"
+    return ref_format_problem(tag)
+
+
 @dataclass(frozen=True)
 class TitleSegment:
     arch: str

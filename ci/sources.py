@@ -12,6 +12,7 @@ import fnmatch
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
 import time
@@ -28,6 +29,9 @@ from ci.versions import REPO_ROOT, Component
 from ci.wheels.archive import unsafe_member
 
 FETCH_ATTEMPTS = 4
+LS_REMOTE_TIMEOUT_S = 60.0
+"""ls-remote answers in a second or two; one still silent after a minute waits on something that will not
+come (a host that accepts and never replies, a helper reading a descriptor), and `invoke plan` must end."""
 _LOG = log.get("sources")
 
 
@@ -58,12 +62,28 @@ def _git_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
     return ["git", *credentials.GIT_NO_CREDENTIALS, *args], credentials.git_environment(os.environ)
 
 
-def _git(args: list[str], cwd: Path | None = None, *, check: bool = True) -> subprocess.CompletedProcess:
+def _git(args: list[str], cwd: Path | None = None, *, check: bool = True,
+         timeout: float | None = None) -> subprocess.CompletedProcess:
     command, env = _git_command(args)
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
+    result = _run_bounded(command, cwd=cwd, env=env, timeout=timeout)
     if check and result.returncode != 0:
         raise subprocess.CalledProcessError(result.returncode, command, result.stdout, result.stderr)
     return result
+
+
+def _run_bounded(command: list[str], *, cwd: Path | None, env: dict, timeout: float | None) -> subprocess.CompletedProcess:
+    """``command``'s exit status and output, without stdin (git must never wait for input). Past
+    ``timeout`` seconds (or on Ctrl-C) its whole process group is killed, the remote helpers and ssh that
+    git started included, and the exception raised."""
+    with subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except BaseException:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _git_streamed(args: list[str], cwd: Path) -> log.Streamed:
@@ -72,12 +92,17 @@ def _git_streamed(args: list[str], cwd: Path) -> log.Streamed:
     return log.stream(command, cwd=cwd, env=env, logger=_LOG)
 
 
-def resolve_ref(url: str, ref: str) -> str | None:
+def resolve_ref(url: str, ref: str, *, timeout: float = LS_REMOTE_TIMEOUT_S) -> str | None:
     """The commit ``ref`` points at, without cloning (``git ls-remote``); a SHA resolves to itself."""
     if _looks_like_sha(ref):
         return ref
     # `--` ends git's options: a URL or ref such as `--upload-pack=<command>` would run that command.
-    result = _git(["ls-remote", "--", url, ref, f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}"], check=False)
+    try:
+        result = _git(["ls-remote", "--", url, ref, f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}"], check=False,
+                      timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise WheelhouseError(log.redact(f"git ls-remote {url} {ref} did not answer within {timeout:g} s; check the "
+                                         "URL and the network, then re-run")) from None
     if result.returncode != 0:
         return None
     lines = [line.split("\t") for line in result.stdout.splitlines() if "\t" in line]

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -28,7 +29,7 @@ import jsonschema
 import yaml
 
 from ci.errors import ConfigError
-from ci.naming import cuda_label, version_key
+from ci.naming import cuda_label, ref_format_problem, tag_problem, version_key
 from ci.wheels.archs import parse_arch_list
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -192,14 +193,76 @@ def load(path: str | Path | None = None, *, repo_root: Path = REPO_ROOT, check_t
 # --- reading -------------------------------------------------------------------------------------
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses duplicate mapping keys (PyYAML keeps the last silently)."""
+# Bounds on what a versions file may make the loader do. The real versions.yaml is 7 KB, about 400
+# values nested 6 deep; these leave room for many times that and keep every later walk (schema, typing,
+# matrix) small. Composing is where they are cheap to keep: an alias is the value it names, shared, so
+# a few hundred bytes of aliases (a "billion laughs") are billions of values to any walk after loading,
+# and each level of nesting costs Python frames (a deep enough one ends in RecursionError).
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 20
+MAX_VALUES = 20_000
+"""Values (scalars, lists, mappings, keys included) with every alias counted as the values it names."""
 
 
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+class _TooLarge(yaml.YAMLError):
+    """The document exceeds one of the bounds above at ``line``; ``problem`` and ``fix`` make the message."""
+
+    def __init__(self, problem: str, fix: str, line: int) -> None:
+        super().__init__(problem)
+        self.problem, self.fix, self.line = problem, fix, line
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses duplicate mapping keys (PyYAML keeps the last silently) and documents
+    nested deeper than MAX_DEPTH or holding more than MAX_VALUES values once aliases are expanded."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._expanded: dict[str, int] = {}  # anchor -> how many values each alias of it stands for
+        self._open: set[str] = set()  # anchors whose value is still being composed
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()
+        line = event.start_mark.line + 1 if event.start_mark else 0
+        anchor = event.anchor
+        if isinstance(event, yaml.AliasEvent):
+            if anchor in self._open:
+                raise _TooLarge(f"alias *{anchor} is inside the value it names", "remove the alias", line)
+            self._count(self._expanded.get(anchor or "", 1), line)  # an undefined one: the base class says so
+            return super().compose_node(parent, index)
+        if self._depth == MAX_DEPTH:
+            raise _TooLarge(f"nested more than {MAX_DEPTH} levels", "a versions file needs far fewer: flatten it", line)
+        before = self._values
+        self._count(1, line)
+        self._depth += 1
+        if anchor is not None:
+            self._open.add(anchor)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open.discard(anchor or "")
+        if anchor is not None:
+            self._expanded[anchor] = self._values - before
+        return node
+
+    def _count(self, values: int, line: int) -> None:
+        self._values += values
+        if self._values > MAX_VALUES:
+            raise _TooLarge(f"more than {MAX_VALUES} values with aliases expanded",
+                            "a versions file needs far fewer: write values out instead of repeating aliases", line)
+
+
+def _construct_unique_mapping(loader: _BoundedLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, Hashable):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a {type(key).__name__} cannot be a mapping key", key_node.start_mark
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key '{key}' (first at line {seen[key] + 1})", key_node.start_mark
@@ -208,18 +271,28 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+_BoundedLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
 def _read_yaml(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)  # never more: the file may be huge, or endless
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found; pass an existing versions file (WHEELHOUSE_VERSIONS)") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc}); it must be a UTF-8 YAML file") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path.name}: larger than {MAX_FILE_BYTES >> 20} MiB; a versions file needs far less: "
+                          "remove what is not build configuration")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc}); it must be a UTF-8 YAML file") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader subclass
+    except _TooLarge as exc:
+        raise ConfigError(f"{path.name}: {exc.problem} at line {exc.line}; {exc.fix}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "somewhere"
@@ -264,7 +337,7 @@ def _describe(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"number {value}"
     if isinstance(value, str):
-        return f"string '{value}'"
+        return f"string '{_shorten(value)}'"
     if isinstance(value, list):
         return "a list"
     return "a mapping"
@@ -302,6 +375,8 @@ def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:
         return parts, "must not be empty; list at least one entry or remove the key"
     if kind == "minLength":
         return parts, "must not be an empty string"
+    if kind == "maxLength":
+        return parts, f"{_describe(value)} is longer than {error.validator_value} characters; shorten it"
     if kind == "minimum":
         return parts, f"{value} is too small; the minimum is {error.validator_value}"
     if kind == "maximum":
@@ -328,7 +403,7 @@ def _check_schema(path: Path, data: Any) -> None:
         parts = list(error.absolute_path)
         bad = error.instance
         raise ConfigError(
-            f"{path.name}: {_key_path([*parts, bad])}: invalid name{_did_you_mean(bad, _name_choices(parts))}; "
+            f"{path.name}: {_key_path([*parts, _shorten(str(bad))])}: invalid name{_did_you_mean(bad, _name_choices(parts))}; "
             f"{_name_rule(parts)}"
         )
     parts, message = _schema_message(error)
@@ -343,8 +418,10 @@ def _name_rule(parts: list) -> str:
     if parts and parts[-1] == "arch_overrides":
         return "arch_overrides keys are arches: x86_64 or aarch64"
     if parts and parts[-1] == "extra_env":
-        return "environment variable names are letters, digits and '_', not starting with a digit"
-    return "component names are lower-case letters, digits and '-'"
+        return "environment variable names are letters, digits and '_', not starting with a digit, at most 128 characters"
+    if parts and parts[-1] == "verl_reference_versions":
+        return "names are at most 100 characters"
+    return "component names are lower-case letters, digits and '-', at most 64 characters"
 
 
 # --- typing --------------------------------------------------------------------------------------
@@ -406,9 +483,9 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:  # noq
     for component in versions.components.values():
         where = f"{name}: components.{component.name}"
         _check_not_option(f"{where}.source.{component.source.kind}", component.source.location)
-        _check_not_option(f"{where}.ref", component.ref)
-        if not any(c.isalnum() for c in component.ref):
-            raise ConfigError(f"{where}.ref: '{component.ref}' names no branch, tag or commit; write e.g. v1.2.0 or main")
+        if component.source.kind == "git":
+            _check_clone_url(f"{where}.source.git", component.source.location)
+        _check_ref(f"{where}.ref", versions, component)
         if component.source.kind == "path":
             _check_inside_repository(f"{where}.source.path", component.source.location, repo_root)
         if repo_root and component.source.kind == "path" and not (repo_root / component.source.location).is_dir():
@@ -468,6 +545,55 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:  # noq
                     raise ConfigError(
                         f"{where}.{patches_key}[{index}]: {patch} does not exist; give a path relative to the repository root"
                     )
+
+
+# The clone URLs a component may name, an allow-list: git also takes "<transport>::<address>", which
+# runs a remote helper (fd::0 waits on a file descriptor for ever, ext:: runs a command), and other
+# schemes (git://, http://) that do not authenticate the server.
+_HOST = r"[A-Za-z0-9][A-Za-z0-9.-]*"
+_USER = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_CLONE_URL = re.compile(
+    rf"""(?: https://{_HOST}(?::[0-9]+)?/               # https://host[:port]/owner/repo.git
+           | ssh://(?:{_USER}@)?{_HOST}(?::[0-9]+)?/    # ssh://[user@]host[:port]/path
+           | {_USER}@{_HOST}:(?!-)                      # git@host:owner/repo.git
+           | file:/// | \.{{0,2}}/                      # a local repository: file:///path, /path, ./path, ../path
+        )\S+""",
+    re.VERBOSE,
+)
+
+
+def _check_clone_url(where: str, url: str) -> None:
+    if not _CLONE_URL.fullmatch(url):
+        raise ConfigError(
+            f"{where}: '{_shorten(url)}' is not a clone URL git may be given here; write https://host/owner/repo.git, "
+            "ssh://host/path, git@host:owner/repo.git or a local repository (/path, ./path, ../path or "
+            "file:///path)"
+        )
+
+
+def _check_ref(where: str, versions: Versions, component: Component) -> None:
+    """The ref reaches git (as a branch, tag or commit) and names the release tags: both must be names
+    git accepts, and the tags short enough for the file names made from them."""
+    from ci.matrix import component_rows  # matrix types what this module loads
+
+    ref = component.ref
+    _check_not_option(where, ref)
+    if not any(c.isalnum() for c in ref):
+        raise ConfigError(f"{where}: '{ref}' names no branch, tag or commit; write e.g. v1.2.0 or main")
+    problem = ref_format_problem(ref)
+    if problem:
+        raise ConfigError(f"{where}: '{_shorten(ref)}' {problem}, which git refuses in a branch or tag name; "
+                          "write the ref as git shows it")
+    for row in component_rows(versions, component):
+        problem = tag_problem(row.release_tag)
+        if problem:
+            raise ConfigError(f"{where}: makes the release tag '{_shorten(row.release_tag)}', which {problem}; "
+                              "shorten the ref (or the component name)")
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    """``text`` as a message shows it: a long value by its start and its length, so the line stays short."""
+    return text if len(text) <= limit else f"{text[:limit - 20]}…({len(text)} characters)"
 
 
 def _check_not_option(where: str, value: str) -> None:

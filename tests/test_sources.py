@@ -256,3 +256,38 @@ def test_git_hands_no_credential_to_the_host_versions_yaml_names(tmp_path, monke
         server.shutdown()
     assert seen, "git never reached the server"
     assert seen == ["None None"] * len(seen)  # no Authorization, no extra header, on every request
+
+
+def _processes_naming(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # ended while we looked
+            continue
+        if any(text.encode() in arg for arg in args):
+            found.append(b" ".join(args).decode(errors="replace"))
+    return found
+
+
+def test_ls_remote_that_never_answers_ends_in_one_line_and_leaves_no_helper(monkeypatch):
+    """A host that accepts the connection and never replies: git waits minutes; the plan must not."""
+    import socket
+    import time
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel completes the handshake; nothing ever answers
+        url = f"https://127.0.0.1:{silent.getsockname()[1]}/never/answers.git"
+        started = time.monotonic()
+        with pytest.raises(WheelhouseError) as info:
+            sources.resolve_ref(url, "main", timeout=1)
+        assert time.monotonic() - started < 10
+    assert str(info.value) == (f"git ls-remote {url} main did not answer within 1 s; check the URL and the network, "
+                               "then re-run")
+    deadline = time.monotonic() + 5  # a killed process is gone once the kernel has torn it down
+    while _processes_naming(url) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_naming(url) == []  # git-remote-https, which git started, was stopped with it

@@ -129,17 +129,34 @@ MALFORMED = [
      "versions.yaml: components.demo.arch_filter: needs torch_cuda_arch_list to say which archs to keep; set it or drop arch_filter"),
     # values that reach git, pip, compiler flags, paths, tags, URLs and index worlds
     ("git-option", mutated(_set(["components", "demo", "source"], {"git": "--upload-pack=touch PWNED;true"})),
-     "versions.yaml: components.demo.source.git: string '--upload-pack=touch PWNED;true' is malformed; write a clone URL "
-     "(https://host/owner/repo.git, ssh://…, git@host:owner/repo.git or a local path): no leading '-', no spaces"),
+     "versions.yaml: components.demo.source.git: string '--upload-pack=touch PWNED;true' is malformed; write a clone "
+     "URL: https://host/owner/repo.git, ssh://host/path, git@host:owner/repo.git, or a local repository (/path, "
+     "./path, ../path or file:///path); no spaces, no <transport>:: form"),
+    ("git-transport", mutated(_set(["components", "demo", "source"], {"git": "fd::0"})), None),
     ("ref-option", mutated(_set(["components", "demo", "ref"], "--upload-pack=touch PWNED;true")), None),
     ("sdist-option", mutated(_set(["components", "demo", "source"], {"sdist": "--index-url=http://127.0.0.1:1/"})),
      "versions.yaml: components.demo.source.sdist: string '--index-url=http://127.0.0.1:1/' is malformed; write a "
      "distribution name as on the package index: letters, digits, '.', '_' and '-', starting and ending with a letter or digit"),
     ("ref-whitespace", mutated(_set(["components", "demo", "ref"], "0.1.0 rc1")),
      "versions.yaml: components.demo.ref: string '0.1.0 rc1' is malformed; write a git branch, tag or commit (for an "
-     "sdist, its version): letters, digits and ._/+- only, starting with a letter or digit (no spaces, no leading '-')"),
+     "sdist, its version) as git accepts it: letters, digits and ._/+- only, starting with a letter or digit (no "
+     "spaces, no leading '-'), no '..' or '//', no part that starts with '.' or ends in '.lock'"),
     ("ref-pipe", mutated(_set(["components", "demo", "ref"], "v1|x")), None),
     ("ref-dot", mutated(_set(["components", "demo", "ref"], ".")), None),
+    # refs git's check-ref-format refuses: no upstream has them, and the tag made from `a..b` is refused too
+    ("ref-dot-dot", mutated(_set(["components", "demo", "ref"], "a..b")), None),
+    ("ref-dot-dot-path", mutated(_set(["components", "demo", "ref"], "a/../../../../x")), None),
+    ("ref-lock", mutated(_set(["components", "demo", "ref"], "v1.lock")), None),
+    ("ref-part-lock", mutated(_set(["components", "demo", "ref"], "v1.lock/x")), None),
+    ("ref-part-dot", mutated(_set(["components", "demo", "ref"], "release/.v1")), None),
+    ("ref-double-slash", mutated(_set(["components", "demo", "ref"], "release//v1")), None),
+    ("ref-250", mutated(_set(["components", "demo", "ref"], "a" * 250)),
+     "versions.yaml: components.demo.ref: string '" + "a" * 60 + "…(250 characters)' is longer than 128 "
+     "characters; shorten it"),
+    ("component-name-long", mutated(lambda d: d["components"].__setitem__("c" * 65, d["components"].pop("demo"))),
+     "versions.yaml: components." + "c" * 65 + ": invalid name; component names are lower-case "
+     "letters, digits and '-', at most 64 characters"),
+    ("reference-version-long", mutated(_set(["verl_reference_versions"], {"vllm": "1" * 201})), None),
     ("arch-list-token", mutated(_set(["components", "demo", "torch_cuda_arch_list"], "banana;9.0")),
      "versions.yaml: components.demo.torch_cuda_arch_list: string 'banana;9.0' is malformed; list CUDA archs separated "
      "by ';', ',' or spaces, e.g. \"8.0;9.0a;10.0;12.0f\" (90, sm_90a and +PTX are accepted too), or null when the "
@@ -162,7 +179,7 @@ MALFORMED = [
     ("runs-on-space", mutated(_set(["components", "demo", "runs_on"], "ubuntu latest")), None),
     ("extra-env-name", mutated(_set(["components", "demo", "extra_env"], {"1BAD": "x"})),
      "versions.yaml: components.demo.extra_env.1BAD: invalid name; environment variable names are letters, digits "
-     "and '_', not starting with a digit"),
+     "and '_', not starting with a digit, at most 128 characters"),
 ]
 
 # Key paths that the messages without an exact expectation must name.
@@ -179,6 +196,15 @@ EXPECTED_PATHS = {
     "ref-option": "components.demo.ref: string '--upload-pack=touch PWNED;true' is malformed;",
     "ref-pipe": "components.demo.ref: string 'v1|x' is malformed;",
     "ref-dot": "components.demo.ref: string '.' is malformed;",
+    "git-transport": "components.demo.source.git: string 'fd::0' is malformed; write a clone URL",
+    "ref-dot-dot": "components.demo.ref: string 'a..b' is malformed; write a git branch, tag or commit",
+    "ref-dot-dot-path": "components.demo.ref: string 'a/../../../../x' is malformed; write a git branch, tag or commit",
+    "ref-lock": "components.demo.ref: string 'v1.lock' is malformed; write a git branch, tag or commit",
+    "ref-part-lock": "components.demo.ref: string 'v1.lock/x' is malformed; write a git branch, tag or commit",
+    "ref-part-dot": "components.demo.ref: string 'release/.v1' is malformed; write a git branch, tag or commit",
+    "ref-double-slash": "components.demo.ref: string 'release//v1' is malformed; write a git branch, tag or commit",
+    "reference-version-long": "verl_reference_versions.vllm: string '" + "1" * 60 + "…(201 characters)' is longer "
+                              "than 200 characters; shorten it",
     "arch-list-empty": "components.demo.torch_cuda_arch_list: string '' is malformed;",
     "override-arch-list": "components.demo.arch_overrides.aarch64.torch_cuda_arch_list: string '9.0;9.x' is malformed;",
     "patch-dotdot": "components.demo.patches[0]: string '../../x' is malformed; write a path relative to the repository root",
@@ -378,10 +404,26 @@ SEMANTIC = [
     ("sdist-option", _set(["components", "demo", "source"], {"sdist": "--index-url=x"}),
      "versions.yaml: components.demo.source.sdist: '--index-url=x' starts with '-', which git and pip would read as an "
      "option; remove the '-'"),
+    ("git-transport", _set(["components", "demo", "source"], {"git": "fd::0"}),
+     "versions.yaml: components.demo.source.git: 'fd::0' is not a clone URL git may be given here; write "
+     "https://host/owner/repo.git, ssh://host/path, git@host:owner/repo.git or a local repository (/path, "
+     "./path, ../path or file:///path)"),
     ("ref-option", _set(["components", "demo", "ref"], "-c"),
      "versions.yaml: components.demo.ref: '-c' starts with '-', which git and pip would read as an option; remove the '-'"),
     ("ref-dot", _set(["components", "demo", "ref"], "."),
      "versions.yaml: components.demo.ref: '.' names no branch, tag or commit; write e.g. v1.2.0 or main"),
+    ("ref-dot-dot", _set(["components", "demo", "ref"], "a..b"),
+     "versions.yaml: components.demo.ref: 'a..b' contains '..', which git refuses in a branch or tag name; write the "
+     "ref as git shows it"),
+    ("ref-lock", _set(["components", "demo", "ref"], "v1.lock"),
+     "versions.yaml: components.demo.ref: 'v1.lock' has a part that ends in '.lock' ('v1.lock'), which git refuses in "
+     "a branch or tag name; write the ref as git shows it"),
+    ("ref-tilde", _set(["components", "demo", "ref"], "HEAD~1"),
+     "versions.yaml: components.demo.ref: 'HEAD~1' contains '~', which git refuses in a branch or tag name; write the "
+     "ref as git shows it"),
+    ("tag-too-long", _set(["components", "demo", "ref"], "v" * 190),
+     "versions.yaml: components.demo.ref: makes the release tag 'demo-" + "v" * 55 + "…(214 characters)', which is "
+     "214 characters long, more than 200; shorten the ref (or the component name)"),
     ("arch-list", _set(["components", "demo", "torch_cuda_arch_list"], "banana;9.0"),
      "versions.yaml: components.demo.torch_cuda_arch_list: CUDA arch list: 'banana' is not an architecture; "
      "write e.g. 8.0, 90, 9.0a or 12.0f"),
@@ -416,3 +458,113 @@ def test_symlinked_patch_leading_out_of_the_repository_is_refused(tmp_path):
     doc = mutated(_set(["components", "demo", "patches"], ["patches/p.py"]))
     with pytest.raises(ConfigError, match=r"patches\[0\]: patches/p.py is outside the repository"):
         versions.load(write(tmp_path, doc), repo_root=root)
+
+
+# --- bounded reading: any file is read in bounded time and memory, or refused in one line -----------
+
+
+FIXTURE_TEXT = (REPO / "tests" / "fixtures" / "versions.yaml").read_text()
+
+
+def alias_bomb(levels: int) -> str:
+    """A few hundred bytes whose aliases expand to 9**levels values, under a key that takes free-form entries."""
+    lines = ['    l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"    l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "verl_reference_versions:\n  bomb:\n" + "\n".join(lines) + f"\n  use: *l{levels - 1}\n" + FIXTURE_TEXT
+
+
+BOUNDS = [
+    ("alias-bomb", alias_bomb(6),
+     "more than 20000 values with aliases expanded at line 7; a versions file needs far fewer: "
+     "write values out instead of repeating aliases"),
+    ("alias-inside-itself", FIXTURE_TEXT + "x-loop: &loop [1, *loop]\n",
+     "alias *loop is inside the value it names at line 21; remove the alias"),
+    ("deep-flow", FIXTURE_TEXT + "x-deep: " + "[" * 5000 + "]" * 5000 + "\n",
+     "nested more than 20 levels at line 21; a versions file needs far fewer: flatten it"),
+    ("deep-block", FIXTURE_TEXT + "x-deep:\n" + "".join(" " * (i + 1) + "- \n" for i in range(400)),
+     "nested more than 20 levels at line 41; a versions file needs far fewer: flatten it"),
+    ("deep-mapping", FIXTURE_TEXT + "x-deep: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
+     "nested more than 20 levels at line 21; a versions file needs far fewer: flatten it"),
+    ("too-many-values", FIXTURE_TEXT + "x-many: [" + "1," * 20000 + "]\n",
+     "more than 20000 values with aliases expanded at line 21; a versions file needs far fewer: "
+     "write values out instead of repeating aliases"),
+    ("too-large", FIXTURE_TEXT + "# " + "x" * (1 << 20) + "\n",
+     "larger than 1 MiB; a versions file needs far less: remove what is not build configuration"),
+    ("list-as-key", FIXTURE_TEXT + "? [a, b]\n: 1\n", "invalid YAML at line 21 column 3: a list cannot be a mapping key; "
+     "fix the syntax there"),
+]
+
+
+@pytest.mark.parametrize("case,text,expected", BOUNDS, ids=[case for case, _, _ in BOUNDS])
+def test_a_document_past_the_bounds_is_refused_while_reading(tmp_path, case, text, expected):
+    with pytest.raises(ConfigError) as info:
+        versions.load(write(tmp_path, text))
+    assert str(info.value) == f"versions.yaml: {expected}"
+
+
+def test_the_bounds_leave_room_for_aliases_and_many_times_the_real_file(tmp_path):
+    real = (REPO / "versions.yaml").read_text()
+    assert len(real.encode()) * 20 < versions.MAX_FILE_BYTES
+    shared = FIXTURE_TEXT + "    extra_env: &env {A: '1', B: '2'}\n    arch_overrides: {x86_64: {extra_env: *env}}\n"
+    component = versions.load(write(tmp_path, shared)).component("wheelhouse-fixture")
+    assert dict(component.settings_for("x86_64").extra_env) == {"A": "1", "B": "2"}
+
+
+@pytest.mark.parametrize("case", ["alias-bomb", "deep-flow"])
+def test_invoke_matrix_ends_a_document_past_the_bounds_in_one_line_and_exit_2(tmp_path, case):
+    _, text, expected = next(bound for bound in BOUNDS if bound[0] == case)
+    result = run_matrix(write(tmp_path, text))
+    assert (result.returncode, result.stderr) == (2, f"error: versions.yaml: {expected}\n")
+
+
+def test_the_release_tag_is_bounded_where_each_of_its_parts_is_within_its_own_limit(tmp_path):
+    """A 64-character component name and a 128-character ref pass the schema; the tag made of both would not
+    fit the file names made from it (the store's folder, the build record)."""
+    doc = mutated(lambda d: d["components"].__setitem__("c" * 64, d["components"].pop("demo")))
+    doc["components"]["c" * 64]["ref"] = "r" * 128
+    result = run_matrix(write(tmp_path, doc))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "error: versions.yaml: components." + "c" * 64 + ".ref: makes the release tag '" + "c" * 60 + "…(212 "
+        "characters)', which is 212 characters long, more than 200; shorten the ref (or the component name)\n")
+
+
+CLONE_URLS = {
+    "https://github.com/NVIDIA/apex.git": True,
+    "https://git.example.com:8443/group/sub/repo": True,
+    "ssh://git@github.com/NVIDIA/apex.git": True,
+    "ssh://host:2222/srv/repo.git": True,
+    "git@github.com:NVIDIA/apex.git": True,
+    "/srv/git/repo.git": True,
+    "./upstream": True,
+    "../upstream.git": True,
+    "file:///srv/git/repo.git": True,
+    # remote helpers (<transport>::<address>) and other schemes
+    "fd::0": False,
+    "fd::3,4": False,
+    "ext::sh%S%x20-c%x20id": False,
+    "https::github.com/x": False,
+    "git://github.com/NVIDIA/apex.git": False,
+    "http://github.com/NVIDIA/apex.git": False,
+    "ftp://host/repo": False,
+    # options and hosts git would hand to ssh as options
+    "ssh://-oProxyCommand=touch%20x/y": False,
+    "git@host:-oProxyCommand=x": False,
+    "-uhost:repo": False,
+    # credentials in the URL, no path, relative paths without ./ (git reads host:path as ssh)
+    "https://user:secret@github.com/x.git": False,
+    "https://github.com": False,
+    "host:owner/repo": False,
+    "upstream": False,
+    "~/upstream": False,
+    "/": False,
+    "https://github.com/a b": False,
+}
+
+
+@pytest.mark.parametrize("url,accepted", CLONE_URLS.items(), ids=list(CLONE_URLS))
+def test_schema_and_loader_accept_the_same_clone_urls(url, accepted):
+    """The schema (editors) and the semantic pass (which a schema edit cannot reopen) allow the same forms."""
+    pattern = _schema_defs()["source"]["properties"]["git"]["pattern"]
+    assert bool(re.match(pattern, url)) == accepted
+    assert (versions._CLONE_URL.fullmatch(url) is not None) == accepted
