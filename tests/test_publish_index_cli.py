@@ -27,7 +27,7 @@ def _invoke(*args: str) -> subprocess.CompletedProcess:
 def test_publish_to_a_branch_twice_makes_one_commit_and_writes_an_artifact(tmp_path):
     store = LocalStore(tmp_path / "store")
     store.ensure_release("demo-1.0-py3.12-torch2.13.0", "demo 1.0 - cu13.0.2 py3.12 torch2.13.0", "")
-    wheel = build_wheel(tmp_path / "dist", {"demo_pkg/__init__.py": b""}, tags="cp312-cp312-linux_x86_64")
+    wheel = build_wheel(tmp_path / "dist", {"demo/__init__.py": b""}, name="demo", tags="cp312-cp312-linux_x86_64")
     store.upload_asset("demo-1.0-py3.12-torch2.13.0", wheel)
     bare = tmp_path / "site.git"
     subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
@@ -40,14 +40,14 @@ def test_publish_to_a_branch_twice_makes_one_commit_and_writes_an_artifact(tmp_p
                              text=True, check=True).stdout.strip()
     assert commits == "1"  # the second publish found nothing to change
     assert "0 added, 0 changed, 0 removed" in result.stdout
-    page = subprocess.run(["git", "--git-dir", str(bare), "show", "gh-pages:cu130/torch2.13/simple/demo-pkg/index.html"],
+    page = subprocess.run(["git", "--git-dir", str(bare), "show", "gh-pages:cu130/torch2.13/simple/demo/index.html"],
                           capture_output=True, text=True, check=True).stdout
     assert f"{wheel.name}#sha256=" in page
 
     artifact = tmp_path / "_site"
     result = _invoke("--store", str(store.root), "--pages-artifact", str(artifact), "--base-url", "https://o.github.io/r")
     assert result.returncode == 0, result.stderr
-    assert (artifact / "simple" / "demo-pkg" / "index.html").read_text() == page
+    assert (artifact / "simple" / "demo" / "index.html").read_text() == page
 
 
 def test_a_github_store_named_by_store_publishes_under_its_pages_url(tmp_path):
@@ -57,7 +57,7 @@ def test_a_github_store_named_by_store_publishes_under_its_pages_url(tmp_path):
 
     with GitHubTestServer(token="test-token") as gh:
         rel = gh.seed_release("demo-1.0-py3.12-torch2.13.0", name="demo 1.0 - cu13.0.2 py3.12 torch2.13.0")
-        gh.state.add_asset(rel, "demo_pkg-1.0-cp312-cp312-linux_x86_64.whl", b"wheel")
+        gh.state.add_asset(rel, "demo-1.0-cp312-cp312-linux_x86_64.whl", b"wheel")
         env = {"WHEELHOUSE_API_URL": gh.api_url, "GITHUB_TOKEN": "test-token"}
         for how, extra_env in ((["--store", "github:o/r"], {}), ([], {"WHEELHOUSE_STORE": "github:o/r"})):
             site = tmp_path / f"site-{len(how)}"

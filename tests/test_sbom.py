@@ -105,9 +105,9 @@ def test_a_git_source_names_its_commit_each_submodule_and_each_patch(tmp_path, m
     _git("submodule", "add", "-q", sub.as_uri(), "third_party/sub", cwd=top)
     _git("commit", "-qm", "with submodule", cwd=top)
     # git refuses file:// submodules unless told (README, "Building offline or from a mirror")
-    for key, value in {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.file.allow",
-                       "GIT_CONFIG_VALUE_0": "always"}.items():
-        monkeypatch.setenv(key, value)
+    config = tmp_path / "gitconfig"  # the git of a build takes no GIT_CONFIG_* from its caller
+    config.write_text("[protocol \"file\"]\n\tallow = always\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
     checkout = sources.fetch_git(top.as_uri(), "HEAD", tmp_path / "cache", submodules=True)
     versions, row = fixture_row()
     row = dataclasses.replace(row, settings=dataclasses.replace(row.settings, patches=("patches/enable_deep_ep_sm80.py",)))
