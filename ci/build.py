@@ -634,6 +634,11 @@ def _interpreter_left_unchanged(row: MatrixRow, options: BuildOptions, interpret
 def _refuse_changes(row: MatrixRow, options: BuildOptions, interpreter: toolchain.Interpreter,
                     before: dict[str, tuple[int, int]]) -> None:
     changed = toolchain.changed_files(before, toolchain.site_packages_state(interpreter))
+    # Bytecode an interpreter cached for itself is removed, not refused: Python makes it again from the
+    # source, so removing it can never lose anything, and a planted one never runs.
+    for path in [path for path in changed if _is_cached_bytecode(path)]:
+        Path(path).unlink(missing_ok=True)
+        changed.remove(path)
     if not changed:
         return
     venv = interpreter.python.parent.parent
@@ -653,6 +658,10 @@ def _refuse_changes(row: MatrixRow, options: BuildOptions, interpreter: toolchai
         done.append(f"reinstall what it changed ({_listed(altered)}) before using this interpreter with a token")
     raise WheelhouseError(f"{row.label}: the build changed the site-packages of {interpreter.python}, which run at "
                           f"every start of it: {'; '.join(done)}; build without --reuse-env")
+
+
+def _is_cached_bytecode(path: str) -> bool:
+    return Path(path).parent.name == "__pycache__" and path.endswith(".pyc")
 
 
 def _listed(paths: list[str], most: int = 5) -> str:
