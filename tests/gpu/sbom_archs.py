@@ -8,6 +8,7 @@ line per shared object and copies the stamped wheel to ``OUT_DIR`` (first argume
 elsewhere. Exit status 1 on any difference.
 
     python3 tests/gpu/sbom_archs.py "$OUT"
+    python3 tests/gpu/sbom_archs.py --wheels DIST/*.whl   wheels our builds already stamped
 """
 
 from __future__ import annotations
@@ -50,20 +51,32 @@ def main(out_dir: Path) -> int:
         facts = sbom.build_facts(versions, row, source, interpreter, env)
         result = stamp_wheel(wheel, torch_version=row.torch, pin_mode=row.settings.torch_pin, facts=facts)
         print(f"{wheel.name}: links torch {result.links_torch}, Requires-Dist: torch{read_torch_pin(wheel)}")
-        summary = sbom.read_sbom(wheel)
-        differences = 0
-        with open_wheel(wheel) as archive:
-            for member, stream in archive.shared_objects():
-                listed = scan_elf(member.name, ElfFile(stream, member.name), tool)
-                theirs = (listed.cubins, listed.ptx) if listed else ((), ())
-                ours = summary.archs.get(member.name, ((), ()))
-                same = "same" if ours == theirs else "DIFFERENT"
-                differences += ours != theirs
-                print(f"{member.name}: SBOM cubins {_fmt(ours[0])} PTX {_fmt(ours[1])}; "
-                      f"cuobjdump cubins {_fmt(theirs[0])} PTX {_fmt(theirs[1])}: {same}")
+        differences = compare_with_cuobjdump(wheel, tool)
         out_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy(wheel, out_dir / wheel.name)
     return 1 if differences else 0
+
+
+def compare_with_cuobjdump(wheel: Path, tool: Path) -> int:
+    """Print, per shared object, the SBOM's archs beside cuobjdump's; the number that differ."""
+    summary = sbom.read_sbom(wheel)
+    differences = 0
+    with open_wheel(wheel) as archive:
+        for member, stream in archive.shared_objects():
+            listed = scan_elf(member.name, ElfFile(stream, member.name), tool)
+            theirs = (listed.cubins, listed.ptx) if listed else ((), ())
+            ours = summary.archs.get(member.name, ((), ()))
+            same = "same" if ours == theirs else "DIFFERENT"
+            differences += ours != theirs
+            print(f"{wheel.name} {member.name}: SBOM cubins {_fmt(ours[0])} PTX {_fmt(ours[1])}; "
+                  f"cuobjdump cubins {_fmt(theirs[0])} PTX {_fmt(theirs[1])}: {same}")
+    return differences
+
+
+def compare_built(wheels: list[Path]) -> int:
+    tool = find_cuobjdump(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    assert tool is not None, "no cuobjdump"
+    return 1 if sum(compare_with_cuobjdump(wheel, tool) for wheel in wheels) else 0
 
 
 def _fmt(archs) -> str:
@@ -71,4 +84,6 @@ def _fmt(archs) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--wheels"]:
+        raise SystemExit(compare_built([Path(p) for p in sys.argv[2:]]))
     raise SystemExit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "sbom-archs-out")))
