@@ -82,3 +82,21 @@ def test_no_process_above_a_nox_build_holds_the_token(tmp_path):
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0 and "exited with status 1" in result.stderr, result.stderr[-2000:]
     assert json.loads(out.read_text()) == []
+
+
+def test_no_process_above_a_benchmark_holds_the_token(tmp_path):
+    """`invoke bench` runs builds of third-party code: started with GITHUB_TOKEN, it restarts without it first."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    out = tmp_path / "found.json"
+    # every Python started below runs sitecustomize; the benchmark process walks its ancestors
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if b'benchmarks' in open('/proc/self/cmdline', 'rb').read():\n"
+        f"    SECRET, OUT = 'ghp_SECRET_BENCH', {str(out)!r}\n"
+        + "".join(f"    {line}\n" for line in ANCESTOR_WALK.strip().splitlines()))
+    env = {**os.environ, "GITHUB_TOKEN": "ghp_SECRET_BENCH", "PYTHONPATH": f"{hook}{os.pathsep}{REPO}"}
+    result = subprocess.run([sys.executable, "-m", "invoke", "bench", "--only", "no-such-figure"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "no-such-figure" in result.stdout + result.stderr, result.stderr[-2000:]
+    assert json.loads(out.read_text()) == []
