@@ -160,7 +160,8 @@ def reexec_without_credentials(argv: Sequence[str], environ: Mapping[str, str], 
     if exposed:
         pid, command, names = exposed[0]
         log.report_error(
-            f"{', '.join(names)} is also in the environment of process {pid} ({command}), which started this one:"
+            f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} also in the environment of process {pid}"
+            f" ({command}), which started this one:"
             f" code run from here could read it in /proc/{pid}/environ, so nothing is started; run this command"
             f" from a process without it (env -u {names[0]} …, or unset it in the shell or CI step that starts it)")
         raise SystemExit(2)
