@@ -618,6 +618,11 @@ def bench(c, quick=False, only=None):
     """Run benchmarks/ (ratios against the anchor's approaches) and rewrite benchmarks/RESULTS.md."""
     import subprocess
 
+    from ci import credentials
+
+    # The benchmarks build third-party code (fast-hadamard-transform's setup.py, the fixture's), which could
+    # read a token from this process's /proc/<pid>/environ: start again without credentials, as nox does.
+    credentials.reexec_without_credentials([sys.executable, *sys.orig_argv[1:]], os.environ)
     args = [sys.executable, "-m", "benchmarks", *(["--quick"] if quick else []), *(["--only", only] if only else [])]
     code = subprocess.call(args, cwd=Path(__file__).resolve().parent)
     if code:

@@ -16,7 +16,10 @@ tokens, and any of it could send them away. So:
 - The processes above the build hold no credential either: ``/proc/<pid>/environ``
   shows a process's *initial* environment to any process of the same user, so
   deleting from ``os.environ`` is not enough. The build entry point re-executes
-  itself without them (:func:`reexec_without_credentials`).
+  itself without them (:func:`reexec_without_credentials`). A process above it that
+  handed it a credential (``GITHUB_TOKEN=… timeout 600 nox …``: the ``timeout``)
+  still holds it and cannot be cleared from here, so then nothing is started: the
+  command refuses with one line naming that process.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ci import log
 
@@ -152,6 +156,42 @@ def reexec_without_credentials(argv: Sequence[str], environ: Mapping[str, str], 
     clean = without_credentials(environ, keep=keep)
     if clean.keys() == environ.keys():
         return
+    exposed = exposed_above({name: value for name, value in environ.items() if name not in clean})
+    if exposed:
+        pid, command, names = exposed[0]
+        log.report_error(
+            f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} also in the environment of process {pid}"
+            f" ({command}), which started this one:"
+            f" code run from here could read it in /proc/{pid}/environ, so nothing is started; run this command"
+            f" from a process without it (env -u {names[0]} …, or unset it in the shell or CI step that starts it)")
+        raise SystemExit(2)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(argv[0], list(argv), clean)
+
+
+def exposed_above(dropped: Mapping[str, str], *, proc: Path = Path("/proc")) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(pid, command line, names) of each ancestor whose initial environment holds one of ``dropped`` (name and value).
+
+    Only what this process may read is found, which is exactly what code it starts (same user) may read.
+    """
+    wanted = {f"{name}={value}".encode(): name for name, value in dropped.items()}
+    found: list[tuple[int, str, tuple[str, ...]]] = []
+    pid = os.getppid()
+    while pid > 1:
+        folder = proc / str(pid)
+        try:
+            parent = int((folder / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        try:
+            held = sorted({wanted[item] for item in (folder / "environ").read_bytes().split(b"\0") if item in wanted})
+            command = " ".join((folder / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ").split())
+        except OSError:  # another user's process: unreadable here, and so to the code we start
+            held, command = [], ""
+        if held:
+            for value in dropped.values():  # `env GITHUB_TOKEN=… nox` holds it in its command line too
+                command = log.mask(command, value)
+            found.append((pid, log.redact(command)[:120], tuple(held)))
+        pid = parent
+    return found

@@ -48,9 +48,17 @@ Metadata (PEP 658/714)
     (``sha256=<hex>`` of the sidecar, or ``true`` when its hash cannot be had).
     The sidecar is read once through ``fetch`` and its Name, Version and
     Requires-Python are cached under its sha256; ``data-requires-python`` comes
-    from there. A sidecar whose bytes do not match its digest, or whose Name or
-    Version differ from the wheel filename, is not advertised (a wrong metadata
-    promise breaks installs) and a warning says so.
+    from there. pip and uv resolve dependencies from the sidecar without opening
+    the wheel, so it is advertised only once its bytes are known to equal the
+    wheel's own ``*.dist-info/METADATA``: the wheel is downloaded once through
+    ``fetch`` (it yields the wheel's sha256 too when the asset has no digest) and
+    the pair ``wheel sha256 -> sidecar sha256`` is cached, so later runs never
+    download it again. A sidecar whose bytes do not match its digest, whose Name
+    or Version differ from the wheel filename, whose bytes differ from the
+    wheel's METADATA, or that cannot be compared with it (no ``fetch``, a failed
+    download, an unreadable wheel) is not advertised (a wrong metadata promise
+    breaks installs, or adds dependencies the wheel does not declare) and a
+    warning says so.
 Yanking (PEP 592)
     ``yanked`` maps a wheel filename to a reason (``""`` for none); listed files
     get ``data-yanked``. A name in the list that no index holds gives a warning.
@@ -81,11 +89,14 @@ import html
 import json
 import operator
 import re
+import tempfile
+import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 from urllib.parse import urlsplit
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -104,6 +115,8 @@ CACHE_FILE = "digests.json"
 CACHE_VERSION = 1
 METADATA_SUFFIX = ".metadata"
 MAX_METADATA_BYTES = 16 * 1024 * 1024
+_SPOOL_BYTES = 64 * 1024 * 1024
+"""A wheel downloaded to compare its METADATA with a sidecar stays in memory up to this size, else a temp file."""
 
 _WORLD = re.compile(r"^(?:cpu|cu\d{2,4})/torch\d+\.\d+$")
 _SAFE_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.whl$")
@@ -185,10 +198,12 @@ class CoreMetadata:
 
 
 class DigestCache:
-    """sha256 of assets without a digest, and parsed ``.metadata`` sidecars.
+    """sha256 of assets without a digest, parsed ``.metadata`` sidecars, and sidecars checked against wheels.
 
-    Keys: ``assets[url|size|id] = hex`` and ``metadata[hex] = {name, version,
-    requires_python}``. :meth:`to_json` writes only the entries used since the
+    Keys: ``assets[url|size|id] = hex``, ``metadata[hex] = {name, version,
+    requires_python}`` and ``sidecars[wheel hex] = sidecar hex`` (the sidecar's
+    bytes are the wheel's own METADATA; both sides are content hashes, so an entry
+    never goes stale). :meth:`to_json` writes only the entries used since the
     cache was loaded, so entries of deleted assets fall out on the next run.
     """
 
@@ -196,11 +211,14 @@ class DigestCache:
         self,
         assets: Mapping[str, str] | None = None,
         metadata: Mapping[str, CoreMetadata] | None = None,
+        sidecars: Mapping[str, str] | None = None,
     ) -> None:
         self._assets = dict(assets or {})
         self._metadata = dict(metadata or {})
+        self._sidecars = dict(sidecars or {})
         self._used_assets: dict[str, str] = {}
         self._used_metadata: dict[str, CoreMetadata] = {}
+        self._used_sidecars: dict[str, str] = {}
 
     @staticmethod
     def asset_key(asset: Asset) -> str:
@@ -221,11 +239,16 @@ class DigestCache:
                 for k, v in raw.get("metadata", {}).items()
                 if _SHA256_HEX.match(str(k))
             }
+            sidecars = {
+                str(k): str(v)
+                for k, v in raw.get("sidecars", {}).items()
+                if _SHA256_HEX.match(str(k)) and _SHA256_HEX.match(str(v))
+            }
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise WheelhouseError(
                 f"{source} is not a digest cache ({_one_line(exc)}): delete it and publish again to rebuild it"
             ) from None
-        return cls(assets, metadata)
+        return cls(assets, metadata, sidecars)
 
     @classmethod
     def load(cls, path: Path) -> DigestCache:
@@ -244,6 +267,7 @@ class DigestCache:
                 k: {"name": v.name, "version": v.version, "requires_python": v.requires_python}
                 for k, v in sorted(self._used_metadata.items())
             },
+            "sidecars": dict(sorted(self._used_sidecars.items())),
         }
         return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
@@ -266,6 +290,16 @@ class DigestCache:
 
     def put_metadata(self, hexdigest: str, meta: CoreMetadata) -> None:
         self._metadata[hexdigest] = self._used_metadata[hexdigest] = meta
+
+    def sidecar_of(self, wheel_hexdigest: str) -> str | None:
+        """The sha256 of the sidecar known to equal this wheel's METADATA, if one was checked."""
+        found = self._sidecars.get(wheel_hexdigest)
+        if found is not None:
+            self._used_sidecars[wheel_hexdigest] = found
+        return found
+
+    def put_sidecar(self, wheel_hexdigest: str, sidecar_hexdigest: str) -> None:
+        self._sidecars[wheel_hexdigest] = self._used_sidecars[wheel_hexdigest] = sidecar_hexdigest
 
 
 # --------------------------------------------------------------------------- site model
@@ -411,8 +445,79 @@ class _Builder:
         """(advertise, sha256 hex or None, parsed metadata or None) for a ``.metadata`` asset."""
         key = DigestCache.asset_key(sidecar) + "|" + wheel.name
         if key not in self._meta:
-            self._meta[key] = self._sidecar_uncached(wheel, sidecar, tag)
+            found = self._sidecar_uncached(wheel, sidecar, tag)
+            if found[0] and not self._is_wheels_own(wheel, found[1], f"{sidecar.name} (release {tag})"):
+                found = (False, None, None)
+            self._meta[key] = found
         return self._meta[key]
+
+    def _known_sha256(self, asset: Asset) -> str | None:
+        """The asset's sha256 from its digest, this run or the cache; never downloads."""
+        if asset.digest is not None and _SHA256_DIGEST.match(asset.digest):
+            return asset.digest[7:]
+        memo = self._sha.get(DigestCache.asset_key(asset))
+        if memo is not None and memo[0] is not None:
+            return memo[0]
+        return self.cache.asset_sha256(asset)
+
+    def _is_wheels_own(self, wheel: Asset, sidecar_sha: str | None, where: str) -> bool:
+        """Whether the sidecar of sha256 ``sidecar_sha`` is byte for byte the wheel's own METADATA (else a warning)."""
+        if sidecar_sha is None:
+            self.warn(f"{where}: its sha256 cannot be had, so it cannot be compared with the wheel's METADATA"
+                      " and is not advertised; upload it again")
+            return False
+        known = self._known_sha256(wheel)
+        if known is not None and self.cache.sidecar_of(known) == sidecar_sha:
+            return True
+        if self.fetch is None:
+            self.warn(f"{where}: not advertised: nothing to download {wheel.name} with, to compare the sidecar"
+                      " with the wheel's own METADATA")
+            return False
+        with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as spool:
+            try:
+                wheel_sha = self._download_to(wheel, spool)
+            except Exception as exc:  # fetch is injected: any failure only costs the sidecar
+                self.warn(f"{where}: not advertised: {wheel.name} could not be downloaded to compare it with"
+                          f" ({_one_line(exc)})")
+                return False
+            if known is not None and wheel_sha != known:
+                self.warn(f"{where}: not advertised: the downloaded {wheel.name} does not match its digest;"
+                          " upload the wheel again")
+                return False
+            if known is None:
+                self.cache.put_asset_sha256(wheel, wheel_sha)
+                self._sha[DigestCache.asset_key(wheel)] = (wheel_sha, None)
+            try:
+                own = _own_metadata(spool)
+            except (WheelhouseError, zipfile.BadZipFile, zipfile.LargeZipFile, KeyError, OSError, EOFError,
+                    ValueError, NotImplementedError, zlib.error) as exc:
+                self.warn(f"{where}: not advertised: the METADATA of {wheel.name} cannot be read ({_one_line(exc)})")
+                return False
+        if hashlib.sha256(own).hexdigest() != sidecar_sha:
+            self.warn(f"{where}: differs from the METADATA inside {wheel.name}, so it is not advertised (installers"
+                      " would resolve what the wheel does not declare); upload the .metadata made from the wheel"
+                      " (invoke release writes it)")
+            return False
+        self.cache.put_sidecar(wheel_sha, sidecar_sha)
+        return True
+
+    def _download_to(self, wheel: Asset, out: IO[bytes]) -> str:
+        """Write the wheel to ``out`` through ``fetch`` (its size checked) and return its sha256."""
+        if self.fetch is None:
+            raise RuntimeError("_download_to needs a fetch function; callers check self.fetch first")
+        self.fetches += 1
+        digest = hashlib.sha256()
+        size = 0
+        for chunk in self.fetch(wheel):
+            size += len(chunk)
+            if size > wheel.size:
+                break
+            digest.update(chunk)
+            out.write(chunk)
+        self.fetched_bytes += size
+        if size != wheel.size:
+            raise WheelhouseError(f"got {'more than ' if size > wheel.size else ''}{size} bytes but the asset says {wheel.size}")
+        return digest.hexdigest()
 
     def _sidecar_uncached(self, wheel: Asset, sidecar: Asset, tag: str) -> tuple[bool, str | None, CoreMetadata | None]:
         where = f"{sidecar.name} (release {tag})"
@@ -477,6 +582,18 @@ class _Builder:
         return True, hexdigest, meta
 
 
+def _own_metadata(wheel: IO[bytes]) -> bytes:
+    """The bytes of the one ``*.dist-info/METADATA`` of a wheel archive, as installers read it (central directory)."""
+    with zipfile.ZipFile(wheel) as archive:
+        dist_infos = {name.split("/", 1)[0] for name in archive.namelist() if name.split("/", 1)[0].endswith(".dist-info")}
+        if len(dist_infos) != 1:
+            raise WheelhouseError(f"it has {len(dist_infos)} top-level .dist-info directories, not one")
+        info = archive.getinfo(f"{dist_infos.pop()}/METADATA")
+        if info.file_size > MAX_METADATA_BYTES:
+            raise WheelhouseError(f"its METADATA is larger than {MAX_METADATA_BYTES} bytes")
+        return archive.read(info)
+
+
 @functools.lru_cache(maxsize=65536)
 def _parse_wheel(filename: str):
     """parse_wheel_filename, once per name: a site build asks about each wheel several times."""
@@ -531,7 +648,7 @@ def _wheel_project_checked(asset: Asset) -> tuple[str, None] | tuple[None, str]:
 _asset_name = operator.attrgetter("name")
 
 
-def build_site(  # noqa: C901 - three passes whose rules interact; the module docstring is their spec
+def build_site(
     releases: Iterable[Release],
     *,
     default_world: str | None,
@@ -549,7 +666,16 @@ def build_site(  # noqa: C901 - three passes whose rules interact; the module do
     if default_world is not None:
         check_world(default_world)
     builder = _Builder(fetch, cache if cache is not None else DigestCache())
-    yanked = dict(yanked or {})
+    return _build_site(builder, releases, default_world, dict(yanked or {}), projects)
+
+
+def _build_site(  # noqa: C901 - three passes whose rules interact; the module docstring is their spec
+    builder: _Builder,
+    releases: Iterable[Release],
+    default_world: str | None,
+    yanked: dict[str, str],
+    projects: Mapping[str, frozenset[str]] | None,
+) -> Site:
 
     chosen: dict[tuple[str, str], _Candidate] = {}
     for release in sorted(releases, key=lambda r: r.tag):
@@ -603,12 +729,12 @@ def build_site(  # noqa: C901 - three passes whose rules interact; the module do
     # Walked in the order releases were (tag, then wheel name): deterministic, and cheaper than a sort of
     # every (world, filename); each page's links are sorted below.
     for (world, filename), cand in chosen.items():
+        advertise, meta_sha, meta = (False, None, None)
+        if cand.sidecar is not None:  # first: comparing it with the wheel hashes a digest-less wheel on the way
+            advertise, meta_sha, meta = builder.sidecar(cand.wheel, cand.sidecar, cand.release.tag)
         sha, problem = builder.sha256(cand.wheel)
         if sha is None:
             missing.setdefault((world, cand.package), []).append(f"{filename}: {problem}")
-        advertise, meta_sha, meta = (False, None, None)
-        if cand.sidecar is not None:
-            advertise, meta_sha, meta = builder.sidecar(cand.wheel, cand.sidecar, cand.release.tag)
         link = IndexLink(  # positional: one per link, and keywords cost a third more
             filename,
             cand.wheel.url,

@@ -84,7 +84,7 @@ def is_digest_cache(data: bytes | None) -> bool:
         DigestCache.from_json(data)
     except (ValueError, WheelhouseError):
         return False
-    return doc.get("version") == CACHE_VERSION and set(doc) <= {"version", "assets", "metadata"}
+    return doc.get("version") == CACHE_VERSION and set(doc) <= {"version", "assets", "metadata", "sidecars"}
 
 
 def legacy_files(files: Iterable[str]) -> tuple[frozenset[str], tuple[str, ...]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import re
 import shutil
@@ -16,12 +18,36 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from wheel_factory import record_hash
+
 from ci.digest import sha256_file
 from ci.store.model import Asset, Release
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 UV = shutil.which("uv", path=str(VENV_BIN)) or shutil.which("uv")
+
+
+def wheel_bytes(filename: str, meta: bytes, *, payload: bytes = b"") -> bytes:
+    """A valid wheel named ``filename`` whose own METADATA is ``meta``: the index compares sidecars with it."""
+    dist, version = filename.split("-")[:2]
+    dist_info = f"{dist}-{version}.dist-info"
+    members = {
+        f"{dist.lower()}/__init__.py": payload,
+        f"{dist_info}/METADATA": meta,
+        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for path, data in members.items():
+        writer.writerow([path, record_hash(data), len(data)])
+    writer.writerow([f"{dist_info}/RECORD", "", ""])
+    members[f"{dist_info}/RECORD"] = record.getvalue().encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for path, data in members.items():
+            zf.writestr(path, data)
+    return buf.getvalue()
 
 
 def tamper(wheel: Path) -> None:

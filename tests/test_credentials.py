@@ -82,3 +82,49 @@ def test_no_process_above_a_nox_build_holds_the_token(tmp_path):
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0 and "exited with status 1" in result.stderr, result.stderr[-2000:]
     assert json.loads(out.read_text()) == []
+
+
+def test_no_process_above_a_benchmark_holds_the_token(tmp_path):
+    """`invoke bench` runs builds of third-party code: started with GITHUB_TOKEN, it restarts without it first."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    out = tmp_path / "found.json"
+    # every Python started below runs sitecustomize; the benchmark process walks its ancestors
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if b'benchmarks' in open('/proc/self/cmdline', 'rb').read():\n"
+        f"    SECRET, OUT = 'ghp_SECRET_BENCH', {str(out)!r}\n"
+        + "".join(f"    {line}\n" for line in ANCESTOR_WALK.strip().splitlines()))
+    env = {**os.environ, "GITHUB_TOKEN": "ghp_SECRET_BENCH", "PYTHONPATH": f"{hook}{os.pathsep}{REPO}"}
+    result = subprocess.run([sys.executable, "-m", "invoke", "bench", "--only", "no-such-figure"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "no-such-figure" in result.stdout + result.stderr, result.stderr[-2000:]
+    assert json.loads(out.read_text()) == []
+
+
+def test_a_build_under_a_process_that_holds_the_token_refuses_to_start(tmp_path):
+    """`GITHUB_TOKEN=… timeout 600 nox …`: nox drops the token, but `timeout` keeps it readable to the build."""
+    marker = tmp_path / "built"
+    env = {**os.environ, "GITHUB_TOKEN": "ghp_SECRET_IN_WRAPPER", "WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS),
+           "WHEELHOUSE_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run(["timeout", "300", sys.executable, "-m", "nox", "-s", "build-wheelhouse-fixture-3.11", "--",
+                             "--dist", str(marker)], cwd=REPO, env=env, capture_output=True, text=True, timeout=320)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith("error: GITHUB_TOKEN is also in the environment of process ")
+    assert "(timeout 300 " in lines[0] and "/environ, so nothing is started" in lines[0]
+    assert "ghp_SECRET_IN_WRAPPER" not in result.stdout + result.stderr and not marker.exists()
+
+
+def test_an_ancestor_is_named_only_for_the_value_it_was_handed(tmp_path):
+    """Another value under the same name above us (a stale token in an outer shell) is not what we drop."""
+    script = ("import json, os, sys\n"
+              "from ci import credentials\n"
+              "print(json.dumps(credentials.exposed_above({'GITHUB_TOKEN': os.environ['GITHUB_TOKEN']})))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GITHUB_TOKEN": "ghp_OUTER"}
+    outer = subprocess.run(["timeout", "60", "env", "GITHUB_TOKEN=ghp_INNER", "timeout", "60", sys.executable, "-c",
+                            script], env=env, capture_output=True, text=True, check=True)
+    [[_, command, names]] = json.loads(outer.stdout)
+    # the inner timeout, started by `env` with ghp_INNER; not the outer one, which holds ghp_OUTER
+    assert command.startswith(f"timeout 60 {sys.executable} -c import json, os, sys from ci")
+    assert names == ["GITHUB_TOKEN"]

@@ -10,6 +10,7 @@ import time
 from html.parser import HTMLParser
 
 import pytest
+from index_helpers import wheel_bytes
 
 from ci.errors import WheelhouseError
 from ci.index import (
@@ -21,6 +22,7 @@ from ci.index import (
     site_files,
 )
 from ci.pages import DirectoryTarget, publish_index
+from ci.site_marker import is_digest_cache
 from ci.store.model import Asset, Release
 
 BASE = "https://owner.github.io/repo"
@@ -72,6 +74,16 @@ def sidecar_asset(wheel: Asset, meta: bytes, *, digest: bool = True, aid: int = 
     return Asset(
         wheel.name + ".metadata", len(meta), wheel.url + ".metadata", f"sha256:{sha(meta)}" if digest else None, id=aid
     )
+
+
+def wheel_with_sidecar(
+    name: str, meta: bytes, tag: str = "t", *, digest: bool = True, aid: int = 1, side_aid: int = 2
+) -> tuple[Asset, Asset, dict[str, bytes]]:
+    """A wheel whose METADATA is ``meta``, its ``.metadata`` asset of the same bytes, and the blobs serving both."""
+    data = wheel_bytes(name, meta)
+    whl = wheel_asset(name, tag, data=data, digest=digest, aid=aid)
+    side = sidecar_asset(whl, meta, digest=digest, aid=side_aid)
+    return whl, side, {whl.url: data, side.url: meta}
 
 
 def meta_bytes(name: str, version: str, requires_python: str | None = None) -> bytes:
@@ -161,12 +173,11 @@ def test_one_wheel_in_every_world_of_its_release():
 
 
 def test_pages_links_hashes_metadata_and_alias():
-    whl = wheel_asset("Tiny_Pkg-1.0-py3-none-any.whl")
     meta = meta_bytes("tiny-pkg", "1.0", ">=3.10,<3.13")
-    side = sidecar_asset(whl, meta)
+    whl, side, blobs = wheel_with_sidecar("Tiny_Pkg-1.0-py3-none-any.whl", meta)
     other = wheel_asset("other-2.0-cp311-cp311-linux_x86_64.whl", aid=3)
     rel = Release("t", TITLE, assets=(whl, side, other, Asset("build.log", 3, f"{DL}/t/build.log")))
-    fetch = MemoryFetch({side.url: meta})
+    fetch = MemoryFetch(blobs)
     site, files = site_files([rel], base_url=BASE + "/", default_world="cu130/torch2.13", fetch=fetch)
     assert site.warnings == ()
     root = page(files, "cu130/torch2.13/simple/index.html")
@@ -187,7 +198,7 @@ def test_pages_links_hashes_metadata_and_alias():
     for rel_path in ("tiny-pkg/index.html", "other/index.html"):
         assert files[f"simple/{rel_path}"] == files[f"cu130/torch2.13/simple/{rel_path}"]
     assert [a["href"] for a, _ in page(files, "simple/index.html").anchors] == ["other/", "tiny-pkg/"]
-    assert fetch.calls == [side.name]
+    assert fetch.calls == [side.name, whl.name]  # the wheel once, to compare the sidecar with its METADATA
 
 
 def test_landing_page_counts_and_snippets():
@@ -353,9 +364,8 @@ def test_url_with_markup_and_quotes_is_escaped():
 
 
 def test_yanked_and_requires_python_are_escaped():
-    whl = wheel_asset("pkg-1.0-py3-none-any.whl")
     meta = meta_bytes("pkg", "1.0", ">=3.10,<3.13")
-    side = sidecar_asset(whl, meta)
+    whl, side, blobs = wheel_with_sidecar("pkg-1.0-py3-none-any.whl", meta)
     whl2 = wheel_asset("pkg-2.0-py3-none-any.whl", aid=5)
     rel = Release("t", TITLE, assets=(whl, side, whl2))
     reason = 'broken <b>ABI</b> & "quotes"'
@@ -363,7 +373,7 @@ def test_yanked_and_requires_python_are_escaped():
         [rel],
         base_url=BASE,
         default_world=None,
-        fetch=MemoryFetch({side.url: meta}),
+        fetch=MemoryFetch(blobs),
         yanked={whl.name: reason, whl2.name: "", "ghost-1.0-py3-none-any.whl": "x"},
     )
     raw = files["cu130/torch2.13/simple/pkg/index.html"].decode()
@@ -438,19 +448,19 @@ def test_digest_cache_fetches_once_ever_and_rehashes_changed_assets():
     blobs: dict[str, bytes] = {}
     assets = []
     for i in range(3):
-        whl = wheel_asset(f"p{i}-1.0-py3-none-any.whl", digest=False, aid=10 + i)
         meta = meta_bytes(f"p{i}", "1.0", ">=3.9")
-        side = sidecar_asset(whl, meta, digest=False, aid=20 + i)
-        blobs[whl.url] = whl.name.encode()
-        blobs[side.url] = meta
+        whl, side, served = wheel_with_sidecar(f"p{i}-1.0-py3-none-any.whl", meta, digest=False, aid=10 + i,
+                                               side_aid=20 + i)
+        blobs.update(served)
         assets += [whl, side]
     rel = Release("t", TITLE, assets=tuple(assets))
     fetch = MemoryFetch(blobs)
     cache = DigestCache()
     site1, files1 = site_files([rel], base_url=BASE, default_world=None, fetch=fetch, cache=cache)
+    # each wheel once (its hash and its METADATA from one download), each sidecar once
     assert len(fetch.calls) == 6 and site1.fetches == 6 and site1.warnings == ()
     link = site1.worlds[0].packages[0].links[0]
-    assert link.sha256 == sha(b"p0-1.0-py3-none-any.whl") and link.requires_python == ">=3.9"
+    assert link.sha256 == sha(blobs[assets[0].url]) and link.requires_python == ">=3.9" and link.metadata
 
     fetch2 = MemoryFetch(blobs)
     cache2 = DigestCache.from_json(files1[CACHE_FILE])
@@ -462,16 +472,18 @@ def test_digest_cache_fetches_once_ever_and_rehashes_changed_assets():
     _, files3 = site_files([rel], base_url=BASE, default_world=None, cache=DigestCache.from_json(files1[CACHE_FILE]))
     assert files3 == files1
 
-    # p1 re-uploaded (new id, new bytes): only it is downloaded again
-    new_p1 = Asset(assets[2].name, 7, assets[2].url, None, id=99)
-    blobs[new_p1.url] = b"changed"
+    # p1 re-uploaded (new id, new bytes, the same METADATA): only it is downloaded again
+    changed = wheel_bytes(assets[2].name, blobs[assets[3].url], payload=b"changed")
+    new_p1 = Asset(assets[2].name, len(changed), assets[2].url, None, id=99)
+    blobs[new_p1.url] = changed
     rel4 = Release("t", TITLE, assets=(assets[0], assets[1], new_p1, assets[3], assets[4], assets[5]))
     fetch4 = MemoryFetch(blobs)
     site4, files4 = site_files(
         [rel4], base_url=BASE, default_world=None, fetch=fetch4, cache=DigestCache.from_json(files1[CACHE_FILE])
     )
     assert fetch4.calls == [new_p1.name]
-    assert site4.world("cu130/torch2.13").packages[1].links[0].sha256 == sha(b"changed")
+    assert site4.world("cu130/torch2.13").packages[1].links[0].sha256 == sha(changed)
+    assert site4.world("cu130/torch2.13").packages[1].links[0].metadata and site4.warnings == ()
     assert DigestCache.asset_key(assets[2]) not in files4[CACHE_FILE].decode()
 
 
@@ -484,9 +496,8 @@ def test_corrupt_cache_is_a_one_line_error():
 
 
 def test_sidecar_with_wrong_bytes_or_wrong_name_is_not_advertised():
-    whl = wheel_asset("pkg-1.0-py3-none-any.whl")
     good_meta = meta_bytes("pkg", "1.0")
-    side = sidecar_asset(whl, good_meta)
+    whl, side, blobs = wheel_with_sidecar("pkg-1.0-py3-none-any.whl", good_meta)
     site = build_site(
         [Release("t", TITLE, assets=(whl, side))], default_world=None, fetch=MemoryFetch({side.url: b"tampered"})
     )
@@ -505,10 +516,79 @@ def test_sidecar_with_wrong_bytes_or_wrong_name_is_not_advertised():
     site = build_site([Release("t", TITLE, assets=(whl, moved))], default_world=None)
     assert not site.worlds[0].packages[0].links[0].metadata and "not the wheel URL" in site.warnings[0]
 
-    # no fetch: the sidecar is still advertised with its digest, without requires-python
+    # no fetch and no cached comparison: nothing shows the sidecar is the wheel's METADATA, so it is not advertised
     site = build_site([Release("t", TITLE, assets=(whl, side))], default_world=None)
     link = site.worlds[0].packages[0].links[0]
-    assert link.metadata and link.metadata_sha256 == sha(good_meta) and link.requires_python is None
+    assert not link.metadata and "nothing to download pkg-1.0-py3-none-any.whl with" in site.warnings[0]
+
+    # the good pair is advertised, and the comparison is cached: later runs need no fetch
+    cache = DigestCache()
+    site = build_site([Release("t", TITLE, assets=(whl, side))], default_world=None, fetch=MemoryFetch(blobs),
+                      cache=cache)
+    assert site.worlds[0].packages[0].links[0].metadata and site.warnings == ()
+    site = build_site([Release("t", TITLE, assets=(whl, side))], default_world=None,
+                      cache=DigestCache.from_json(cache.to_json()))
+    link = site.worlds[0].packages[0].links[0]
+    assert link.metadata and link.metadata_sha256 == sha(good_meta) and site.warnings == ()
+
+
+def test_sidecar_that_differs_from_the_wheels_metadata_is_not_advertised():
+    # N2: a sidecar with the wheel's Name and Version and one added Requires-Dist (its digest is its own):
+    # pip would resolve evil-dependency-confusion from it without ever opening the wheel
+    own = meta_bytes("pkg", "1.0")
+    whl, _, blobs = wheel_with_sidecar("pkg-1.0-py3-none-any.whl", own)
+    forged = own.rstrip(b"\n") + b"\nRequires-Dist: evil-dependency-confusion\n\n"
+    side = sidecar_asset(whl, forged)
+    blobs[side.url] = forged
+    fetch = MemoryFetch(blobs)
+    cache = DigestCache()
+    site, files = site_files([Release("t", TITLE, assets=(whl, side))], base_url=BASE, default_world=None,
+                             fetch=fetch, cache=cache)
+    link = site.worlds[0].packages[0].links[0]
+    assert not link.metadata and link.sha256 == whl.sha256
+    assert site.warnings == (f"{side.name} (release t): differs from the METADATA inside {whl.name}, so it is not"
+                             " advertised (installers would resolve what the wheel does not declare); upload the"
+                             " .metadata made from the wheel (invoke release writes it)",)
+    assert "data-dist-info-metadata" not in files["cu130/torch2.13/simple/pkg/index.html"].decode()
+    assert sorted(fetch.calls) == sorted([side.name, whl.name])
+    # nothing about the forged pair is cached as checked: the next run compares again and refuses again
+    assert '"sidecars": {}' in cache.to_json().decode()
+    # the good pair is cached, and a digests.json holding it is still recognised as ours
+    side = sidecar_asset(whl, own)
+    blobs[side.url] = own
+    site = build_site([Release("t", TITLE, assets=(whl, side))], default_world=None, fetch=MemoryFetch(blobs), cache=cache)
+    assert site.worlds[0].packages[0].links[0].metadata
+    assert f'"{whl.sha256}": "{sha(own)}"' in cache.to_json().decode() and is_digest_cache(cache.to_json())
+
+
+@pytest.mark.parametrize(
+    ("served", "why"),
+    [
+        (b"not a zip", "cannot be read"),
+        (None, "could not be downloaded"),  # a download that fails
+    ],
+)
+def test_sidecar_whose_wheel_cannot_be_read_is_not_advertised(served, why):
+    meta = meta_bytes("pkg", "1.0")
+    whl, side, blobs = wheel_with_sidecar("pkg-1.0-py3-none-any.whl", meta)
+    if served is None:
+        del blobs[whl.url]
+    else:
+        whl = wheel_asset(whl.name, data=served)
+        side = sidecar_asset(whl, meta)
+        blobs[whl.url] = served
+    site = build_site([Release("t", TITLE, assets=(whl, side))], default_world=None, fetch=MemoryFetch(blobs))
+    assert not site.worlds[0].packages[0].links[0].metadata
+    assert why in site.warnings[0] and site.warnings[0].startswith(f"{side.name} (release t): not advertised")
+
+
+def test_sidecar_of_a_wheel_whose_download_differs_from_its_digest_is_not_advertised():
+    meta = meta_bytes("pkg", "1.0")
+    whl, side, blobs = wheel_with_sidecar("pkg-1.0-py3-none-any.whl", meta)
+    blobs[whl.url] = wheel_bytes(whl.name, meta, payload=b"x" * 0)[:-1] + b"!"  # same size, other bytes
+    site = build_site([Release("t", TITLE, assets=(whl, side))], default_world=None, fetch=MemoryFetch(blobs))
+    assert not site.worlds[0].packages[0].links[0].metadata
+    assert "does not match its digest" in site.warnings[0]
 
 
 # --------------------------------------------------------------------------- determinism, writing, speed
@@ -530,8 +610,10 @@ def _many_releases(n: int, per_release: int = 12) -> tuple[list[Release], dict[s
         for j in range(per_release // 2):
             arch = ["x86_64", "aarch64"][j % 2]
             name = f"{comp.replace('-', '_')}-{i}.{j}-{cp}-{cp}-manylinux_2_28_{arch}.whl"
-            whl = Asset(name, 100 + j, f"{DL}/{tag}/{name}", f"sha256:{sha(name.encode())}", id=(aid := aid + 1))
             meta = meta_bytes(comp, f"{i}.{j}", f">={py}")
+            data = wheel_bytes(name, meta)
+            whl = Asset(name, len(data), f"{DL}/{tag}/{name}", f"sha256:{sha(data)}", id=(aid := aid + 1))
+            blobs[whl.url] = data
             side = Asset(
                 name + ".metadata", len(meta), whl.url + ".metadata", f"sha256:{sha(meta)}", id=(aid := aid + 1)
             )
@@ -561,7 +643,7 @@ def test_publish_index_writes_and_summarizes(tmp_path):
     assert CACHE_FILE in summary.files and "index.html" in summary.files
     assert [w.path for w in summary.worlds] == ["cu129/torch2.13", "cu130/torch2.12", "cu130/torch2.13"]
     assert sum(w.links for w in summary.worlds) == 6 * 6 and summary.warnings == ()
-    assert summary.fetches == 36
+    assert summary.fetches == 72  # every sidecar, and every wheel once to compare it with its sidecar
     assert summary.line().startswith("Indexed 36 wheel link(s) across 3 world(s)")
     assert outcome.warnings == ()
     stray = tmp_path / "stray"
@@ -600,7 +682,7 @@ def test_thousand_releases_of_twelve_assets_is_fast(record_property):
     record_property("generation_cold_s", round(cold, 3))
     record_property("generation_warm_s", round(warm, 3))
     print(
-        f"\n1000 releases x 12 assets: cold {cold:.2f} s (6000 sidecars read), warm cache {warm:.2f} s, {len(files)} files"
+        f"\n1000 releases x 12 assets: cold {cold:.2f} s (6000 sidecars and wheels read), warm cache {warm:.2f} s, {len(files)} files"
     )
     assert warm < 5 and cold < 10
 

@@ -13,6 +13,8 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from index_helpers import wheel_bytes
+
 from tests.github_server import GitHubTestServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,8 +40,8 @@ def test_second_artifact_publish_downloads_nothing(tmp_path: Path) -> None:
                                   name="wheelhouse-fixture 0.1.0 - cucpu py3.11 torch2.13.0")
             for i in range(3):  # uploaded before GitHub had digests
                 wheel = f"wheelhouse_fixture-0.1.{i}-cp311-cp311-linux_x86_64.whl"
-                gh.state.add_asset(rel, wheel, b"wheel %d" % i, digest=None)
                 meta = f"Metadata-Version: 2.1\nName: wheelhouse-fixture\nVersion: 0.1.{i}\n".encode()
+                gh.state.add_asset(rel, wheel, wheel_bytes(wheel, meta), digest=None)
                 gh.state.add_asset(rel, wheel + ".metadata", meta)
             env = {**os.environ, "WHEELHOUSE_STORE": "github:o/r", "WHEELHOUSE_API_URL": gh.api_url,
                    "GITHUB_TOKEN": TOKEN, "WHEELHOUSE_VERSIONS": str(REPO / "tests" / "fixtures" / "versions.yaml")}
@@ -67,4 +69,4 @@ def test_second_artifact_publish_downloads_nothing(tmp_path: Path) -> None:
     finally:
         site_server.shutdown()
         site_server.server_close()
-    assert downloads == [6, 0, 0], downloads  # 3 wheels + 3 sidecars, then nothing
+    assert downloads == [6, 0, 0], downloads  # 3 wheels (hashed, METADATA read) + 3 sidecars, then nothing
