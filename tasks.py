@@ -614,6 +614,7 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
         "only": "comma-separated figure names (python -m benchmarks --list)",
     }
 )
+@reports_errors
 def bench(c, quick=False, only=None):
     """Run benchmarks/ (ratios against the anchor's approaches) and rewrite benchmarks/RESULTS.md."""
     import subprocess
@@ -623,6 +624,7 @@ def bench(c, quick=False, only=None):
     # The benchmarks build third-party code (fast-hadamard-transform's setup.py, the fixture's), which could
     # read a token from this process's /proc/<pid>/environ: start again without credentials, as nox does.
     credentials.reexec_without_credentials([sys.executable, *sys.orig_argv[1:]], os.environ)
+    credentials.refuse_if_exposed_above(os.environ)
     args = [sys.executable, "-m", "benchmarks", *(["--quick"] if quick else []), *(["--only", only] if only else [])]
     code = subprocess.call(args, cwd=Path(__file__).resolve().parent)
     if code:

@@ -382,6 +382,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResul
     environment, the builder, the checks, and placing the wheels with their record. Each is a named step
     of the log with its duration (a folded group on GitHub Actions).
     """
+    credentials.refuse_if_exposed_above(options.environ)
     with log.Steps(_LOG) as steps:
         return _run(versions, row, options, steps)
 

@@ -18,8 +18,8 @@ tokens, and any of it could send them away. So:
   deleting from ``os.environ`` is not enough. The build entry point re-executes
   itself without them (:func:`reexec_without_credentials`). A process above it that
   handed it a credential (``GITHUB_TOKEN=… timeout 600 nox …``: the ``timeout``)
-  still holds it and cannot be cleared from here, so then nothing is started: the
-  command refuses with one line naming that process.
+  still holds it and cannot be cleared from here, so then nothing is built: a build
+  refuses with one line naming that process (:func:`refuse_if_exposed_above`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ci import log
+from ci.errors import UsageError
 
 DENIED_NAMES = frozenset({
     "TOKEN", "PASSWORD", "SECRET",
@@ -67,6 +68,10 @@ ALLOWED_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "NVCC_", "NCCL_", "NVSHMEM_", "TOR
 
 # git's own settings on the command line: no credential helper (an empty value resets the
 # list the user's and system's configuration built), no extra HTTP headers, no askpass.
+# Set by the re-exec when a process above this one still holds a credential it dropped: names and a pid,
+# never a value. Build entry points refuse on it (refuse_if_exposed_above); tests and lint run on.
+EXPOSED_ABOVE = "WHEELHOUSE_CREDENTIALS_ABOVE"
+
 GIT_NO_CREDENTIALS = ("-c", "credential.helper=", "-c", "http.extraHeader=", "-c", "core.askPass=")
 
 
@@ -157,17 +162,22 @@ def reexec_without_credentials(argv: Sequence[str], environ: Mapping[str, str], 
     if clean.keys() == environ.keys():
         return
     exposed = exposed_above({name: value for name, value in environ.items() if name not in clean})
-    if exposed:
+    if exposed:  # said by the code about to run builds (refuse_if_exposed_above): tests and lint go on
         pid, command, names = exposed[0]
-        log.report_error(
+        clean[EXPOSED_ABOVE] = (
             f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} also in the environment of process {pid}"
             f" ({command}), which started this one:"
-            f" code run from here could read it in /proc/{pid}/environ, so nothing is started; run this command"
+            f" code run from here could read it in /proc/{pid}/environ, so nothing is built; run this command"
             f" from a process without it (env -u {names[0]} …, or unset it in the shell or CI step that starts it)")
-        raise SystemExit(2)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(argv[0], list(argv), clean)
+
+
+def refuse_if_exposed_above(environ: Mapping[str, str]) -> None:
+    """Before third-party code runs: refuse when a process above still holds a credential we dropped."""
+    if environ.get(EXPOSED_ABOVE):
+        raise UsageError(environ[EXPOSED_ABOVE])
 
 
 def exposed_above(dropped: Mapping[str, str], *, proc: Path = Path("/proc")) -> list[tuple[int, str, tuple[str, ...]]]:
