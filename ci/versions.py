@@ -343,7 +343,7 @@ def _describe(value: Any) -> str:
     return "a mapping"
 
 
-def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:
+def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:  # noqa: C901 - one flat case per jsonschema validator
     """(key path parts, 'problem; fix') for one jsonschema error."""
     parts = list(error.absolute_path)
     schema = error.schema
