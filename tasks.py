@@ -117,7 +117,7 @@ def reports_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     return wrapper
 
 
-def _write_github_output(entries: list[dict]) -> None:
+def _write_github_output(entries: list[dict[str, Any]]) -> None:
     """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool>."""
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
