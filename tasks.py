@@ -174,6 +174,8 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
 
 
 def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False) -> Any:
+    """The store WHEELHOUSE_STORE (or ``--store``) names: a LocalStore or a GitHubStore. Any, because the tasks
+    still probe for what only one of them has (``plan``, ``get_public``), which ReleaseStore does not declare."""
     from ci.environment import open_store
 
     env = _env(store_spec)
