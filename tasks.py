@@ -16,11 +16,16 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-import invoke
-from invoke import Exit
+# From the defining modules: invoke's package re-exports these implicitly, which mypy --strict does not follow.
+from invoke.context import Context
+from invoke.exceptions import Exit, ParseError
+from invoke.program import Program
+from invoke.tasks import task as invoke_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -31,27 +36,33 @@ from ci.environment import Environment, on_github_actions
 from ci.errors import UsageError, WheelhouseError
 from ci.versions import load
 
+if TYPE_CHECKING:
+    from ci.matrix import MatrixRow
+    from ci.store.artifacts import ArtifactSource
+    from ci.versions import Versions
+
 # No automatic short flags: invoke derives them from each task's option names, so `-r`, `-a` or `-s`
 # meant different things per task, and `prune`'s `-h` (push_branch) hid `-h` for help.
-task = functools.partial(invoke.task, auto_shortflags=False)
+task = functools.partial(invoke_task, auto_shortflags=False)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-def _usage_errors_exit_2(step):
+def _usage_errors_exit_2(step: Callable[[Program], _R]) -> Callable[[Program], _R]:
     """invoke ends its own parse errors (an unknown task or flag, a flag without its value, a missing
     argument) with status 1 and no hint; here they exit 2 with the help to read, as every other usage
     error does. invoke runs these steps after loading this file, for `invoke` and `python -m invoke`
     alike; its core options (`invoke -c`) are parsed before and keep invoke's own status."""
 
     @functools.wraps(step)
-    def parse(self):
+    def parse(self: Program) -> _R:
         try:
             return step(self)
-        except invoke.ParseError as error:
+        except ParseError as error:
             name = getattr(error.context, "name", None)
             see = f"invoke {name} --help" if name else "invoke --list"
             raise Exit(f"error: {_parse_problem(str(error))}; see `{see}`", code=2) from None
 
-    parse.exits_2 = True
     return parse
 
 
@@ -65,11 +76,12 @@ def _parse_problem(message: str) -> str:
 
 
 for _step in ("parse_tasks", "parse_cleanup"):
-    if not getattr(getattr(invoke.Program, _step), "exits_2", False):  # once, however often this file is loaded
-        setattr(invoke.Program, _step, _usage_errors_exit_2(getattr(invoke.Program, _step)))
+    # once, however often this file is loaded: a step wrapped here carries functools.wraps' __wrapped__
+    if not hasattr(getattr(Program, _step), "__wrapped__"):
+        setattr(Program, _step, _usage_errors_exit_2(getattr(Program, _step)))
 
 
-def _core_dry(c) -> bool:
+def _core_dry(c: Context) -> bool:
     """invoke's own --dry (`invoke --dry release ...`) means --dry-run for the tasks that have one."""
     return bool(c.config.run.dry)
 
@@ -80,12 +92,12 @@ def _env(store_spec: str | None = None) -> Environment:
     return replace(env, store_spec=store_spec) if store_spec else env
 
 
-def reports_errors(fn):
+def reports_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Configure the wheelhouse logger for the task, and turn a WheelhouseError into one line on stderr
     (an ``::error::`` annotation on GitHub Actions) and its exit status."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         log.configure(github_actions=on_github_actions(os.environ))
         try:
             return fn(*args, **kwargs)
@@ -105,7 +117,7 @@ def reports_errors(fn):
     return wrapper
 
 
-def _write_github_output(entries: list[dict]) -> None:
+def _write_github_output(entries: list[dict[str, Any]]) -> None:
     """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool>."""
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
@@ -142,7 +154,8 @@ def _write_text(path: Path, text: str, what: str, *, append: bool = False) -> No
     }
 )
 @reports_errors
-def matrix(c, component=None, arch=None, python=None, torch=None, json_=False, github_output=False):
+def matrix(c: Context, component: str | None = None, arch: str | None = None, python: str | None = None,
+           torch: str | None = None, json_: bool = False, github_output: bool = False) -> None:
     """Print the build rows of versions.yaml."""
     versions = load(_env().versions_path)
     rows = matrix_module.select(
@@ -160,7 +173,9 @@ def matrix(c, component=None, arch=None, python=None, torch=None, json_=False, g
         print(f"{len(rows)} row(s)")
 
 
-def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False):
+def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False) -> Any:
+    """The store WHEELHOUSE_STORE (or ``--store``) names: a LocalStore or a GitHubStore. Any, because the tasks
+    still probe for what only one of them has (``plan``, ``get_public``), which ReleaseStore does not declare."""
     from ci.environment import open_store
 
     env = _env(store_spec)
@@ -168,30 +183,29 @@ def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: 
     return open_store(env, dry_run=dry_run, progress=progress, must_exist=must_exist)
 
 
-def _wheel_paths(spec: str) -> list[Path]:
-    """Wheels named by a space-separated list of paths or globs (invoke takes one positional string)."""
+def _wheel_paths(specs: list[str]) -> list[Path]:
+    """The wheels that the --wheel values name: each one path (spaces and all) or a quoted glob."""
     import glob
 
-    if Path(spec).is_file():  # one path, spaces and all
-        return [Path(spec)]
+    if not specs:
+        raise Exit("error: name at least one --wheel FILE (repeat it; quote a glob: --wheel 'dist/cu130/torch2.13/*.whl')",
+                   code=2)
     paths = []
-    for item in spec.split():
-        matches = sorted(glob.glob(item))
-        if glob.has_magic(item) and not matches:
-            raise UsageError(f"no file matches {item!r}; check the glob (e.g. 'dist/cu130/torch2.13/*.whl')")
-        for path in map(Path, matches or [item]):
+    for spec in specs:
+        matches = [spec] if Path(spec).exists() else sorted(glob.glob(spec))
+        if not matches and glob.has_magic(spec):
+            raise UsageError(f"--wheel {spec!r} matches no file; check the glob (e.g. 'dist/cu130/torch2.13/*.whl')")
+        for path in map(Path, matches or [spec]):
             if path.is_dir():
-                raise UsageError(f"{path} is a directory; name wheel files, or a glob such as '{path}/*.whl'")
+                raise UsageError(f"--wheel {path} is a directory; name wheel files, or a glob such as '{path}/*.whl'")
             paths.append(path)
-    if not paths:
-        raise Exit("error: name at least one wheel file (quote a glob: 'dist/cu130/torch2.13/*.whl')", code=2)
     return paths
 
 
 @task(
-    positional=["wheels"],
+    iterable=["wheel"],
     help={
-        "wheels": "wheel files to check: paths or quoted globs, space-separated",
+        "wheel": "a wheel file to check, or a quoted glob (repeat --wheel for several)",
         "torch": "target torch: a python interpreter, site-packages dir, torch dir, or a torch wheel read in place",
         "require_archs": "CUDA archs the fat binaries must cover, e.g. '8.0;9.0;10.0' (sm_90a covers 9.0)",
         "pythons": "CPython versions that must each have every extension module, e.g. 3.10,3.11",
@@ -200,48 +214,52 @@ def _wheel_paths(spec: str) -> list[Path]:
     },
 )
 @reports_errors
-def check_wheel(c, wheels, torch=None, require_archs=None, pythons=None, audit=False, json_=False):
+def check_wheel(c: Context, wheel: list[str] | None = None, torch: str | None = None,
+                require_archs: str | None = None, pythons: str | None = None, audit: bool = False,
+                json_: bool = False) -> None:
     """Check wheels before they ship: torch ABI, Python coverage, CUDA archs, archive safety."""
     from ci.wheels.check import check_wheels
 
-    report = check_wheels(_wheel_paths(wheels), torch_target=torch, require_archs=require_archs, pythons=pythons, audit=audit)
+    report = check_wheels(_wheel_paths(wheel or []), torch_target=torch, require_archs=require_archs, pythons=pythons, audit=audit)
     print(report.to_json() if json_ else report.render_text())
     if not report.ok:
         raise Exit(code=1)
 
 
 @task(
-    positional=["wheels"],
+    iterable=["wheel"],
     help={
-        "wheels": "wheel files to rewrite: paths or quoted globs, space-separated",
+        "wheel": "a wheel file to rewrite, or a quoted glob (repeat --wheel for several)",
         "strip_local_version": "drop the +local version segment (filename, METADATA, dist-info, RECORD)",
         "repair": "auditwheel repair to this manylinux tag, excluding torch/CUDA/NCCL/NVSHMEM libraries",
         "out": "output directory (default: beside each wheel, replacing it)",
     },
 )
 @reports_errors
-def fix_wheel(c, wheels, strip_local_version=False, repair=None, out=None):
+def fix_wheel(c: Context, wheel: list[str] | None = None, strip_local_version: bool = False,
+              repair: str | None = None, out: str | None = None) -> None:
     """Rewrite wheels: strip a +local version and/or repair to a manylinux tag."""
     from ci.wheels import audit, rewrite
 
     if not (strip_local_version or repair):
         raise Exit("error: fix-wheel: choose --strip-local-version and/or --repair TAG", code=2)
-    paths = _wheel_paths(wheels)
+    paths = _wheel_paths(wheel or [])
     if strip_local_version:
         rewrite.check_strip_collisions(paths, Path(out) if out else None)
-    for wheel in paths:
-        current = wheel
-        target_dir = Path(out) if out else wheel.parent
+    for path in paths:
+        current = path
+        target_dir = Path(out) if out else path.parent
         if strip_local_version:
             current = rewrite.strip_local_version(current, target_dir)
-            if current != wheel and not out:
-                wheel.unlink()
+            if current != path and not out:
+                path.unlink()
         if repair:
             current = audit.audit_repair(current, target_dir, plat=repair)
         print(current)
 
 
-def _release_row(versions, component, python, torch, arch):
+def _release_row(versions: Versions, component: str, python: str | None, torch: str | None,
+                 arch: str | None) -> MatrixRow:
     from ci import build
 
     rows = matrix_module.select(
@@ -258,7 +276,7 @@ def _release_row(versions, component, python, torch, arch):
 
 @task(
     help={
-        "component": "component to release",
+        "component": "component to release (required)",
         "python": "the row's Python (X.Y)",
         "torch": "the row's torch version",
         "arch": "the row's arch (default: this machine's)",
@@ -269,10 +287,14 @@ def _release_row(versions, component, python, torch, arch):
     }
 )
 @reports_errors
-def release(c, component, python=None, torch=None, arch=None, dist="dist", dry_run=False, no_clobber=False, store=None):
+def release(c: Context, component: str | None = None, python: str | None = None, torch: str | None = None,
+            arch: str | None = None, dist: str = "dist", dry_run: bool = False, no_clobber: bool = False,
+            store: str | None = None) -> None:
     """Upload one built row: ensure the release, upload wheels and .metadata, then the manifest last."""
     from ci import release as release_module
 
+    if not component:
+        raise Exit("error: release: name --component C (invoke matrix lists the components)", code=2)
     dry_run = dry_run or _core_dry(c)
 
     versions = load(_env().versions_path)
@@ -302,7 +324,8 @@ def release(c, component, python=None, torch=None, arch=None, dist="dist", dry_r
     }
 )
 @reports_errors
-def plan(c, component="all", arch=None, python=None, markdown=None, github_output=False, store=None):
+def plan(c: Context, component: str = "all", arch: str | None = None, python: str | None = None,
+         markdown: str | None = None, github_output: bool = False, store: str | None = None) -> None:
     """Mark each matrix row build or skip, with the reason, without downloading any wheel."""
     from ci import plan as plan_module
 
@@ -433,7 +456,7 @@ def _url_fetch(asset):
 
 @task(help={"check": "change nothing; list the files that differ from versions.yaml and fail if any do"})
 @reports_errors
-def workflows(c, check=False):
+def workflows(c: Context, check: bool = False) -> None:
     """Write .github/workflows/ from versions.yaml (generated files only; stale ones are removed)."""
     root = Path(__file__).resolve().parent
     versions = load(_env().versions_path)
@@ -484,7 +507,8 @@ def _index_target(release_store, *, store=None, **where):
     }
 )
 @reports_errors
-def migrate_tags(c, apply=False, skip_unparseable=False, delete_old_tags=False, store=None):
+def migrate_tags(c: Context, apply: bool = False, skip_unparseable: bool = False, delete_old_tags: bool = False,
+                 store: str | None = None) -> None:
     """Retag releases of the older schemes (<component>-<ref>[-pyX.Y]) to <component>-<ref>-py<X.Y>-torch<T>."""
     from ci.maintenance import migrate
 
@@ -502,6 +526,19 @@ def migrate_tags(c, apply=False, skip_unparseable=False, delete_old_tags=False, 
     print(migrate.apply(plan, target).render())
 
 
+def _artifact_source(target: Any, artifacts_dir: str | None) -> ArtifactSource:
+    """Where restore-wheels takes the artifacts from: --artifacts-dir, else the GitHub store's workflow runs."""
+    from ci.store.artifacts import GitHubArtifacts, LocalArtifacts
+    from ci.store.github import GitHubStore
+
+    if artifacts_dir:
+        return LocalArtifacts(Path(artifacts_dir))
+    if isinstance(target, GitHubStore):
+        return GitHubArtifacts(target)
+    raise Exit("error: restore-wheels: a local store takes its artifacts from --artifacts-dir DIR "
+               "(DIR/<run id>/<artifact name>.zip)", code=2)
+
+
 @task(
     iterable=["run"],
     help={
@@ -516,23 +553,16 @@ def migrate_tags(c, apply=False, skip_unparseable=False, delete_old_tags=False, 
     },
 )
 @reports_errors
-def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=None, clobber=False,
-                   accept_undigested=False, apply=False, store=None):
+def restore_wheels(c: Context, run: list[str] | None = None, torch: str | None = None,
+                   versions_ref: str | None = None, artifacts_dir: str | None = None, clobber: bool = False,
+                   accept_undigested: bool = False, apply: bool = False, store: str | None = None) -> None:
     """Put wheels back into releases from the workflow artifacts of earlier CI runs."""
     from ci.maintenance import restore
-    from ci.store.artifacts import GitHubArtifacts, LocalArtifacts
-    from ci.store.local import LocalStore
 
     if not run or not torch or not versions_ref:
         raise Exit("error: restore-wheels: name --run ID (one or more), --torch T and --versions-ref REF", code=2)
     target = _store(store)
-    if artifacts_dir:
-        source = LocalArtifacts(Path(artifacts_dir))
-    elif isinstance(target, LocalStore):
-        raise Exit("error: restore-wheels: a local store takes its artifacts from --artifacts-dir DIR "
-                   "(DIR/<run id>/<artifact name>.zip)", code=2)
-    else:
-        source = GitHubArtifacts(target)
+    source = _artifact_source(target, artifacts_dir)
     versions = restore.versions_from_text(restore.versions_text_at(versions_ref), ref=versions_ref)
     listings = restore.collect(source, run)
     print(restore.artifact_summary(listings))
@@ -615,7 +645,7 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
     }
 )
 @reports_errors
-def bench(c, quick=False, only=None):
+def bench(c: Context, quick: bool = False, only: str | None = None) -> None:
     """Run benchmarks/ (ratios against the anchor's approaches) and rewrite benchmarks/RESULTS.md."""
     import subprocess
 

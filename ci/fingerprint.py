@@ -8,20 +8,25 @@ patches. The helpers are hashed whole rather than followed through the
 builder's ``source`` lines: a resolver that misreads one line (``source
 "$LIB/flashinfer.sh"`` from ``flashinfer.sh`` once resolved to the builder
 itself) would keep serving an old wheel, while hashing a helper a builder does
-not use only costs a rebuild (fail closed). Runner labels, ``max_jobs`` and
-timeouts are deliberately left out: they change how long a build takes, not
-what it produces (the anchor rebuilt everything when they changed).
+not use only costs a rebuild (fail closed).
+
+Which settings are wheel-relevant is declared once, by ``x-build-input`` in
+versions.schema.json: the ``true`` ones form the config's settings block. Runner
+labels, ``max_jobs`` and timeouts are ``false``: they change how long a build
+takes, not what it produces (the anchor rebuilt everything when they changed).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ci.digest import sha256_file
 from ci.matrix import MatrixRow
-from ci.versions import REPO_ROOT, Versions
+from ci.versions import BUILD_INPUT_SETTINGS, REPO_ROOT, Versions
 
 FINGERPRINT_SCHEMA = 2
 SHARED_INPUTS = ("build_scripts/lib", "build_scripts/provision", "build_scripts/nvcc-arch-filter")
@@ -38,6 +43,28 @@ def shared_inputs(repo_root: Path = REPO_ROOT) -> list[Path]:
     return files
 
 
+FILE_SETTINGS = frozenset({"patches"})
+"""Build-input settings that name repository files: :func:`build_inputs` hashes each file's path and bytes, which
+is all the list says, so the settings block leaves them out."""
+UNORDERED_SETTINGS = frozenset({"wheel_packages"})
+"""List settings whose order means nothing (which distributions a build keeps): hashed sorted."""
+
+
+def _canonical(name: str, value: Any) -> Any:
+    """A setting's value as the settings block holds it (JSON: lists, and mappings as dicts)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple):
+        return sorted(value) if name in UNORDERED_SETTINGS else list(value)
+    return value
+
+
+def settings_block(row: MatrixRow) -> dict[str, Any]:
+    """The row's build-input settings (:data:`ci.versions.BUILD_INPUT_SETTINGS`) but those hashed as files."""
+    return {name: _canonical(name, getattr(row.settings, name)) for name in BUILD_INPUT_SETTINGS
+            if name not in FILE_SETTINGS}
+
+
 def build_inputs(row: MatrixRow, repo_root: Path = REPO_ROOT) -> list[dict]:
     files = [repo_root / "build_scripts" / f"{row.settings.builder}.sh", *shared_inputs(repo_root)]
     files += [repo_root / patch for patch in row.settings.patches]
@@ -52,8 +79,7 @@ def build_config(row: MatrixRow, source_revision: str | None, repo_root: Path = 
     ``submodules``: the only submodules checked out, when the component names them (another
     selection is other sources at the same revision).
     """
-    s = row.settings
-    config = {
+    config: dict[str, Any] = {
         "schema": FINGERPRINT_SCHEMA,
         "component": row.component,
         "ref": row.ref,
@@ -66,14 +92,7 @@ def build_config(row: MatrixRow, source_revision: str | None, repo_root: Path = 
         "torch_vision": row.torch_vision,
         "torch_audio": row.torch_audio,
         "cxx11_abi": row.cxx11_abi,
-        "builder": s.builder,
-        "torch_cuda_arch_list": s.torch_cuda_arch_list,
-        "arch_filter": s.arch_filter,
-        "requires_cudnn": s.requires_cudnn,
-        "extra_env": dict(s.extra_env),
-        "wheel_packages": sorted(s.wheel_packages),
-        "repair": s.repair,
-        "torch_pin": s.torch_pin,  # the wheel's METADATA says it
+        **settings_block(row),
         "build_inputs": build_inputs(row, repo_root),
     }
     if submodules is not None:

@@ -118,7 +118,7 @@ def decide(
     return Plan(tuple(decisions), read_bytes)
 
 
-def _decide_row(versions: Versions, row: MatrixRow, release: Release | None, store: ReleaseStore,
+def _decide_row(versions: Versions, row: MatrixRow, release: Release | None, store: ReleaseStore,  # noqa: C901 - a flat sequence of build/skip cases, first match wins
                 revision: str | None) -> tuple[Decision, int]:
     def build(reason: str, size: int = 0) -> tuple[Decision, int]:
         return Decision(row, True, reason), size

@@ -59,6 +59,11 @@ SETTING_KEYS: tuple[str, ...] = tuple(_SETTING_SCHEMAS)
 SETTING_DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {key: _frozen(schema["default"]) for key, schema in _SETTING_SCHEMAS.items() if "default" in schema}
 )
+BUILD_INPUT_SETTINGS: tuple[str, ...] = tuple(
+    key for key, schema in _SETTING_SCHEMAS.items() if schema.get("x-build-input", True) is not False
+)
+"""The settings whose value changes the wheel (the schema's ``x-build-input``; a setting not marked counts as one,
+so a forgotten mark costs a rebuild, never a stale wheel)."""
 
 
 @dataclass(frozen=True)
@@ -343,7 +348,7 @@ def _describe(value: Any) -> str:
     return "a mapping"
 
 
-def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:
+def _schema_message(error: jsonschema.ValidationError) -> tuple[list, str]:  # noqa: C901 - one flat case per jsonschema validator
     """(key path parts, 'problem; fix') for one jsonschema error."""
     parts = list(error.absolute_path)
     schema = error.schema

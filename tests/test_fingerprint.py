@@ -3,6 +3,8 @@ edit to any helper under build_scripts/lib/ changes the fingerprint of the rows 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import shutil
 from pathlib import Path
@@ -92,3 +94,70 @@ def test_a_submodule_selection_is_part_of_the_fingerprint() -> None:
         fingerprint.build_config(row, "a" * 40, submodules=("csrc/cutlass", "csrc/composable_kernel")))
     assert len({everything, only_cutlass, with_ck}) == 3
     assert "source_submodules" not in fingerprint.build_config(row, "a" * 40)  # unchanged for every other row
+
+
+# --- which settings are build inputs: the schema's x-build-input, declared once ------------------------------
+
+_ROW_FIELDS = {"schema", "component", "ref", "source_revision", "arch", "cuda", "python", "pythons", "torch",
+               "torch_vision", "torch_audio", "cxx11_abi", "build_inputs", "source_submodules"}
+
+
+def _marked(value: bool) -> set[str]:
+    schema = json.loads((REPO_ROOT / "versions.schema.json").read_text())
+    return {name for name, prop in schema["$defs"]["settings"]["properties"].items()
+            if prop["x-build-input"] is value}
+
+
+def test_the_settings_block_is_the_schemas_build_inputs():
+    row = matrix.expand(load(REPO_ROOT / "versions.yaml"))[0]
+    block = set(fingerprint.settings_block(row))
+    assert block == _marked(True) - fingerprint.FILE_SETTINGS
+    assert _marked(True) >= fingerprint.FILE_SETTINGS and _marked(True) >= fingerprint.UNORDERED_SETTINGS
+    assert block & _ROW_FIELDS == set()  # a setting never shadows a row field in the flat config
+    assert set(fingerprint.build_config(row, "a" * 40)) == block | (_ROW_FIELDS - {"source_submodules"})
+
+
+def _changed(name: str, value: object) -> object:
+    """Another valid-looking value of the same kind."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, tuple):
+        return (*value, "extra_pkg")
+    if isinstance(value, dict):
+        return {**value, "EXTRA_FLAG": "1"}
+    return f"{value}x" if value is not None else "x"
+
+
+def _with_setting(row: matrix.MatrixRow, name: str, value: object) -> matrix.MatrixRow:
+    return dataclasses.replace(row, settings=dataclasses.replace(row.settings, **{name: value}))
+
+
+@pytest.mark.parametrize("name", sorted(_marked(True) | _marked(False)))
+def test_a_setting_changes_the_fingerprint_exactly_when_the_schema_marks_it(name):
+    """Fail closed for every build input (a changed value rebuilds the row), and never a rebuild for the others."""
+    row = next(r for r in matrix.expand(load(REPO_ROOT / "versions.yaml")) if not r.settings.patches)
+    before = fingerprint.fingerprint(fingerprint.build_config(row, "a" * 40))
+    # a patch is a file: name one that exists, so its bytes are read
+    new = ("patches/enable_deep_ep_sm80.py",) if name == "patches" else _changed(name, getattr(row.settings, name))
+    after = fingerprint.fingerprint(fingerprint.build_config(_with_setting(row, name, new), "a" * 40))
+    assert (after != before) is (name in _marked(True)), name
+
+
+def _config_as_published(row: matrix.MatrixRow, revision: str) -> dict:
+    """The config as release manifests recorded it before the schema declared the build inputs: the hand-picked
+    settings of that time. Their fingerprints must still match, or every published row would rebuild."""
+    s = row.settings
+    config = {key: value for key, value in fingerprint.build_config(row, revision).items() if key in _ROW_FIELDS}
+    config.update({"builder": s.builder, "torch_cuda_arch_list": s.torch_cuda_arch_list, "arch_filter": s.arch_filter,
+                   "requires_cudnn": s.requires_cudnn, "extra_env": dict(s.extra_env),
+                   "wheel_packages": sorted(s.wheel_packages), "repair": s.repair, "torch_pin": s.torch_pin})
+    return config
+
+
+def test_every_real_rows_fingerprint_is_the_one_published_before_the_schema_marks():
+    rows = matrix.expand(load(REPO_ROOT / "versions.yaml"))
+    assert len(rows) > 20
+    for row in rows:
+        assert fingerprint.build_config(row, "a" * 40) == _config_as_published(row, "a" * 40), row.label

@@ -58,7 +58,7 @@ def test_real_deep_gemm_is_one_wheel_for_two_pythons(deep_gemm_bundle):
 def test_real_deep_gemm_passes_check_wheel_against_torch_213(deep_gemm_bundle):
     """Both Pythons have their _C, and each links only symbols torch 2.13 (the row venv's) exports."""
     venv_python = next((REPO_ROOT / ".cache" / "venvs").glob("py3.12-torch2.13.0-*/bin/python"))
-    proc = subprocess.run([sys.executable, "-m", "invoke", "check-wheel", str(deep_gemm_bundle), "--torch",
+    proc = subprocess.run([sys.executable, "-m", "invoke", "check-wheel", "--wheel", str(deep_gemm_bundle), "--torch",
                            str(venv_python), "--pythons", "3.11,3.12"], cwd=REPO_ROOT, capture_output=True, text=True)
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0

@@ -62,7 +62,7 @@ def test_metadata_with_a_non_ascii_name(tmp_path):
     with zipfile.ZipFile(wheel, "w") as zf:
         for name, data in members.items():
             zf.writestr(name, data)
-    result = invoke("check-wheel", str(wheel))
+    result = invoke("check-wheel", "--wheel", str(wheel))
     assert "Traceback" not in result.stderr and result.returncode == 1
     assert f"  - {wheel.name}: METADATA Name 'démo_pkg' does not match the filename; rebuild the wheel" in result.stdout
 
@@ -75,7 +75,7 @@ def test_metadata_with_two_names(tmp_path):
     with zipfile.ZipFile(wheel, "w") as zf:
         for name, data in members.items():
             zf.writestr(name, data)
-    result = invoke("check-wheel", str(wheel))
+    result = invoke("check-wheel", "--wheel", str(wheel))
     assert f"  - {wheel.name}: METADATA has 2 Name: headers; rebuild the wheel with one" in result.stdout
 
 
@@ -87,7 +87,7 @@ def test_strip_with_a_record_that_is_not_utf8(tmp_path):
     with zipfile.ZipFile(wheel, "w") as zf:
         for name, data in members.items():
             zf.writestr(name, data)
-    line = one_line(invoke("fix-wheel", str(wheel), "--strip-local-version", "--out", str(tmp_path / "o")), 1)
+    line = one_line(invoke("fix-wheel", "--wheel", str(wheel), "--strip-local-version", "--out", str(tmp_path / "o")), 1)
     assert line == f"error: {wheel.name}: RECORD is not UTF-8; rebuild the wheel"
 
 
@@ -183,24 +183,38 @@ def test_no_clobber_refusal_names_the_flag_release_has(tmp_path):
 
 
 def test_check_wheel_on_a_directory_or_an_empty_glob_is_a_usage_error(tmp_path):
-    line = one_line(invoke("check-wheel", str(tmp_path)), 2)
-    assert line == f"error: {tmp_path} is a directory; name wheel files, or a glob such as '{tmp_path}/*.whl'"
-    line = one_line(invoke("check-wheel", f"{tmp_path}/*.whl"), 2)
-    assert line == f"error: no file matches '{tmp_path}/*.whl'; check the glob (e.g. 'dist/cu130/torch2.13/*.whl')"
+    line = one_line(invoke("check-wheel", "--wheel", str(tmp_path)), 2)
+    assert line == f"error: --wheel {tmp_path} is a directory; name wheel files, or a glob such as '{tmp_path}/*.whl'"
+    line = one_line(invoke("check-wheel", "--wheel", f"{tmp_path}/*.whl"), 2)
+    assert line == f"error: --wheel '{tmp_path}/*.whl' matches no file; check the glob (e.g. 'dist/cu130/torch2.13/*.whl')"
 
 
-def test_check_wheel_takes_one_path_with_spaces(tmp_path):
+@pytest.mark.parametrize("args", [("check-wheel",), ("fix-wheel", "--strip-local-version")], ids=lambda a: a[0])
+def test_a_wheel_task_without_a_wheel_is_a_usage_error(args):
+    line = one_line(invoke(*args), 2)
+    assert line == ("error: name at least one --wheel FILE (repeat it; quote a glob: "
+                    "--wheel 'dist/cu130/torch2.13/*.whl')")
+
+
+def test_release_without_a_component_is_a_usage_error():
+    line = one_line(invoke("release"), 2)
+    assert line == "error: release: name --component C (invoke matrix lists the components)"
+
+
+def test_check_wheel_takes_paths_with_spaces_and_several_wheels(tmp_path):
     wheel = build_wheel(tmp_path / "with space", {"demo_pkg/__init__.py": b""})
-    result = invoke("check-wheel", str(wheel))
+    other = build_wheel(tmp_path / "other dir", {"other_pkg/__init__.py": b""}, name="other_pkg")
+    result = invoke("check-wheel", "--wheel", str(wheel), "--wheel", str(other))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.startswith(f"PASS {wheel.name} ")
+    verdicts = [line for line in result.stdout.splitlines() if line.startswith(("PASS ", "FAIL "))]
+    assert [v.split()[:2] for v in verdicts] == [["PASS", wheel.name], ["PASS", other.name]], result.stdout
 
 
 def test_check_wheel_never_prints_escape_sequences(tmp_path):
     wheel = build_wheel(tmp_path, {"demo_pkg/__init__.py": b""})
     hostile = wheel.with_name(wheel.name.replace(".whl", "\x1b[2J.whl"))
     wheel.rename(hostile)
-    result = invoke("check-wheel", str(hostile))
+    result = invoke("check-wheel", "--wheel", str(hostile))
     assert "\x1b" not in result.stdout and "\\x1b[2J" in result.stdout
 
 
@@ -211,7 +225,7 @@ def test_check_wheel_into_a_closed_pipe_ends_quietly(tmp_path):
         (tmp_path / f"d{i}" / wheel.name).write_bytes(wheel.read_bytes())
     environ = {**os.environ, "WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS), "SPEC": f"{tmp_path}/d*/*.whl"}
     # read by a reader that leaves after one line
-    done = subprocess.run(f'"{sys.executable}" -m invoke check-wheel "$SPEC" | head -1', shell=True, cwd=REPO,
+    done = subprocess.run(f'"{sys.executable}" -m invoke check-wheel --wheel "$SPEC" | head -1', shell=True, cwd=REPO,
                           env=environ, capture_output=True, text=True, timeout=300)
     assert done.stdout.startswith("PASS ") and "Traceback" not in done.stderr, done.stderr[-2000:]
 

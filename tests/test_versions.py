@@ -356,9 +356,15 @@ def _schema_defs() -> dict:
 def test_every_list_of_setting_names_agrees():
     """The schema's settings are the one list; the component's and the override's $refs, the Settings fields,
     SETTING_KEYS and the README's versions.yaml table name the same settings (a key missing from one was
-    accepted by the schema and then dropped silently)."""
+    accepted by the schema and then dropped silently). Each says whether it is a build input (x-build-input,
+    read by ci/fingerprint.py), so none is left out of the fingerprint by omission."""
     defs = _schema_defs()
     names = set(defs["settings"]["properties"])
+    unmarked = {name for name, prop in defs["settings"]["properties"].items()
+                if not isinstance(prop.get("x-build-input"), bool)}
+    assert unmarked == set(), f"mark each setting \"x-build-input\": true (changes the wheel) or false: {unmarked}"
+    assert set(versions.BUILD_INPUT_SETTINGS) == {name for name in names
+                                                  if defs["settings"]["properties"][name]["x-build-input"]}
     for where in ("component", "override"):
         refs = {name: prop["$ref"] for name, prop in defs[where]["properties"].items()
                 if prop.get("$ref", "").startswith("#/$defs/settings/")}

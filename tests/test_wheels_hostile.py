@@ -37,7 +37,7 @@ def stand_in_torch(tmp_path_factory) -> Path:
 
 def check_wheel(wheel: Path, *args: str) -> subprocess.CompletedProcess:
     """invoke check-wheel, killed past the time budget (a TimeoutExpired fails the test)."""
-    return subprocess.run([sys.executable, "-m", "invoke", "check-wheel", str(wheel), *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "invoke", "check-wheel", "--wheel", str(wheel), *args], cwd=REPO,
                           capture_output=True, text=True, timeout=TIME_BUDGET_S, preexec_fn=_limit_memory)
 
 

@@ -147,7 +147,7 @@ def test_command_line_refuses_inputs_that_strip_to_one_name(tmp_path: Path) -> N
     inputs = [build_wheel(tmp_path, {"pkg/build.py": f"BUILD = {v!r}\n".encode()}, name="pkg", version=v)
               for v in ("1.0+cu129", "1.0+cu130", "1.0")]
     before = {p.name: p.read_bytes() for p in inputs}
-    result = subprocess.run([sys.executable, "-m", "invoke", "fix-wheel", str(tmp_path / "*.whl"),
+    result = subprocess.run([sys.executable, "-m", "invoke", "fix-wheel", "--wheel", str(tmp_path / "*.whl"),
                              "--strip-local-version"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 1
@@ -160,7 +160,8 @@ def test_command_line_refuses_inputs_that_strip_to_one_name(tmp_path: Path) -> N
     same = tmp_path / "same"
     for v in ("1.0+cu129", "1.0+cu130"):
         build_wheel(same, {"pkg/build.py": b"BUILD = 1\n"}, name="pkg", version=v)
-    result = subprocess.run([sys.executable, "-m", "invoke", "fix-wheel", str(same / "*.whl"), "--strip-local-version"],
+    result = subprocess.run([sys.executable, "-m", "invoke", "fix-wheel", "--wheel", str(same / "*.whl"),
+                             "--strip-local-version"],
                             capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in same.glob("*.whl")) == ["pkg-1.0-cp311-cp311-linux_x86_64.whl"]

@@ -437,7 +437,7 @@ def test_publish_runs_no_upstream_code_and_checks_the_wheels_again(docs):
     assert download["with"]["path"] == build["Upload wheel artifact"]["with"]["path"] == "dist/${{ inputs.world }}/"
     assert by_name["Check the wheels again"]["run"] == "bash build_scripts/ci/recheck_wheels.sh\n"
     recheck = _script("recheck_wheels.sh")
-    assert 'invoke check-wheel "dist/$WORLD/*.whl" --pythons' in recheck and "--require-archs" in recheck
+    assert 'invoke check-wheel --wheel "dist/$WORLD/*.whl" --pythons' in recheck and "--require-archs" in recheck
     # the torch ABI check too: against the row's torch wheel, downloaded and read in place, never installed
     assert 'python -m ci.wheels.torch_wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH"' in recheck
     assert '--torch "$torch_wheel"' in recheck and "pip install" not in recheck

@@ -14,4 +14,4 @@ fi
 torch_dir="$(mktemp -d "${RUNNER_TEMP:-/tmp}/row-torch.XXXXXX")"
 torch_wheel="$(python -m ci.wheels.torch_wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH" \
     --arch "$ARCH" --dest "$torch_dir")"
-invoke check-wheel "dist/$WORLD/*.whl" --pythons "${pythons// /,}" --torch "$torch_wheel" "${archs[@]}"
+invoke check-wheel --wheel "dist/$WORLD/*.whl" --pythons "${pythons// /,}" --torch "$torch_wheel" "${archs[@]}"

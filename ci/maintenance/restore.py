@@ -173,7 +173,7 @@ def _newest_key(artifact: Artifact) -> tuple[str, int, str]:
     return (artifact.created_at or "", run, str(artifact.id))
 
 
-def plan(versions: Versions, listings: Mapping[str, Sequence[Artifact]], *, torch: str, versions_ref: str,
+def plan(versions: Versions, listings: Mapping[str, Sequence[Artifact]], *, torch: str, versions_ref: str,  # noqa: C901 - one case per artifact outcome, in the order the plan reports them
          releases: Sequence[Release] = (), clobber: bool = False, source: str = "", store: str = "",
          accept_undigested: bool = False) -> RestorePlan:
     """Which artifacts go into which release (none: see :meth:`RestorePlan.nothing_to_restore`)."""
@@ -424,7 +424,7 @@ def _restored_manifest(group: ReleaseRestore, arch: str, wheels: list[_File], re
     return data.to_json().encode()
 
 
-def apply(restore: RestorePlan, store: ReleaseStore, source: ArtifactSource, *,
+def apply(restore: RestorePlan, store: ReleaseStore, source: ArtifactSource, *,  # noqa: C901 - per release: download, verify, extract, upload; each refusal recorded where it arises
           workdir: Path | None = None) -> RestoreResult:
     """Download, verify, extract and upload, release by release; refusals are collected, not raised."""
     empty = restore.nothing_to_restore()

@@ -580,7 +580,7 @@ class GitHubStore:
             if a["name"] == name:
                 self.delete_asset_id(a["id"])
 
-    def upload_asset(self, tag: str, path: Path, *, name: str | None = None, clobber: bool = False,
+    def upload_asset(self, tag: str, path: Path, *, name: str | None = None, clobber: bool = False,  # noqa: C901 - the convergence cases of one upload, in the order its docstring gives them
                      label: str | None = None) -> Asset:
         """Upload ``path`` as ``name``; idempotent, safe to run concurrently for different names.
 

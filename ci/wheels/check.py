@@ -181,7 +181,7 @@ def _wheel_dict(w: WheelReport) -> dict[str, Any]:
     return data
 
 
-def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None, cuobjdump: Path | None,
+def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None, cuobjdump: Path | None,  # noqa: C901 - the one place every check is called from, in report order
              required: ArchList | None, audit: bool) -> WheelReport:
     if not path.is_file():
         return WheelReport(path, None, None, (f"{path.name}: no such file ({path}); check the path",))

@@ -138,7 +138,7 @@ if [[ "$MODE" == upstream ]]; then
             # the build's gate, once more in the open: ABI against this torch, coverage, sm_90 where there are cubins
             require=()
             [[ "$(tail -1 "$RESULTS/wheels.txt")" == *sm_90* ]] && require=(--require-archs 9.0)
-            "$PY" -m invoke check-wheel "$wheel" --torch "$PY" --pythons 3.12 "${require[@]}" | tee -a "$RESULTS/checks.txt"
+            "$PY" -m invoke check-wheel --wheel "$wheel" --torch "$PY" --pythons 3.12 "${require[@]}" | tee -a "$RESULTS/checks.txt"
         done
         done
     done
@@ -163,7 +163,7 @@ if [[ "$MODE" == upstream ]]; then
     step "4. DeepGEMM built against torch 2.13 on the CPU machine, here with torch 2.11"
     for wheel in .device/torch2.13/deep_gemm-*.whl; do
         [[ -f "$wheel" ]] || { echo "no .device/torch2.13/deep_gemm wheel carried: step 4 skipped"; break; }
-        "$PY" -m invoke check-wheel "$wheel" --torch "$PY" --pythons 3.12 2>&1 | tee "$RESULTS/check-deep-gemm-2.13.txt" || true
+        "$PY" -m invoke check-wheel --wheel "$wheel" --torch "$PY" --pythons 3.12 2>&1 | tee "$RESULTS/check-deep-gemm-2.13.txt" || true
         "$PY" -m pip install -q --no-deps --target "$WORK/mismatched" "$wheel"
         (cd "$WORK" && PYTHONPATH="$WORK/mismatched" "$PY" -c 'import deep_gemm; print("import ok", deep_gemm.__file__)' 2>&1 \
             | tail -2 | tee "$RESULTS/import-deep-gemm-2.13.txt") || true
@@ -218,13 +218,13 @@ mismatched="$(ls .device/torch2.13/wheelhouse_fixture-*.whl 2>/dev/null || true)
 if [[ -z "$mismatched" ]]; then
     echo "no .device/torch2.13/ wheel carried: step 4 skipped" | tee "$RESULTS/check-mismatched.txt"
 else
-"$PY" -m invoke check-wheel "$mismatched" --torch "$PY" --pythons 3.12 | tee "$RESULTS/check-mismatched.txt" \
+"$PY" -m invoke check-wheel --wheel "$mismatched" --torch "$PY" --pythons 3.12 | tee "$RESULTS/check-mismatched.txt" \
     && { echo "expected the check to fail"; exit 1; }
 "$PY" -m pip install -q --no-deps --target "$WORK/mismatched" "$mismatched"
 (cd "$WORK" && PYTHONPATH="$WORK/mismatched" "$PY" -c 'import wheelhouse_fixture' 2>&1 | tail -1 | tee "$RESULTS/import-mismatched.txt") || true
 grep -q "undefined symbol" "$RESULTS/import-mismatched.txt"
 echo "--- the same extension built here against torch 2.11:"
-"$PY" -m invoke check-wheel "$DIST/$WORLD/wheelhouse_fixture-*.whl" --torch "$PY" --pythons 3.12 \
+"$PY" -m invoke check-wheel --wheel "$DIST/$WORLD/wheelhouse_fixture-*.whl" --torch "$PY" --pythons 3.12 \
     | tee "$RESULTS/check-matched.txt"
 "$PY" -m pip install -q --no-deps --target "$WORK/matched" "$DIST/$WORLD"/wheelhouse_fixture-*.whl
 (cd "$WORK" && PYTHONPATH="$WORK/matched" "$PY" -c 'import torch, wheelhouse_fixture as w; print("import ok:", w.scaled_add(torch.ones(2, device="cuda"), torch.ones(2, device="cuda"), 2.0).tolist())') \
