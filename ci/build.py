@@ -38,11 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ci import credentials, fingerprint, log, matrix, ninja_log, sbom, sources, stamp, toolchain
+from ci import credentials, fingerprint, log, matrix, ninja_log, reproducible, sbom, sources, stamp, toolchain
 from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
+from ci.wheels import rewrite
 
 RECORD_SCHEMA = 1
 TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -414,15 +415,24 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
             bundle=tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons),
             inherited_path=options.environ.get("PATH", ""), revision=checkout.revision,
         )
+        # the sources' own time and no path of this machine in the objects (ci/reproducible.py)
+        epoch = reproducible.source_date_epoch(checkout, options.cache_dir)
+        reproducible.pin_source_times(build_dir / "src", epoch)
 
         steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}")
         t0 = time.monotonic()
+        canonical = reproducible.canonical_dir(row.component, row.arch)
         builder_environ = {**filtered.environ, **environment.variables}
-        wheels, cache_stats = _run_builder(row, environment, builder_environ, build_dir)
+        builder_environ.update(reproducible.build_variables(builder_environ, epoch=epoch, source_dir=canonical,
+                                                            site_packages=interpreter.torch_dir.parent))
+        with reproducible.canonical_source(build_dir / "src", row.component, row.arch) as src:
+            wheels, cache_stats = _run_builder(row, environment, builder_environ, build_dir, src)
         _check_projects(row, wheels)
         # what is published and checked: the torch pin and the SBOM written into each wheel
         facts = sbom.build_facts(versions, row, checkout, interpreter, builder_environ)
         stamp.stamp_wheels(row, wheels, facts)
+        for wheel in wheels:  # the last rewrite: sorted members, the sources' time, fixed modes
+            rewrite.normalize_wheel(wheel, epoch)
         durations["build_s"] = round(time.monotonic() - t0, 1)
 
     steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/")
@@ -500,14 +510,15 @@ def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.
 
 
 def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict,
-                 build_dir: Path) -> tuple[list[Path], dict[str, int] | None]:
-    """Run build_scripts/<builder>.sh in ``build_dir``/src under the contract; (its wheels, compiler cache counts)."""
+                 build_dir: Path, src: Path) -> tuple[list[Path], dict[str, int] | None]:
+    """Run build_scripts/<builder>.sh in ``src`` (the sources of ``build_dir``, moved to their canonical
+    directory) under the contract; (its wheels, compiler cache counts)."""
     if environment.filter_bin is not None:
         _install_arch_filter(environment.filter_bin)
     cache_tool = environment.compiler_cache
-    _LOG.info(f"building {row.label} in {build_dir / 'src'}")
+    _LOG.info(f"building {row.label} in {src}")
     try:
-        code = _run_with_timeout(_command(row), cwd=build_dir / "src", env=full_env,
+        code = _run_with_timeout(_command(row), cwd=src, env=full_env,
                                  timeout_s=parse_timeout(row.settings.build_timeout))
     finally:
         cache_stats = None
