@@ -66,11 +66,17 @@ def rebuild_check(versions: Versions, row: MatrixRow, options: build.BuildOption
     if work.exists() and any(work.iterdir()):
         raise WheelhouseError(f"--work {work}: not empty; pass a new directory (the two builds must start fresh)")
     placed = []
-    for name in ("first", "second"):
-        root = work / name
-        _LOG.info(f"{name} build of {row.label} in {root}")
-        result = build.run(versions, row, dataclasses.replace(options, cache_dir=root / "cache", dist_root=root / "dist"))
-        placed.append({wheel.name: wheel for wheel in result.wheels})
+    try:
+        for name in ("first", "second"):
+            root = work / name
+            _seed_sdists(options.cache_dir, root / "cache")
+            _LOG.info(f"{name} build of {row.label} in {root}")
+            result = build.run(versions, row,
+                               dataclasses.replace(options, cache_dir=root / "cache", dist_root=root / "dist"))
+            placed.append({wheel.name: wheel for wheel in result.wheels})
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)  # half a comparison is no result: nothing is left behind
+        raise
     first, second = placed
     comparisons = tuple(
         WheelComparison(name, (sha256_file(first[name]), sha256_file(second[name])),
@@ -78,6 +84,14 @@ def rebuild_check(versions: Versions, row: MatrixRow, options: build.BuildOption
         for name in sorted(first.keys() & second.keys())
     )
     return RebuildReport(row, comparisons, tuple(sorted(first.keys() ^ second.keys())))
+
+
+def _seed_sdists(cache_dir: Path, fresh: Path) -> None:
+    """Downloaded sdists are inputs, not build state (their sha256 is checked): each fresh cache gets a copy,
+    so a machine without the package index can rebuild an sdist component."""
+    downloads = cache_dir / "sources" / "sdist"
+    if downloads.is_dir():
+        shutil.copytree(downloads, fresh / "sources" / "sdist")
 
 
 def remove_caches(work: Path) -> None:

@@ -12,7 +12,9 @@ fast-hadamard-transform on the GPU machine, and with nvcc 13.0 on a tiny ``-line
 - nvcc's device code keeps the source's absolute path in ``.nv_fatbin`` (``-lineinfo``) and no nvcc
   flag remaps it: the builder runs in one canonical directory per component (:func:`canonical_source`);
 - the same line table holds each source file's mtime (a copy gives a new one):
-  :func:`pin_source_times` sets every source file to ``SOURCE_DATE_EPOCH``.
+  :func:`pin_source_times` sets every source file to ``SOURCE_DATE_EPOCH``;
+- nvcc compiles the host part from a temporary file named after its pid, which lands in ``.symtab`` as
+  a local file symbol: the link drops local symbols (``-Wl,--discard-all``; exported ones stay).
 
 :func:`compare_wheels` says what differs between two wheels: members, and for a shared object its
 ELF sections.
@@ -38,7 +40,7 @@ from ci.sources import Checkout, _ignored
 
 # Fixed, not under $TMPDIR: the path nvcc writes into device code must be the same on every machine.
 CANONICAL_ROOT = Path("/tmp/wheelhouse-src")
-EARLIEST_ZIP_EPOCH = 315532800  # 1980-01-01T00:00:00Z, the first time a zip entry can carry
+DISCARD_LOCAL_SYMBOLS = "-Wl,--discard-all"
 _LOG = log.get("reproducible")
 
 
@@ -112,6 +114,9 @@ def build_variables(environ: Mapping[str, str], *, epoch: int, source_dir: Path,
         variables[name] = " ".join([environ.get(name, ""), *maps]).strip()
     nvcc = [flag for m in maps for flag in ("-Xcompiler", m)]
     variables["NVCC_APPEND_FLAGS"] = " ".join([environ.get("NVCC_APPEND_FLAGS", ""), *nvcc]).strip()
+    # nvcc hands the host compiler a temporary file named after its own pid (tmpxft_<pid>_...cudafe1.cpp),
+    # which becomes a local file symbol of the shared object; the linker leaves local symbols out
+    variables["LDFLAGS"] = " ".join([environ.get("LDFLAGS", ""), DISCARD_LOCAL_SYMBOLS]).strip()
     return variables
 
 
