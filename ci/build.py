@@ -438,7 +438,9 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/")
     t0 = time.monotonic()
     # against the torch found before the build: the build's interpreter is not started again
-    checks = _check_wheels(row, wheels, interpreter.torch_dir) if options.run_checks else {"ran": False}
+    # the build's own paths must not be where the wheel's import looks (ci/wheels/paths.py)
+    build_paths = (str(reproducible.CANONICAL_ROOT), str(build_dir), str(interpreter.torch_dir.parent))
+    checks = _check_wheels(row, wheels, interpreter.torch_dir, build_paths) if options.run_checks else {"ran": False}
     durations["checks_s"] = round(time.monotonic() - t0, 1)
     durations["total_s"] = round(time.monotonic() - started, 1)
 
@@ -679,14 +681,15 @@ def _listed(paths: list[str], most: int = 5) -> str:
     return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
-def _check_wheels(row: MatrixRow, wheels: list[Path], torch_dir: Path) -> dict:
+def _check_wheels(row: MatrixRow, wheels: list[Path], torch_dir: Path, build_paths: tuple[str, ...]) -> dict:
     """Run the wheel checks against the build interpreter's torch; raise on failure."""
     from ci.wheels import check
 
     require = None
     if row.settings.verify_wheel_archs and row.settings.torch_cuda_arch_list and row.cuda != "cpu":
         require = row.settings.torch_cuda_arch_list
-    report = check.check_wheels(wheels, torch_target=torch_dir, require_archs=require, pythons=list(row.pythons))
+    report = check.check_wheels(wheels, torch_target=torch_dir, require_archs=require, pythons=list(row.pythons),
+                                build_paths=build_paths, build_path_exceptions=row.settings.build_path_exceptions)
     if not report.ok:
         raise WheelhouseError(f"{row.label}: wheel checks failed: {'; '.join(report.problems)}")
     return json.loads(report.to_json())

@@ -37,9 +37,10 @@ from pathlib import Path
 from ci import log
 from ci.errors import WheelhouseError
 from ci.sources import Checkout, _ignored
+from ci.wheels.paths import CANONICAL_BUILD_ROOT
 
 # Fixed, not under $TMPDIR: the path nvcc writes into device code must be the same on every machine.
-CANONICAL_ROOT = Path("/tmp/wheelhouse-src")
+CANONICAL_ROOT = Path(CANONICAL_BUILD_ROOT)
 DISCARD_LOCAL_SYMBOLS = "-Wl,--discard-all"
 _LOG = log.get("reproducible")
 

@@ -210,11 +210,11 @@ def test_the_canonical_directory_is_given_back_when_the_build_fails(tmp_path):
     src = tmp_path / "build" / "src"
     src.mkdir(parents=True)
     (src / "setup.py").write_text("x\n")
-    with pytest.raises(RuntimeError, match="builder failed"):
-        with reproducible.canonical_source(src, "test-component", "x86_64") as canonical:
-            assert canonical == Path("/tmp/wheelhouse-src/test-component-x86_64") and not src.exists()
-            assert (canonical / "setup.py").read_text() == "x\n"
-            raise RuntimeError("builder failed")
+    with (pytest.raises(RuntimeError, match="builder failed"),
+          reproducible.canonical_source(src, "test-component", "x86_64") as canonical):
+        assert canonical == Path("/tmp/wheelhouse-src/test-component-x86_64") and not src.exists()
+        assert (canonical / "setup.py").read_text() == "x\n"
+        raise RuntimeError("builder failed")
     assert (src / "setup.py").read_text() == "x\n"  # a resumed build finds its sources where they were
     assert not reproducible.canonical_dir("test-component", "x86_64").exists()
 
@@ -320,3 +320,62 @@ def test_rebuild_check_refuses_a_work_directory_in_use_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: --work {tmp_path / 'work'}: not empty; pass a new directory (the two builds must start fresh)")
     assert (tmp_path / "work" / "kept.txt").read_text() == "mine\n"
+
+
+# --- the wheel check: no build path where an import reads it --------------------------------------
+
+BAKED_SOURCE = 'extern "C" const char* base_path() { return BASE_PATH; }\n'
+
+
+def _extension(tmp_path: Path, name: str, flags: list[str]) -> bytes:
+    """A real shared object linked with ``flags`` (rpaths, -D definitions)."""
+    (tmp_path / "ext.cpp").write_text(BAKED_SOURCE)
+    out = tmp_path / f"{name}.so"
+    subprocess.run(["g++", "-shared", "-fPIC", '-DBASE_PATH="."', *flags, str(tmp_path / "ext.cpp"), "-o", str(out)],
+                   check=True)
+    return out.read_bytes()
+
+
+def test_the_check_refuses_an_rpath_into_site_packages_and_a_baked_build_dir(tmp_path):
+    from ci.wheels import check
+
+    build_dir = "/tmp/wheelhouse-src/deep-ep-x86_64"
+    rpath = "/home/runner/.cache/venvs/x/lib/python3.12/site-packages/nvidia/nvshmem/lib"
+    members = {
+        "deep_ep_cpp.cpython-311-x86_64-linux-gnu.so": _extension(tmp_path, "a", [f"-Wl,-rpath,{rpath}"]),
+        "hybrid_ep_cpp.cpython-311-x86_64-linux-gnu.so": _extension(tmp_path, "b", ['-UBASE_PATH',
+                                                                                   f'-DBASE_PATH="{build_dir}"']),
+        "clean.cpython-311-x86_64-linux-gnu.so": _extension(tmp_path, "c", ["-Wl,-rpath,$ORIGIN/nvidia/nvshmem/lib"]),
+    }
+    wheel = build_wheel(tmp_path / "w", {**members, "deep_ep/__init__.py": b""}, name="deep_ep")
+    report = check.check_wheels([wheel], use_cuobjdump=False)
+    assert list(report.problems) == [
+        f"{wheel.name}: member 'deep_ep_cpp.cpython-311-x86_64-linux-gnu.so' names the build machine's {rpath!r} in its "
+        "RUNPATH, where an import reads it; link with an $ORIGIN-relative rpath and no build path, or name the member "
+        "with the reason in this component's build_path_exceptions in versions.yaml",
+        f"{wheel.name}: member 'hybrid_ep_cpp.cpython-311-x86_64-linux-gnu.so' names the build machine's "
+        f"'/tmp/wheelhouse-src' in its .rodata, where an import reads it; link with an $ORIGIN-relative rpath and no "
+        "build path, or name the member with the reason in this component's build_path_exceptions in versions.yaml",
+    ]
+    allowed = check.check_wheels([wheel], use_cuobjdump=False, build_path_exceptions={
+        "deep_ep_cpp*.so": "NVSHMEM's rpath, as upstream links it", "hybrid_ep_cpp*.so": "its JIT reads BASE_PATH"})
+    assert allowed.ok, allowed.problems
+    assert allowed.wheels[0].allowed_build_paths == (
+        f"deep_ep_cpp.cpython-311-x86_64-linux-gnu.so: RUNPATH names {rpath!r} (allowed: NVSHMEM's rpath, as upstream "
+        "links it)",
+        "hybrid_ep_cpp.cpython-311-x86_64-linux-gnu.so: .rodata names '/tmp/wheelhouse-src' (allowed: its JIT reads "
+        "BASE_PATH)",
+    )
+    assert "build path allowed: deep_ep_cpp" in allowed.render_text()
+
+
+def test_the_build_directory_and_site_packages_given_by_the_build_are_searched(tmp_path):
+    from ci.wheels import check
+
+    site = "/opt/builder/venv/lib/python3.11/site-packages"
+    so = _extension(tmp_path, "a", ["-UBASE_PATH", f'-DBASE_PATH="{site}/torch/include"'])
+    wheel = build_wheel(tmp_path / "w", {"pkg/_C.so": so}, name="pkg")
+    assert check.check_wheels([wheel], use_cuobjdump=False).ok  # an unknown site-packages in a string: not named
+    report = check.check_wheels([wheel], use_cuobjdump=False, build_paths=("/tmp/wheelhouse-src", site + "/"))
+    assert [p.split(" in its ")[0] for p in report.problems] == [
+        f"{wheel.name}: member 'pkg/_C.so' names the build machine's {site!r}"]
