@@ -94,7 +94,9 @@ class BuildPlan:
             lines.append(f"  arch filter:    nvcc compiles only {self.row.settings.torch_cuda_arch_list}")
         lines.append("  environment:")
         lines += [f"    {key}={value}" for key, value in sorted(self.env.items())]
-        lines.append(f"  command:        {shlex.join(self.command)}  (cwd: build dir/src)")
+        lines.append(f"  command:        {shlex.join(self.command)}  (cwd: build dir/src, moved to "
+                     f"{reproducible.canonical_dir(self.row.component, self.row.arch)} while it runs)")
+        lines.append(f"  reproducible:   {reproducible.describe_plan()}")
         checks = ["torch ABI", "Python coverage"]
         if self.row.settings.verify_wheel_archs and self.row.settings.torch_cuda_arch_list and self.row.cuda != "cpu":
             checks.append(f"CUDA archs {self.row.settings.torch_cuda_arch_list}")
