@@ -408,7 +408,8 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         t0 = time.monotonic()
         checkout = _fetch_sources(versions, row, options, python, interpreter, filtered.environ)
         config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
-        build_dir, lock = _prepare_build_dir(options, row, checkout, config)
+        epoch = reproducible.source_date_epoch(checkout, options.cache_dir)  # the sources' own time
+        build_dir, lock = _prepare_build_dir(options, row, checkout, config, epoch)
         durations["source_s"] = round(time.monotonic() - t0, 1)
 
         environment = builder_environment(
@@ -417,9 +418,6 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
             bundle=tuple(str(toolchain.find_python(p)) for p in row.bundle_pythons),
             inherited_path=options.environ.get("PATH", ""), revision=checkout.revision,
         )
-        # the sources' own time and no path of this machine in the objects (ci/reproducible.py)
-        epoch = reproducible.source_date_epoch(checkout, options.cache_dir)
-        reproducible.pin_source_times(build_dir / "src", epoch)
 
         steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}")
         t0 = time.monotonic()
@@ -493,9 +491,10 @@ def _fetch_sources(versions: Versions, row: MatrixRow, options: BuildOptions, py
 
 
 def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.Checkout,
-                       config: dict) -> tuple[Path, IO[str]]:
+                       config: dict, epoch: int) -> tuple[Path, IO[str]]:
     """(build directory, its lock): the interrupted build of this config resumed, else a fresh copy of the
-    sources; an empty ``dist/`` either way (wheels of an interrupted attempt are never trusted)."""
+    sources with their mtimes at ``epoch``; an empty ``dist/`` either way (wheels of an interrupted
+    attempt are never trusted)."""
     build_dir, lock = _claim(_build_dir(options, row, config), row)
     src = build_dir / "src"
     marker = build_dir / ".incomplete"
@@ -507,6 +506,7 @@ def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.
         marker.write_text(json.dumps(config, sort_keys=True))
         ignore = shutil.ignore_patterns(*sources.LOCAL_IGNORE) if checkout.kind == "path" else shutil.ignore_patterns(".git")
         shutil.copytree(checkout.path, src, symlinks=True, ignore=ignore)
+        reproducible.pin_source_times(src, epoch)  # not on a resume: its build outputs keep their times
     dist = build_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     dist.mkdir()
