@@ -3,6 +3,7 @@
     nox -l                                   every session
     nox -s build-flash-mla-3.12              build one component for one Python, as CI does
     nox -s build-flash-mla-3.12 -- --dry-run print the plan only
+    nox -s rebuild-check-flash-mla-3.12 -- --work DIR   build it twice in fresh directories, compare the bytes
     nox -s demo                              the walking skeleton on the fixture extension
     nox -s tests                             the test suite (what .ci/run runs)
 
@@ -22,7 +23,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import build, credentials, log, matrix, naming
+from ci import build, credentials, log, matrix, naming, rebuild
 from ci.environment import Environment, on_github_actions
 from ci.errors import WheelhouseError
 from ci.versions import load
@@ -65,30 +66,37 @@ def _build_parser(name: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _row_and_options(name: str, component: str, python: str,
+                     args: argparse.Namespace) -> tuple[matrix.MatrixRow, build.BuildOptions]:
+    """The one matrix row a build session's arguments select, and its build options (WheelhouseError: none)."""
+    if args.source is not None and not args.source.is_dir():  # the dry run too: its plan would name it
+        raise WheelhouseError(f"--source {args.source}: not a directory; pass the path of a source checkout")
+    rows = matrix.select(
+        matrix.expand(VERSIONS), versions=VERSIONS, component=component, python=python,
+        arch=args.arch or build.host_arch(), torch=args.torch,
+    )
+    if not rows:
+        raise WheelhouseError(f"{component} has no {args.arch or build.host_arch()} row for Python {python}; pass --arch")
+    if len(rows) > 1:
+        raise WheelhouseError(f"{name}: {len(rows)} rows match; pass --torch ({', '.join(r.torch for r in rows)})")
+    row = rows[0]
+    if row.bundle_pythons and row.python != python:
+        # A bundle session builds the whole bundle with this session's Python.
+        row = next(r for r in matrix.session_rows(VERSIONS) if r.component == component and r.python == python)
+    options = build.BuildOptions(
+        cache_dir=ENV.cache_dir, dist_root=args.dist.resolve(), reuse_env=args.reuse_env, source=args.source,
+        torch_index=ENV.torch_index, run_checks=not args.no_checks, max_jobs=ENV.max_jobs,
+    )
+    return row, options
+
+
 def _register_build(component: str, python: str) -> None:
     name = naming.session_name(component, python)
 
     def session_fn(session: nox.Session) -> None:
         args = _build_parser(name).parse_args(session.posargs)
-        if args.source is not None and not args.source.is_dir():  # the dry run too: its plan would name it
-            session.error(f"--source {args.source}: not a directory; pass the path of a source checkout")
         try:
-            rows = matrix.select(
-                matrix.expand(VERSIONS), versions=VERSIONS, component=component, python=python,
-                arch=args.arch or build.host_arch(), torch=args.torch,
-            )
-            if not rows:
-                session.error(f"{component} has no {args.arch or build.host_arch()} row for Python {python}; pass --arch")
-            if len(rows) > 1:
-                session.error(f"{name}: {len(rows)} rows match; pass --torch ({', '.join(r.torch for r in rows)})")
-            row = rows[0]
-            if row.bundle_pythons and row.python != python:
-                # A bundle session builds the whole bundle with this session's Python.
-                row = next(r for r in matrix.session_rows(VERSIONS) if r.component == component and r.python == python)
-            options = build.BuildOptions(
-                cache_dir=ENV.cache_dir, dist_root=args.dist.resolve(), reuse_env=args.reuse_env, source=args.source,
-                torch_index=ENV.torch_index, run_checks=not args.no_checks, max_jobs=ENV.max_jobs,
-            )
+            row, options = _row_and_options(name, component, python, args)
             if args.dry_run:
                 print(build.plan(VERSIONS, row, options).render())
                 return
@@ -103,8 +111,40 @@ def _register_build(component: str, python: str) -> None:
     nox.session(name=name, python=False, tags=["build", component], default=False)(session_fn)
 
 
+def _register_rebuild_check(component: str, python: str) -> None:
+    name = f"rebuild-check-{component}-{python}"
+
+    def session_fn(session: nox.Session) -> None:
+        parser = _build_parser(name)
+        parser.description = "Build one matrix row twice, in two fresh directories, and compare the wheels' bytes."
+        parser.add_argument("--work", type=Path, required=True,
+                            help="a new or empty directory for the two builds (their wheels stay there)")
+        parser.add_argument("--keep-caches", action="store_true", help="keep the two builds' venvs and caches")
+        args = parser.parse_args(session.posargs)
+        if args.dry_run:
+            session.error("rebuild-check has no --dry-run; the build session's dry run prints the plan")
+        try:
+            row, options = _row_and_options(name, component, python, args)
+            work = args.work.resolve()
+            report = rebuild.rebuild_check(VERSIONS, row, options, work)
+            if not args.keep_caches:
+                rebuild.remove_caches(work)
+        except WheelhouseError as error:
+            if ENV.github_actions:
+                log.report_error(str(error))
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
+        print(report.render())
+        if not report.identical:
+            raise SystemExit(1)
+
+    session_fn.__doc__ = f"Build {component} for Python {python} twice in fresh directories; compare the bytes."
+    nox.session(name=name, python=False, tags=["rebuild-check", component], default=False)(session_fn)
+
+
 for _row in matrix.session_rows(VERSIONS):
     _register_build(_row.component, _row.python)
+    _register_rebuild_check(_row.component, _row.python)
 
 
 @nox.session(python=False)

@@ -38,11 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ci import credentials, fingerprint, log, matrix, ninja_log, sbom, sources, stamp, toolchain
+from ci import credentials, fingerprint, log, matrix, ninja_log, reproducible, sbom, sources, stamp, toolchain
 from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
+from ci.wheels import rewrite
 
 RECORD_SCHEMA = 1
 TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -93,7 +94,9 @@ class BuildPlan:
             lines.append(f"  arch filter:    nvcc compiles only {self.row.settings.torch_cuda_arch_list}")
         lines.append("  environment:")
         lines += [f"    {key}={value}" for key, value in sorted(self.env.items())]
-        lines.append(f"  command:        {shlex.join(self.command)}  (cwd: build dir/src)")
+        lines.append(f"  command:        {shlex.join(self.command)}  (cwd: build dir/src, moved to "
+                     f"{reproducible.canonical_dir(self.row.component, self.row.arch)} while it runs)")
+        lines.append(f"  reproducible:   {reproducible.describe_plan()}")
         checks = ["torch ABI", "Python coverage"]
         if self.row.settings.verify_wheel_archs and self.row.settings.torch_cuda_arch_list and self.row.cuda != "cpu":
             checks.append(f"CUDA archs {self.row.settings.torch_cuda_arch_list}")
@@ -406,7 +409,8 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         t0 = time.monotonic()
         checkout = _fetch_sources(versions, row, options, python, interpreter, filtered.environ)
         config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
-        build_dir, lock = _prepare_build_dir(options, row, checkout, config)
+        epoch = reproducible.source_date_epoch(checkout, options.cache_dir)  # the sources' own time
+        build_dir, lock = _prepare_build_dir(options, row, checkout, config, epoch)
         durations["source_s"] = round(time.monotonic() - t0, 1)
 
         environment = builder_environment(
@@ -418,18 +422,26 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
 
         steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}")
         t0 = time.monotonic()
+        canonical = reproducible.canonical_dir(row.component, row.arch)
         builder_environ = {**filtered.environ, **environment.variables}
-        wheels, cache_stats = _run_builder(row, environment, builder_environ, build_dir)
+        builder_environ.update(reproducible.build_variables(builder_environ, epoch=epoch, source_dir=canonical,
+                                                            site_packages=interpreter.torch_dir.parent))
+        with reproducible.canonical_source(build_dir / "src", row.component, row.arch) as src:
+            wheels, cache_stats = _run_builder(row, environment, builder_environ, build_dir, src)
         _check_projects(row, wheels)
         # what is published and checked: the torch pin and the SBOM written into each wheel
         facts = sbom.build_facts(versions, row, checkout, interpreter, builder_environ)
         stamp.stamp_wheels(row, wheels, facts)
+        for wheel in wheels:  # the last rewrite: sorted members, the sources' time, fixed modes
+            rewrite.normalize_wheel(wheel, epoch)
         durations["build_s"] = round(time.monotonic() - t0, 1)
 
     steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/")
     t0 = time.monotonic()
     # against the torch found before the build: the build's interpreter is not started again
-    checks = _check_wheels(row, wheels, interpreter.torch_dir) if options.run_checks else {"ran": False}
+    # the build's own paths must not be where the wheel's import looks (ci/wheels/paths.py)
+    build_paths = (str(reproducible.CANONICAL_ROOT), str(build_dir), str(interpreter.torch_dir.parent))
+    checks = _check_wheels(row, wheels, interpreter.torch_dir, build_paths) if options.run_checks else {"ran": False}
     durations["checks_s"] = round(time.monotonic() - t0, 1)
     durations["total_s"] = round(time.monotonic() - started, 1)
 
@@ -480,9 +492,10 @@ def _fetch_sources(versions: Versions, row: MatrixRow, options: BuildOptions, py
 
 
 def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.Checkout,
-                       config: dict) -> tuple[Path, IO[str]]:
+                       config: dict, epoch: int) -> tuple[Path, IO[str]]:
     """(build directory, its lock): the interrupted build of this config resumed, else a fresh copy of the
-    sources; an empty ``dist/`` either way (wheels of an interrupted attempt are never trusted)."""
+    sources with their mtimes at ``epoch``; an empty ``dist/`` either way (wheels of an interrupted
+    attempt are never trusted)."""
     build_dir, lock = _claim(_build_dir(options, row, config), row)
     src = build_dir / "src"
     marker = build_dir / ".incomplete"
@@ -494,6 +507,7 @@ def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.
         marker.write_text(json.dumps(config, sort_keys=True))
         ignore = shutil.ignore_patterns(*sources.LOCAL_IGNORE) if checkout.kind == "path" else shutil.ignore_patterns(".git")
         shutil.copytree(checkout.path, src, symlinks=True, ignore=ignore)
+        reproducible.pin_source_times(src, epoch)  # not on a resume: its build outputs keep their times
     dist = build_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     dist.mkdir()
@@ -501,14 +515,15 @@ def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.
 
 
 def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict,
-                 build_dir: Path) -> tuple[list[Path], dict[str, int] | None]:
-    """Run build_scripts/<builder>.sh in ``build_dir``/src under the contract; (its wheels, compiler cache counts)."""
+                 build_dir: Path, src: Path) -> tuple[list[Path], dict[str, int] | None]:
+    """Run build_scripts/<builder>.sh in ``src`` (the sources of ``build_dir``, moved to their canonical
+    directory) under the contract; (its wheels, compiler cache counts)."""
     if environment.filter_bin is not None:
         _install_arch_filter(environment.filter_bin)
     cache_tool = environment.compiler_cache
-    _LOG.info(f"building {row.label} in {build_dir / 'src'}")
+    _LOG.info(f"building {row.label} in {src}")
     try:
-        code = _run_with_timeout(_command(row), cwd=build_dir / "src", env=full_env,
+        code = _run_with_timeout(_command(row), cwd=src, env=full_env,
                                  timeout_s=parse_timeout(row.settings.build_timeout))
     finally:
         cache_stats = None
@@ -669,14 +684,15 @@ def _listed(paths: list[str], most: int = 5) -> str:
     return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
-def _check_wheels(row: MatrixRow, wheels: list[Path], torch_dir: Path) -> dict:
+def _check_wheels(row: MatrixRow, wheels: list[Path], torch_dir: Path, build_paths: tuple[str, ...]) -> dict:
     """Run the wheel checks against the build interpreter's torch; raise on failure."""
     from ci.wheels import check
 
     require = None
     if row.settings.verify_wheel_archs and row.settings.torch_cuda_arch_list and row.cuda != "cpu":
         require = row.settings.torch_cuda_arch_list
-    report = check.check_wheels(wheels, torch_target=torch_dir, require_archs=require, pythons=list(row.pythons))
+    report = check.check_wheels(wheels, torch_target=torch_dir, require_archs=require, pythons=list(row.pythons),
+                                build_paths=build_paths, build_path_exceptions=row.settings.build_path_exceptions)
     if not report.ok:
         raise WheelhouseError(f"{row.label}: wheel checks failed: {'; '.join(report.problems)}")
     return json.loads(report.to_json())

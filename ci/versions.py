@@ -124,6 +124,9 @@ class Settings:
     restores the compiler cache the one before it saved."""
     torch_pin: str
     """How a wheel that links torch pins it: ``minor``, ``exact`` or ``none`` (ci/wheels/pin.py)."""
+    build_path_exceptions: Mapping[str, str]
+    """Shared objects (member path or glob) allowed to name build paths where an import reads them, with
+    the reason (ci/wheels/paths.py)."""
 
     @property
     def runs_on_labels(self) -> tuple[str, ...]:

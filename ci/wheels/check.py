@@ -12,7 +12,7 @@ slow on big wheels).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons
 from ci.wheels.elf import EM_AARCH64, EM_CUDA, EM_X86_64, ElfFile, is_elf
 from ci.wheels.fatbin import ArchScan, HeaderBudget, MemberArchs, arch_problems, find_cuobjdump, scan_elf
 from ci.wheels.metadata import read_metadata, requires_python_of
+from ci.wheels.paths import CANONICAL_BUILD_ROOT, check_build_paths
 from ci.wheels.record import check_record
 
 REPORT_VERSION = 2
@@ -53,6 +54,8 @@ class WheelReport:
     abi: AbiResult | None = None
     archs: ArchScan | None = None
     audit: AuditResult | None = None
+    allowed_build_paths: tuple[str, ...] = ()
+    """Build paths a shared object names where an import reads them, allowed by versions.yaml (with the reason)."""
 
     @property
     def filename(self) -> str:
@@ -104,6 +107,7 @@ class CheckReport:
             if w.audit is not None:
                 tag = w.audit.best_tag or "unclassified"
                 lines.append(f"  auditwheel: {tag}" + ("" if w.audit.classified else f" ({w.audit.summary})"))
+            lines += [f"  build path allowed: {allowed}" for allowed in w.allowed_build_paths]
             for problem in w.problems:
                 lines.append(f"  - {problem}")
         failed = sum(1 for w in self.wheels if not w.ok)
@@ -138,6 +142,8 @@ def _wheel_dict(w: WheelReport) -> dict[str, Any]:
         "ok": w.ok,
         "problems": list(w.problems),
     }
+    if w.allowed_build_paths:
+        data["allowed_build_paths"] = list(w.allowed_build_paths)
     if w.coverage is not None:
         data["pythons"] = list(w.coverage.claimed_pythons)
         data["modules"] = [{"member": m.member, "stem": m.stem, "python": m.python} for m in w.coverage.modules]
@@ -182,12 +188,14 @@ def _wheel_dict(w: WheelReport) -> dict[str, Any]:
 
 
 def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None, cuobjdump: Path | None,  # noqa: C901 - the one place every check is called from, in report order
-             required: ArchList | None, audit: bool) -> WheelReport:
+             required: ArchList | None, audit: bool, build_paths: tuple[str, ...] = (),
+             build_path_exceptions: Mapping[str, str] | None = None) -> WheelReport:
     if not path.is_file():
         return WheelReport(path, None, None, (f"{path.name}: no such file ({path}); check the path",))
     sha256, size = sha256_file(path), path.stat().st_size
     problems: list[str] = []
     coverage = abi = archs = audit_result = None
+    allowed: list[str] = []
     try:
         with open_wheel(path) as archive:
             requires_python = None
@@ -220,6 +228,11 @@ def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None,
                         if problem:
                             problems.append(f"{path.name}: {problem}")
                         needs.append(found)
+                        for finding in check_build_paths(member.name, elf, build_paths, build_path_exceptions or {}):
+                            if finding.exception is None:
+                                problems.append(finding.problem(path.name))
+                            else:
+                                allowed.append(finding.describe())
                     scanned = scan_elf(member.name, elf, cuobjdump, budget)
                     if scanned is not None:
                         device.append(scanned)
@@ -235,7 +248,7 @@ def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None,
         audit_result = audit_show(path) if audit else None
     except CheckFailed as exc:
         problems.append(str(exc))
-    return WheelReport(path, sha256, size, tuple(problems), coverage, abi, archs, audit_result)
+    return WheelReport(path, sha256, size, tuple(problems), coverage, abi, archs, audit_result, tuple(allowed))
 
 
 _MACHINES = {"x86_64": EM_X86_64, "aarch64": EM_AARCH64}
@@ -264,11 +277,15 @@ def check_wheels(
     audit: bool = False,
     cuda_home: Path | str | None = None,
     use_cuobjdump: bool = True,
+    build_paths: Iterable[str] = (CANONICAL_BUILD_ROOT,),
+    build_path_exceptions: Mapping[str, str] | None = None,
 ) -> CheckReport:
     """Check wheels; never raises for a defective wheel (it is in the report), only for bad arguments.
 
     ``torch_target``: a Python interpreter, site-packages, torch dir or torch wheel (see ci.wheels.abi).
     ``require_archs``: ``"8.0;9.0a;10.0"``-style list; ``pythons``: ``"3.10,3.11"``.
+    ``build_paths``: the build's directories, which a shared object must not name for run time (besides any
+    site-packages in its rpath; ci/wheels/paths.py), unless ``build_path_exceptions`` allows the member.
     """
     wheel_paths = [Path(p) for p in paths]
     required = parse_arch_list(require_archs) if isinstance(require_archs, str) else require_archs
@@ -276,7 +293,9 @@ def check_wheels(
     target = resolve_torch_target(torch_target) if torch_target is not None else None
     cuobjdump = find_cuobjdump(cuda_home) if use_cuobjdump else None
     exports = scan_torch_exports(target) if target is not None else None
-    reports = [_inspect(p, wanted_pythons, exports, cuobjdump, required, audit) for p in wheel_paths]
+    searched = tuple(str(p) for p in build_paths)
+    reports = [_inspect(p, wanted_pythons, exports, cuobjdump, required, audit, searched, build_path_exceptions)
+               for p in wheel_paths]
     return CheckReport(
         wheels=tuple(reports),
         torch_target=target.description if target else None,

@@ -36,6 +36,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
@@ -86,12 +87,13 @@ def _dos(date_time: tuple[int, ...]) -> tuple[int, int]:
     return (h << 11) | (mi << 5) | (s // 2), ((y - 1980) << 9) | (mo << 5) | d
 
 
-def _strip_zip64(extra: bytes) -> bytes:
+def _strip_zip64(extra: bytes, *, keep_only_zip64: bool = False) -> bytes:
+    """The extra fields without zip64's (the central directory writes its own), or with only zip64's."""
     out = bytearray()
     pos = 0
     while pos + 4 <= len(extra):
         tag, size = struct.unpack_from("<HH", extra, pos)
-        if tag != 1:
+        if (tag == 1) == keep_only_zip64:
             out += extra[pos : pos + 4 + size]
         pos += 4 + size
     return bytes(out)
@@ -370,7 +372,10 @@ def _write_fresh(
     )
 
 
-def _copy_raw(src: BinaryIO, dst: BinaryIO, info: zipfile.ZipInfo, new_name: str, offset: int, label: str) -> _Entry:
+def _copy_raw(src: BinaryIO, dst: BinaryIO, info: zipfile.ZipInfo, new_name: str, offset: int, label: str, *,
+              date_time: tuple[int, int, int, int, int, int] | None = None, drop_extra: bool = False) -> _Entry:
+    """Copy one member's local header, data and data descriptor as they are; with ``date_time``, that date
+    in both headers, and with ``drop_extra`` only the zip64 field of the extra fields kept."""
     src.seek(info.header_offset)
     header = src.read(_LOCAL_HEADER.size)
     if len(header) != _LOCAL_HEADER.size or header[:4] != _SIG_LOCAL:
@@ -383,12 +388,17 @@ def _copy_raw(src: BinaryIO, dst: BinaryIO, info: zipfile.ZipInfo, new_name: str
     if old_raw_name.decode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace") != info.filename:
         # the bytes copied must carry the name that was validated (the central directory's)
         raise CheckFailed(f"{label}: member {info.filename!r} has another name in its local header; rebuild the wheel")
-    if new_name == info.filename:
+    if drop_extra:
+        local_extra = _strip_zip64(local_extra, keep_only_zip64=True)
+    if new_name == info.filename and date_time is None and not drop_extra:
         dst.write(header)
         dst.write(old_raw_name)
     else:
         fields[3] = flags
         fields[10] = len(raw_name)
+        fields[11] = len(local_extra)
+        if date_time is not None:
+            fields[5], fields[6] = _dos(date_time)
         dst.write(_LOCAL_HEADER.pack(*fields))
         dst.write(raw_name)
     dst.write(local_extra)
@@ -412,16 +422,99 @@ def _copy_raw(src: BinaryIO, dst: BinaryIO, info: zipfile.ZipInfo, new_name: str
         reserved=info.reserved,
         flag_bits=flags if new_name != info.filename else info.flag_bits,
         compress_type=info.compress_type,
-        date_time=info.date_time,
+        date_time=date_time or info.date_time,
         crc=info.CRC,
         compress_size=info.compress_size,
         file_size=info.file_size,
-        extra=_strip_zip64(info.extra),
-        comment=info.comment,
+        extra=b"" if drop_extra else _strip_zip64(info.extra),
+        comment=b"" if drop_extra else info.comment,
         internal_attr=info.internal_attr,
         external_attr=info.external_attr,
         header_offset=offset,
     )
+
+
+def normalize_wheel(wheel: Path | str, epoch: int) -> Path:
+    """Rewrite ``wheel`` in place so that its bytes depend on its contents and ``epoch`` only.
+
+    Members are sorted by name, ``.dist-info`` last and RECORD the very last (as wheel tools write them);
+    each gets ``epoch`` as its date (UTC, no earlier than 1980, the first date a zip entry can carry) and
+    mode 0755 when any execute bit was set, else 0644; extra fields other than zip64's (an extended
+    timestamp is a build's wall clock) are dropped. RECORD is written in the same order. The compressed
+    data is copied raw, so the cost is about a copy.
+    """
+    wheel = Path(wheel)
+    stamp = datetime.fromtimestamp(max(epoch, _EARLIEST_ZIP_EPOCH), tz=timezone.utc)
+    date_time = (stamp.year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second - stamp.second % 2)
+    with open_wheel(wheel) as archive:
+        label = archive.wheel_name.filename
+        record_name = f"{archive.dist_info}/RECORD"
+        if record_name not in archive.names():
+            raise CheckFailed(f"{label}: has no {record_name}; rebuild the wheel")
+        infos = sorted(archive.zipfile.infolist(), key=lambda info: _normalized_order(info.filename, archive.dist_info))
+        order = {info.filename: position for position, info in enumerate(infos)}
+        record = _sorted_record(label, archive.read_small(record_name), order)
+        with tempfile.TemporaryDirectory(prefix=".wheelhouse-normalize-", dir=wheel.parent) as tmp:
+            partial = Path(tmp) / wheel.name
+            with open(wheel, "rb") as src, open(partial, "wb") as dst:
+                entries = []
+                for info in infos:
+                    mode = _normalized_mode(info)
+                    if info.filename == record_name:
+                        like = zipfile.ZipInfo(info.filename)
+                        like.external_attr = mode
+                        entry = _write_fresh(dst, info.filename, record, like, dst.tell(), label)
+                        entry.date_time = date_time
+                        _patch_local_date(dst, entry)
+                    else:
+                        entry = _copy_raw(src, dst, info, info.filename, dst.tell(), label,
+                                          date_time=date_time, drop_extra=True)
+                        entry.external_attr = mode
+                    entries.append(entry)
+                _write_central_directory(dst, entries, b"")
+            with open_wheel(partial):  # the output passes the same archive validation as the input
+                pass
+            partial.replace(wheel)
+    return wheel
+
+
+_EARLIEST_ZIP_EPOCH = 315532800  # 1980-01-01T00:00:00Z
+
+
+def _normalized_order(name: str, dist_info: str) -> tuple[int, str]:
+    if name == f"{dist_info}/RECORD":
+        return (2, name)
+    return (1 if name.startswith(f"{dist_info}/") else 0, name)
+
+
+def _normalized_mode(info: zipfile.ZipInfo) -> int:
+    unix = info.external_attr >> 16
+    if info.is_dir():
+        return (0o40755 << 16) | 0x10
+    return (0o100755 if unix & 0o111 else 0o100644) << 16
+
+
+def _sorted_record(label: str, record: bytes, order: Mapping[str, int]) -> bytes:
+    """RECORD's lines in the members' order (lines for names not in the wheel last, by name)."""
+    try:
+        text = record.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckFailed(f"{label}: RECORD is not UTF-8; rebuild the wheel") from None
+    terminator = "\r\n" if "\r\n" in text else "\n"
+    rows = [row for row in csv.reader(io.StringIO(text)) if row]
+    rows.sort(key=lambda row: (order.get(row[0], len(order)), row[0]))
+    out = io.StringIO()
+    csv.writer(out, lineterminator=terminator).writerows(rows)
+    return out.getvalue().encode("utf-8")
+
+
+def _patch_local_date(dst: BinaryIO, entry: _Entry) -> None:
+    """Write ``entry.date_time`` into the local header already written at ``entry.header_offset``."""
+    end = dst.tell()
+    dostime, dosdate = _dos(entry.date_time)
+    dst.seek(entry.header_offset + 10)  # signature, version, flags, method
+    dst.write(struct.pack("<2H", dostime, dosdate))
+    dst.seek(end)
 
 
 def _extra_tags(extra: bytes) -> list[int]:

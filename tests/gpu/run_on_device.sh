@@ -20,6 +20,10 @@
 #      passes both
 #
 #   run_on_device.sh two-venv-paths   only the compiler-cache figure (below)
+#   run_on_device.sh rebuild    each WHEELHOUSE_DEVICE_UPSTREAM component (default here:
+#                               fast-hadamard-transform flash-mla) built twice by
+#                               `nox -s rebuild-check-<component>-3.12` in two fresh
+#                               directories: both sha256 and what differs (exit 1 if any does)
 #
 # Upstream mode: WHEELHOUSE_DEVICE_UPSTREAM names the components (default:
 # fast-hadamard-transform flash-mla deep-gemm). Git sources come through our
@@ -115,12 +119,33 @@ for record in sorted(dist.glob(f"{component}-*.build.json")):
 PY
 }
 
-if [[ "$MODE" == upstream ]]; then
+use_mirror() {  # git sources from the carried mirror: github.com through git's own insteadOf
     step "mirror: https://github.com/ -> $ROOT/.device/mirror (git insteadOf)"
     [[ -d .device/mirror ]] || { echo "no .device/mirror: run tests/gpu/make_source_bundles.py and carry .device"; exit 2; }
     export GIT_CONFIG_GLOBAL="$WORK/gitconfig"
     git config --file "$GIT_CONFIG_GLOBAL" url."file://$ROOT/.device/mirror/".insteadOf https://github.com/
     git config --file "$GIT_CONFIG_GLOBAL" protocol.file.allow always
+}
+
+if [[ "$MODE" == rebuild ]]; then
+    use_mirror
+    differ=0
+    for component in ${WHEELHOUSE_DEVICE_UPSTREAM:-fast-hadamard-transform flash-mla}; do
+        step "rebuild check: $component, twice in fresh directories"
+        start=$SECONDS
+        status=0
+        "$PY" -m nox -s "rebuild-check-$component-3.12" -- --reuse-env --work "$WORK/rebuild-$component" \
+            2>"$RESULTS/rebuild-$component.log" | tee "$RESULTS/rebuild-$component.txt" || status=$?
+        echo "$component: two builds and the comparison, $((SECONDS - start)) s, exit $status" | tee -a "$RESULTS/timings.txt"
+        [[ $status == 0 ]] || { differ=1; tail -5 "$RESULTS/rebuild-$component.log"; }
+    done
+    step "done"
+    cat "$RESULTS/timings.txt"
+    exit "$differ"
+fi
+
+if [[ "$MODE" == upstream ]]; then
+    use_mirror
     components="${WHEELHOUSE_DEVICE_UPSTREAM:-fast-hadamard-transform flash-mla deep-gemm}"
     if [[ "${WHEELHOUSE_DEVICE_ONLY_ABI:-0}" != 1 ]]; then  # 1: only step 4
     step "1. build through source: {git: ...}"

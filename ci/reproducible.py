@@ -1,0 +1,214 @@
+"""Byte-identical rebuilds: the same row from the same sources gives the same wheel, wherever and whenever.
+
+What made two builds of one row differ, and what this module does about each (measured on
+fast-hadamard-transform on the GPU machine, and with nvcc 13.0 on a tiny ``-lineinfo`` kernel):
+
+- zip dates were the build's wall-clock time: ``SOURCE_DATE_EPOCH`` comes from the sources
+  (:func:`source_date_epoch`), and the final wheel is normalized to it (ci/wheels/rewrite.py
+  ``normalize_wheel``);
+- host compiles embed the build directory (``__FILE__`` in ``.rodata``, debug paths) and the torch
+  headers' site-packages: ``-ffile-prefix-map`` for gcc and, through ``NVCC_APPEND_FLAGS``, for nvcc's
+  host part (:func:`build_variables`);
+- nvcc's device code keeps the source's absolute path in ``.nv_fatbin`` (``-lineinfo``) and no nvcc
+  flag remaps it: the builder runs in one canonical directory per component (:func:`canonical_source`);
+- the same line table holds each source file's mtime (a copy gives a new one):
+  :func:`pin_source_times` sets every source file to ``SOURCE_DATE_EPOCH``;
+- nvcc compiles the host part from a temporary file named after its pid, which lands in ``.symtab`` as
+  a local file symbol: the link drops local symbols (``-Wl,--discard-all``; exported ones stay).
+
+:func:`compare_wheels` says what differs between two wheels: members, and for a shared object its
+ELF sections.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import tarfile
+import zipfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ci import log
+from ci.errors import WheelhouseError
+from ci.sources import Checkout, _ignored
+from ci.wheels.paths import CANONICAL_BUILD_ROOT
+
+# Fixed, not under $TMPDIR: the path nvcc writes into device code must be the same on every machine.
+CANONICAL_ROOT = Path(CANONICAL_BUILD_ROOT)
+DISCARD_LOCAL_SYMBOLS = "-Wl,--discard-all"
+_LOG = log.get("reproducible")
+
+
+def source_date_epoch(checkout: Checkout, cache_dir: Path) -> int:
+    """The sources' own time: a git commit's committer time, an sdist's newest member (else the archive's
+    mtime), a directory's newest file. Never the wall clock."""
+    if checkout.kind == "git":
+        from ci.sbom import _git_output  # the same git invocation the SBOM reads the commit time with
+
+        found = _git_output(["log", "-1", "--format=%ct", "HEAD"], checkout.path)
+        if not found or not found.isdigit():
+            raise WheelhouseError(f"{checkout.location}: cannot read the commit time of {checkout.revision}; "
+                                  "fetch the sources again (remove the source cache)")
+        return int(found)
+    if checkout.kind == "sdist":
+        archive = _sdist_archive(checkout, cache_dir)
+        if archive is not None:
+            return _archive_epoch(archive)
+    return _newest_file(checkout.path)
+
+
+def _sdist_archive(checkout: Checkout, cache_dir: Path) -> Path | None:
+    """The downloaded archive whose sha256 is the checkout's revision."""
+    downloads = cache_dir / "sources" / "sdist"
+    for candidate in sorted(downloads.glob("*")) if downloads.is_dir() else []:
+        if candidate.is_file() and hashlib.sha256(candidate.read_bytes()).hexdigest() == checkout.revision:
+            return candidate
+    return None
+
+
+def _archive_epoch(archive: Path) -> int:
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            times = [int(datetime(*info.date_time, tzinfo=timezone.utc).timestamp()) for info in zf.infolist()]
+    else:
+        with tarfile.open(archive) as tf:
+            times = [int(member.mtime) for member in tf.getmembers()]
+    return max(times, default=int(archive.stat().st_mtime))
+
+
+def _newest_file(path: Path) -> int:
+    newest = 0
+    for file in path.rglob("*"):
+        if file.is_file() and not file.is_symlink() and not _ignored(file.relative_to(path)):
+            newest = max(newest, int(file.stat().st_mtime))
+    if not newest:
+        raise WheelhouseError(f"{path}: no source file to take SOURCE_DATE_EPOCH from; pass a source directory "
+                              "with its files")
+    return newest
+
+
+def pin_source_times(src: Path, epoch: int) -> None:
+    """Every file and directory below ``src`` gets mtime ``epoch``: nvcc's ``-lineinfo`` line table records
+    each source file's mtime, which a copy or a checkout sets to the wall clock."""
+    for path in [src, *src.rglob("*")]:
+        os.utime(path, (epoch, epoch), follow_symlinks=False)
+
+
+def prefix_maps(source_dir: Path, site_packages: Path | str) -> list[str]:
+    """gcc flags that write the sources as ``.`` and torch's headers as ``/site-packages``."""
+    return [f"-ffile-prefix-map={site_packages}=/site-packages", f"-ffile-prefix-map={source_dir}=."]
+
+
+def build_variables(environ: Mapping[str, str], *, epoch: int, source_dir: Path,
+                    site_packages: Path | str) -> dict[str, str]:
+    """What the builder needs on top of ``environ`` for a reproducible build: ``SOURCE_DATE_EPOCH`` and the
+    prefix maps, appended to the caller's ``CFLAGS``/``CXXFLAGS``/``NVCC_APPEND_FLAGS``."""
+    maps = prefix_maps(source_dir, site_packages)
+    variables = {"SOURCE_DATE_EPOCH": str(epoch)}
+    for name in ("CFLAGS", "CXXFLAGS"):
+        variables[name] = " ".join([environ.get(name, ""), *maps]).strip()
+    nvcc = [flag for m in maps for flag in ("-Xcompiler", m)]
+    variables["NVCC_APPEND_FLAGS"] = " ".join([environ.get("NVCC_APPEND_FLAGS", ""), *nvcc]).strip()
+    # nvcc hands the host compiler a temporary file named after its own pid (tmpxft_<pid>_...cudafe1.cpp),
+    # which becomes a local file symbol of the shared object; the linker leaves local symbols out
+    variables["LDFLAGS"] = " ".join([environ.get("LDFLAGS", ""), DISCARD_LOCAL_SYMBOLS]).strip()
+    return variables
+
+
+def describe_plan() -> str:
+    """What a build adds for reproducibility, for the plan."""
+    return ("SOURCE_DATE_EPOCH and every source file's mtime = the sources' time; -ffile-prefix-map for the sources "
+            f"and site-packages in CFLAGS, CXXFLAGS, NVCC_APPEND_FLAGS; LDFLAGS {DISCARD_LOCAL_SYMBOLS}; "
+            "wheels normalized last")
+
+
+def canonical_dir(component: str, arch: str) -> Path:
+    return CANONICAL_ROOT / f"{component}-{arch}"
+
+
+@contextmanager
+def canonical_source(src: Path, component: str, arch: str) -> Iterator[Path]:
+    """Move ``src`` to the component's canonical directory for the block, and back afterwards (failed or
+    not: an interrupted build resumes from ``src`` as before). One build of a component at a time holds
+    the canonical directory; another waits for it."""
+    target = canonical_dir(component, arch)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{target.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _LOG.info(f"waiting for another build of {component} to leave {target}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(target, ignore_errors=True)  # a crashed build's leftovers
+        shutil.move(str(src), target)
+        try:
+            yield target
+        finally:
+            shutil.move(str(target), src)
+
+
+# --- comparing two wheels --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemberDifference:
+    name: str
+    reason: str
+    """``only in the first``, ``only in the second``, ``content``, ``date/mode``."""
+    sections: tuple[str, ...] = ()
+    """For a shared object whose content differs: the ELF sections whose bytes differ."""
+
+    def describe(self) -> str:
+        text = f"{self.name}: {self.reason}"
+        return text + (f" (ELF sections {', '.join(self.sections)})" if self.sections else "")
+
+
+def compare_wheels(first: Path, second: Path) -> list[MemberDifference]:
+    """Each member that differs between two wheels (an empty list: the same members, contents, dates and
+    modes, in the same order); for a shared object, the ELF sections that differ."""
+    with zipfile.ZipFile(first) as a, zipfile.ZipFile(second) as b:
+        infos_a = {info.filename: info for info in a.infolist()}
+        infos_b = {info.filename: info for info in b.infolist()}
+        differences = [MemberDifference(name, "only in the first") for name in infos_a if name not in infos_b]
+        differences += [MemberDifference(name, "only in the second") for name in infos_b if name not in infos_a]
+        for name, info in infos_a.items():
+            other = infos_b.get(name)
+            if other is None:
+                continue
+            if info.CRC != other.CRC or info.file_size != other.file_size or a.read(name) != b.read(name):
+                sections = _elf_sections_differing(a.read(name), b.read(name)) if _is_shared_object(name) else ()
+                differences.append(MemberDifference(name, "content", sections))
+            elif (info.date_time, info.external_attr) != (other.date_time, other.external_attr):
+                differences.append(MemberDifference(name, "date/mode"))
+        if not differences and list(infos_a) != list(infos_b):
+            differences.append(MemberDifference("(archive)", "member order"))
+    return differences
+
+
+def _is_shared_object(name: str) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return base.endswith(".so") or ".so." in base
+
+
+def _elf_sections_differing(first: bytes, second: bytes) -> tuple[str, ...]:
+    import io
+
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    def sections(data: bytes) -> dict[str, bytes]:
+        elf = ELFFile(io.BytesIO(data))
+        return {s.name: (b"" if s["sh_type"] == "SHT_NOBITS" else s.data()) for s in elf.iter_sections()}
+
+    try:
+        a, b = sections(first), sections(second)
+    except ELFError:
+        return ("(not ELF)",)
+    return tuple(name for name in sorted(set(a) | set(b)) if a.get(name) != b.get(name))
+

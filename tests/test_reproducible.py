@@ -1,0 +1,381 @@
+"""Byte-identical rebuilds: real builds twice in fresh directories, the wheel normalization, the sources'
+time, nvcc's device code from the canonical directory, and what the comparison names when bytes differ."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from ci import build, matrix, rebuild, reproducible
+from ci.digest import sha256_file
+from ci.sources import Checkout
+from ci.versions import load
+from ci.wheels.archive import open_wheel
+from ci.wheels.record import check_record
+from ci.wheels.rewrite import add_members, normalize_wheel
+from tests.wheel_factory import NVCC, build_wheel, host_shared_object
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
+DEVICE_VERSIONS = REPO / "tests" / "fixtures" / "versions-device.yaml"
+EPOCH = 1_700_000_000  # 2023-11-14T22:13:20Z
+
+
+def _rebuild(tmp_path: Path, versions_file: Path, component: str, *, source: Path | None = None,
+             environ: dict | None = None) -> rebuild.RebuildReport:
+    versions = load(versions_file)
+    row = next(r for r in matrix.expand(versions) if r.component == component)
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", reuse_env=True, source=source,
+                                 environ=environ or dict(os.environ))
+    return rebuild.rebuild_check(versions, row, options, tmp_path / "work")
+
+
+# --- real builds, twice --------------------------------------------------------------------------
+
+
+def test_the_fixture_extension_rebuilt_in_another_directory_is_the_same_bytes(tmp_path):
+    """The demo's torch extension, built in two fresh cache directories one after the other (another
+    build directory, another time, another compiler cache): one sha256."""
+    report = _rebuild(tmp_path, FIXTURE_VERSIONS, "wheelhouse-fixture")
+    print(report.render())
+    (wheel,) = report.wheels
+    assert report.identical and wheel.sha256[0] == wheel.sha256[1] and not wheel.differences
+    built = sorted((tmp_path / "work").glob("*/dist/*/*/*.whl"))
+    assert len(built) == 2 and built[0].parent.parent.parent.parent != built[1].parent.parent.parent.parent
+    # what made it so: every member dated from the sources' newest file, fixed modes, RECORD valid
+    newest = max(int(p.stat().st_mtime) for p in (REPO / "tests" / "fixtures" / "fixture_ext").rglob("*")
+                 if p.is_file() and "build" not in p.parts and not p.name.endswith(".so"))
+    with zipfile.ZipFile(built[0]) as zf:
+        infos = zf.infolist()
+        assert {info.date_time for info in infos} == {_zip_date(newest)}
+        assert {info.external_attr >> 16 for info in infos} <= {0o100644, 0o100755}
+        assert any(info.filename.endswith(".so") and info.external_attr >> 16 == 0o100755 for info in infos)
+        assert infos[-1].filename.endswith(".dist-info/RECORD")
+        text = b"".join(zf.read(info) for info in infos if info.filename.endswith(".so"))
+    assert str(tmp_path).encode() not in text and b"/tmp/wheelhouse-src" not in text  # no build path embedded
+    with open_wheel(built[0]) as archive:
+        assert check_record(archive) == []
+
+
+def test_a_pure_python_component_rebuilt_is_the_same_bytes(tmp_path):
+    """A small local pure-Python project through the Megatron-Bridge builder (pip wheel, setuptools)."""
+    project = tmp_path / "project"
+    (project / "tinypkg").mkdir(parents=True)
+    (project / "tinypkg" / "__init__.py").write_text('VERSION = "0.3.0"\n')
+    (project / "tinypkg" / "data.txt").write_text("payload\n")
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=77"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "tinypkg"\nversion = "0.3.0"\n[tool.setuptools.package-data]\ntinypkg = ["*.txt"]\n')
+    versions_file = tmp_path / "versions.yaml"
+    versions_file.write_text(
+        FIXTURE_VERSIONS.read_text()
+        .replace("wheelhouse-fixture:", "tinypkg:")
+        .replace("builder: fixture", "builder: megatron_bridge")
+        .replace("wheel_packages: [wheelhouse-fixture]", "wheel_packages: [tinypkg]"))
+    report = _rebuild(tmp_path, versions_file, "tinypkg", source=project)
+    print(report.render())
+    assert [w.name for w in report.wheels] == ["tinypkg-0.3.0-py3-none-any.whl"]
+    assert report.identical, report.render()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NVCC.exists(), reason="needs nvcc 13.0")
+def test_causal_conv1d_rebuilt_with_nvcc_is_the_same_bytes(tmp_path):
+    """causal-conv1d 1.7.0 from its sdist, device code for sm_90 from real nvcc (no GPU needed). Needs a CUDA
+    build of torch in this interpreter and the sdist in WHEELHOUSE_CACHE's sources/sdist (or the index)."""
+    torch = pytest.importorskip("torch")
+    if torch.version.cuda is None:
+        pytest.skip(f"torch {torch.__version__} is a CPU build: causal-conv1d needs torch's CUDA headers")
+    cache = Path(os.environ.get("WHEELHOUSE_CACHE", REPO / ".cache"))
+    versions = load(DEVICE_VERSIONS)
+    row = next(r for r in matrix.expand(versions) if r.component == "causal-conv1d")
+    options = build.BuildOptions(cache_dir=cache, reuse_env=True)
+    started = time.monotonic()
+    report = rebuild.rebuild_check(versions, row, options, tmp_path / "work")
+    print(report.render(), f"\nboth builds: {time.monotonic() - started:.0f} s")
+    assert report.identical, report.render()
+
+
+# --- nvcc: what the canonical directory and the pinned times are for ------------------------------
+
+KERNEL = '#include <cstdio>\n__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n' \
+         'void launch(float* x) { k<<<1, 32>>>(x); printf("%s\\n", __FILE__); }\n'
+
+
+def _nvcc_object(src_dir: Path, out: Path, epoch: int | None) -> bytes:
+    """``k.cu`` written into ``src_dir`` now (a fresh mtime, as a copy gives), compiled with -lineinfo."""
+    shutil.rmtree(src_dir, ignore_errors=True)
+    src_dir.mkdir(parents=True)
+    (src_dir / "k.cu").write_text(KERNEL)
+    if epoch is not None:
+        reproducible.pin_source_times(src_dir, epoch)
+    variables = reproducible.build_variables({}, epoch=epoch or EPOCH, source_dir=src_dir, site_packages="/nowhere")
+    subprocess.run([str(NVCC), "-c", "-lineinfo", "-gencode", "arch=compute_90,code=sm_90", "-Xcompiler", "-fPIC",
+                    str(src_dir / "k.cu"), "-o", str(out)], cwd=src_dir, check=True,
+                   env={**os.environ, "NVCC_APPEND_FLAGS": variables["NVCC_APPEND_FLAGS"]})
+    return out.read_bytes()
+
+
+def _section(data: bytes, name: str) -> bytes:
+    return ELFFile(io.BytesIO(data)).get_section_by_name(name).data()
+
+
+@pytest.mark.skipif(not NVCC.exists(), reason="needs nvcc 13.0")
+def test_nvcc_device_code_names_the_source_path_and_its_mtime(tmp_path):
+    """nvcc 13.0 with -lineinfo writes the source's directory and its mtime into the device line table in
+    ``.nv_fatbin``; -ffile-prefix-map reaches only the host part. From one directory with the times
+    pinned, the device code is the same bytes; from two directories it is not, whatever flags."""
+    first = _nvcc_object(tmp_path / "one" / "src", tmp_path / "a.o", None)
+    elsewhere = _nvcc_object(tmp_path / "two" / "deeper" / "src", tmp_path / "b.o", None)
+    assert str(tmp_path / "one" / "src").encode() in _section(first, ".nv_fatbin")
+    assert _section(first, ".nv_fatbin") != _section(elsewhere, ".nv_fatbin")
+    assert str(tmp_path).encode() not in _section(first, ".rodata")  # the host part is mapped
+    time.sleep(1.1)  # a later copy: another mtime unless pinned
+    unpinned = _nvcc_object(tmp_path / "one" / "src", tmp_path / "c.o", None)
+    assert _section(first, ".nv_fatbin") != _section(unpinned, ".nv_fatbin")
+    pinned = [_nvcc_object(tmp_path / "one" / "src", tmp_path / f"p{i}.o", EPOCH) for i in range(2)]
+    assert _section(pinned[0], ".nv_fatbin") == _section(pinned[1], ".nv_fatbin")
+    # the host object names nvcc's pid-named temporary file; a link that discards local symbols does not
+    assert b"tmpxft_" in pinned[0]
+    libraries = []
+    for i in range(2):
+        obj = tmp_path / f"p{i}.o"
+        subprocess.run(["g++", "-shared", reproducible.DISCARD_LOCAL_SYMBOLS, str(obj), "-o", str(tmp_path / f"p{i}.so")],
+                       check=True)
+        libraries.append((tmp_path / f"p{i}.so").read_bytes())
+    assert b"tmpxft_" not in libraries[0] and libraries[0] == libraries[1]
+
+
+# --- the sources' time ---------------------------------------------------------------------------
+
+
+def test_source_date_epoch_of_a_git_commit_an_sdist_and_a_directory(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.txt").write_text("a\n")
+    env = {**os.environ, "GIT_COMMITTER_DATE": f"@{EPOCH} +0000", "GIT_AUTHOR_DATE": f"@{EPOCH - 99} +0000"}
+    for args in (["init", "-q"], ["add", "a.txt"],
+                 ["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "one"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True)
+    assert reproducible.source_date_epoch(Checkout(repo, "git", str(repo), "main", "0" * 40), tmp_path) == EPOCH
+
+    downloads = tmp_path / "cache" / "sources" / "sdist"
+    downloads.mkdir(parents=True)
+    archive = downloads / "pkg-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        for name, mtime in (("pkg-1.0/setup.py", EPOCH - 5), ("pkg-1.0/PKG-INFO", EPOCH + 7)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = 2, mtime
+            tf.addfile(info, io.BytesIO(b"x\n"))
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    (unpacked / "setup.py").write_text("x\n")  # extracted now: its mtime is not the sdist's date
+    sdist = Checkout(unpacked, "sdist", "pkg", "1.0", sha256_file(archive))
+    assert reproducible.source_date_epoch(sdist, tmp_path / "cache") == EPOCH + 7
+
+    folder = tmp_path / "folder"
+    (folder / "build").mkdir(parents=True)
+    (folder / "x.py").write_text("x\n")
+    (folder / "build" / "left.o").write_text("build output\n")
+    os.utime(folder / "x.py", (EPOCH, EPOCH))
+    os.utime(folder / "build" / "left.o", (EPOCH + 1000, EPOCH + 1000))  # not a source: ignored
+    assert reproducible.source_date_epoch(Checkout(folder, "path", str(folder), "local", "d"), tmp_path) == EPOCH
+
+
+def test_the_build_environment_passes_source_date_epoch_and_the_prefix_maps(tmp_path):
+    from ci import credentials
+
+    variables = reproducible.build_variables({"CFLAGS": "-O2", "NVCC_APPEND_FLAGS": "--threads 2"}, epoch=EPOCH,
+                                             source_dir=Path("/tmp/wheelhouse-src/x-x86_64"), site_packages="/v/sp")
+    assert variables["SOURCE_DATE_EPOCH"] == str(EPOCH)
+    assert variables["CFLAGS"] == ("-O2 -ffile-prefix-map=/v/sp=/site-packages "
+                                   "-ffile-prefix-map=/tmp/wheelhouse-src/x-x86_64=.")
+    assert variables["NVCC_APPEND_FLAGS"].startswith("--threads 2 -Xcompiler -ffile-prefix-map=/v/sp=/site-packages")
+    assert variables["LDFLAGS"] == "-Wl,--discard-all"
+    passed = credentials.build_environment({**variables, "CC": "gcc", "CUDAHOSTCXX": "g++", "SECRET_TOKEN": "x"}).environ
+    assert set(passed) == {*variables, "CC", "CUDAHOSTCXX"}
+
+
+def test_the_canonical_directory_is_given_back_when_the_build_fails(tmp_path):
+    src = tmp_path / "build" / "src"
+    src.mkdir(parents=True)
+    (src / "setup.py").write_text("x\n")
+    with (pytest.raises(RuntimeError, match="builder failed"),
+          reproducible.canonical_source(src, "test-component", "x86_64") as canonical):
+        assert canonical == Path("/tmp/wheelhouse-src/test-component-x86_64") and not src.exists()
+        assert (canonical / "setup.py").read_text() == "x\n"
+        raise RuntimeError("builder failed")
+    assert (src / "setup.py").read_text() == "x\n"  # a resumed build finds its sources where they were
+    assert not reproducible.canonical_dir("test-component", "x86_64").exists()
+
+
+# --- normalizing a wheel --------------------------------------------------------------------------
+
+
+def _zip_date(epoch: int) -> tuple[int, ...]:
+    stamp = time.gmtime(epoch)
+    return (stamp.tm_year, stamp.tm_mon, stamp.tm_mday, stamp.tm_hour, stamp.tm_min, stamp.tm_sec - stamp.tm_sec % 2)
+
+
+def _shuffled_copy(wheel: Path, target: Path, date: tuple[int, ...], modes: dict[str, int]) -> Path:
+    """``wheel``'s members in reverse order, with ``date``, the given modes and an extended-timestamp field."""
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in reversed(zin.infolist()):
+            copy = zipfile.ZipInfo(info.filename, date_time=date)
+            copy.external_attr = modes.get(info.filename, 0o100600) << 16
+            copy.compress_type = zipfile.ZIP_DEFLATED
+            copy.extra = b"UT\x05\x00\x01" + int(time.time()).to_bytes(4, "little")  # a build's wall clock
+            zout.writestr(copy, zin.read(info))
+    return target
+
+
+def test_normalize_wheel_makes_order_dates_modes_and_extras_the_sources(tmp_path):
+    so = host_shared_object().read_bytes()
+    wheel = build_wheel(tmp_path / "in", {"pkg/__init__.py": b"", "pkg/_C.so": so, "pkg/z.txt": b"z\n"}, name="pkg")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = _shuffled_copy(wheel, tmp_path / "one" / wheel.name, (2025, 3, 1, 10, 11, 12), {"pkg/_C.so": 0o100700})
+    two = _shuffled_copy(wheel, tmp_path / "two" / wheel.name, (2026, 12, 2, 6, 0, 0), {"pkg/_C.so": 0o100775})
+    assert sha256_file(one) != sha256_file(two)
+    assert [d.reason for d in reproducible.compare_wheels(one, two)] == ["date/mode"] * 6
+    for path in (one, two):
+        normalize_wheel(path, EPOCH)
+    assert sha256_file(one) == sha256_file(two)
+    assert reproducible.compare_wheels(one, two) == []
+    with zipfile.ZipFile(one) as zf:
+        infos = zf.infolist()
+        assert [i.filename for i in infos] == ["pkg/_C.so", "pkg/__init__.py", "pkg/z.txt", "pkg-1.0.dist-info/METADATA",
+                                               "pkg-1.0.dist-info/WHEEL", "pkg-1.0.dist-info/RECORD"]
+        assert {i.date_time for i in infos} == {_zip_date(EPOCH)}
+        assert [i.external_attr >> 16 for i in infos] == [0o100755] + [0o100644] * 5
+        assert all(i.extra == b"" for i in infos)
+        record_paths = [line.split(",")[0] for line in zf.read("pkg-1.0.dist-info/RECORD").decode().splitlines()]
+        assert record_paths == [i.filename for i in infos]
+        assert zf.read("pkg/_C.so") == so and zf.testzip() is None
+    with open_wheel(one) as archive:
+        assert check_record(archive) == []
+    before = sha256_file(one)
+    normalize_wheel(one, EPOCH)
+    assert sha256_file(one) == before  # idempotent
+    normalize_wheel(one, 0)  # an epoch before zip's first date is 1980-01-01
+    with zipfile.ZipFile(one) as zf:
+        assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+
+
+def test_normalize_wheel_refuses_a_wheel_without_record_and_leaves_it_as_it_was(tmp_path):
+    from ci.errors import CheckFailed
+
+    wheel = build_wheel(tmp_path, name="pkg")
+    broken = tmp_path / "broken" / wheel.name
+    broken.parent.mkdir()
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(broken, "w") as zout:
+        for info in zin.infolist():
+            if not info.filename.endswith("RECORD"):
+                zout.writestr(info, zin.read(info))
+    before = broken.read_bytes()
+    with pytest.raises(CheckFailed, match=r"has no pkg-1.0.dist-info/RECORD; rebuild the wheel"):
+        normalize_wheel(broken, EPOCH)
+    assert broken.read_bytes() == before and sorted(p.name for p in broken.parent.iterdir()) == [wheel.name]
+
+
+# --- what the comparison names --------------------------------------------------------------------
+
+
+def test_a_differing_shared_object_is_named_with_its_elf_sections(tmp_path):
+    so = host_shared_object().read_bytes()
+    wheel = build_wheel(tmp_path / "a", {"pkg/__init__.py": b"", "pkg/_C.so": so}, name="pkg")
+    elf = ELFFile(io.BytesIO(so))
+    comment = elf.get_section_by_name(".comment")
+    changed = bytearray(so)
+    changed[comment["sh_offset"]] ^= 0x01  # one byte of the compiler's note, as another compiler would write
+    other_so = tmp_path / "_C.so"
+    other_so.write_bytes(bytes(changed))
+    other = tmp_path / "b" / wheel.name
+    other.parent.mkdir()
+    add_members(wheel, other, {"pkg/_C.so": other_so}, {})
+    for path in (wheel, other):
+        normalize_wheel(path, EPOCH)
+    differences = reproducible.compare_wheels(wheel, other)
+    assert [d.describe() for d in differences] == ["pkg/_C.so: content (ELF sections .comment)",
+                                                   "pkg-1.0.dist-info/RECORD: content"]
+
+
+def test_rebuild_check_refuses_a_work_directory_in_use_in_one_line(tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "kept.txt").write_text("mine\n")
+    env = {**os.environ, "WHEELHOUSE_VERSIONS": str(FIXTURE_VERSIONS)}
+    result = subprocess.run([sys.executable, "-m", "nox", "-s", "rebuild-check-wheelhouse-fixture-3.11", "--",
+                             "--work", str(tmp_path / "work")], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: --work {tmp_path / 'work'}: not empty; pass a new directory (the two builds must start fresh)")
+    assert (tmp_path / "work" / "kept.txt").read_text() == "mine\n"
+
+
+# --- the wheel check: no build path where an import reads it --------------------------------------
+
+BAKED_SOURCE = 'extern "C" const char* base_path() { return BASE_PATH; }\n'
+
+
+def _extension(tmp_path: Path, name: str, flags: list[str]) -> bytes:
+    """A real shared object linked with ``flags`` (rpaths, -D definitions)."""
+    (tmp_path / "ext.cpp").write_text(BAKED_SOURCE)
+    out = tmp_path / f"{name}.so"
+    subprocess.run(["g++", "-shared", "-fPIC", '-DBASE_PATH="."', *flags, str(tmp_path / "ext.cpp"), "-o", str(out)],
+                   check=True)
+    return out.read_bytes()
+
+
+def test_the_check_refuses_an_rpath_into_site_packages_and_a_baked_build_dir(tmp_path):
+    from ci.wheels import check
+
+    build_dir = "/tmp/wheelhouse-src/deep-ep-x86_64"
+    rpath = "/home/runner/.cache/venvs/x/lib/python3.12/site-packages/nvidia/nvshmem/lib"
+    members = {
+        "deep_ep_cpp.cpython-311-x86_64-linux-gnu.so": _extension(tmp_path, "a", [f"-Wl,-rpath,{rpath}"]),
+        "hybrid_ep_cpp.cpython-311-x86_64-linux-gnu.so": _extension(tmp_path, "b", ['-UBASE_PATH',
+                                                                                   f'-DBASE_PATH="{build_dir}"']),
+        "clean.cpython-311-x86_64-linux-gnu.so": _extension(tmp_path, "c", ["-Wl,-rpath,$ORIGIN/nvidia/nvshmem/lib"]),
+    }
+    wheel = build_wheel(tmp_path / "w", {**members, "deep_ep/__init__.py": b""}, name="deep_ep")
+    report = check.check_wheels([wheel], use_cuobjdump=False)
+    assert list(report.problems) == [
+        f"{wheel.name}: member 'deep_ep_cpp.cpython-311-x86_64-linux-gnu.so' names the build machine's {rpath!r} in its "
+        "RUNPATH, where an import reads it; link with an $ORIGIN-relative rpath and no build path, or name the member "
+        "with the reason in this component's build_path_exceptions in versions.yaml",
+        f"{wheel.name}: member 'hybrid_ep_cpp.cpython-311-x86_64-linux-gnu.so' names the build machine's "
+        f"'/tmp/wheelhouse-src' in its .rodata, where an import reads it; link with an $ORIGIN-relative rpath and no "
+        "build path, or name the member with the reason in this component's build_path_exceptions in versions.yaml",
+    ]
+    allowed = check.check_wheels([wheel], use_cuobjdump=False, build_path_exceptions={
+        "deep_ep_cpp*.so": "NVSHMEM's rpath, as upstream links it", "hybrid_ep_cpp*.so": "its JIT reads BASE_PATH"})
+    assert allowed.ok, allowed.problems
+    assert allowed.wheels[0].allowed_build_paths == (
+        f"deep_ep_cpp.cpython-311-x86_64-linux-gnu.so: RUNPATH names {rpath!r} (allowed: NVSHMEM's rpath, as upstream "
+        "links it)",
+        "hybrid_ep_cpp.cpython-311-x86_64-linux-gnu.so: .rodata names '/tmp/wheelhouse-src' (allowed: its JIT reads "
+        "BASE_PATH)",
+    )
+    assert "build path allowed: deep_ep_cpp" in allowed.render_text()
+
+
+def test_the_build_directory_and_site_packages_given_by_the_build_are_searched(tmp_path):
+    from ci.wheels import check
+
+    site = "/opt/builder/venv/lib/python3.11/site-packages"
+    so = _extension(tmp_path, "a", ["-UBASE_PATH", f'-DBASE_PATH="{site}/torch/include"'])
+    wheel = build_wheel(tmp_path / "w", {"pkg/_C.so": so}, name="pkg")
+    assert check.check_wheels([wheel], use_cuobjdump=False).ok  # an unknown site-packages in a string: not named
+    report = check.check_wheels([wheel], use_cuobjdump=False, build_paths=("/tmp/wheelhouse-src", site + "/"))
+    assert [p.split(" in its ")[0] for p in report.problems] == [
+        f"{wheel.name}: member 'pkg/_C.so' names the build machine's {site!r}"]
