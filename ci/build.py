@@ -389,8 +389,8 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResul
 def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.Steps) -> BuildResult:
     index = _torch_index(row, options)
 
-    steps.start(f"toolchain: Python {row.python}, torch {row.torch}" + (" (this interpreter)" if options.reuse_env else ""),
-                key="toolchain")
+    reused = " (this interpreter)" if options.reuse_env else ""
+    steps.start(f"toolchain: Python {row.python}, torch {row.torch}{reused}", key="toolchain")
     python, interpreter = _interpreter(row, options, index)
 
     # Everything below runs third-party code (an sdist's setup.py, the builder, the project's build):
@@ -399,7 +399,8 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     if filtered.describe():
         _LOG.info(filtered.describe())
     with _interpreter_left_unchanged(row, options, interpreter):
-        steps.start(f"sources: {sources.describe_plan(versions.component(row.component), options.source)}", key="source")
+        steps.start(f"sources: {sources.describe_plan(versions.component(row.component), options.source)}",
+                    key="source")
         checkout = _fetch_sources(versions, row, options, python, interpreter, filtered.environ)
         config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
         build_dir, lock = _prepare_build_dir(options, row, checkout, config)

@@ -161,7 +161,7 @@ def test_usage_errors_exit_2(tmp_path, args, expected):
 
 def _fake_build(dist: Path, seed: str) -> Path:
     """What a build of the fixture row leaves in dist/ (wheel, .metadata, build record), without compiling."""
-    import hashlib
+    from build_records import write_record
 
     from ci import matrix
     from ci.versions import load
@@ -172,10 +172,7 @@ def _fake_build(dist: Path, seed: str) -> Path:
     wheel = build_wheel(out, {"wheelhouse_fixture/__init__.py": f"SEED = {seed!r}\n".encode()},
                         name="wheelhouse_fixture", version=row.ref, tags="py3-none-linux_x86_64")
     extract_metadata(wheel, out)
-    record = {"schema": 1, "row": row.to_json(), "fingerprint": "f" * 64, "build_config": {}, "source": {},
-              "checks": {"ok": True}, "wheels": [{"name": wheel.name, "size": wheel.stat().st_size,
-                                                  "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}]}
-    (out / RECORD_NAME).write_text(json.dumps(record))
+    write_record(dist, row, [wheel])
     return wheel
 
 
