@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,15 +163,20 @@ def _problem(raw: dict[str, Any]) -> str | None:
     unknown = sorted(set(raw) - set(_FIELDS))
     if unknown:
         return f"build record has an unknown field {unknown[0]!r} (a newer format?)"
+    # in order, each only once the one before found nothing: a later check indexes what an earlier one checked
     return (_fields_problem(raw, _FIELDS, "")
             or _fields_problem(raw["row"], _ROW_FIELDS, "row.")
-            or _items_problem(raw["row"]["bundle_pythons"], "row.bundle_pythons", str)
+            or _first_of(_type_problem(v, f"row.bundle_pythons[{i}]", str)
+                         for i, v in enumerate(raw["row"]["bundle_pythons"]))
             # a duration may be written 3 as well as 3.0
-            or next(filter(None, (_type_problem(v, f"durations.{k}", int, float) for k, v in raw["durations"].items())),
-                    None)
+            or _first_of(_type_problem(v, f"durations.{k}", int, float) for k, v in raw["durations"].items())
             or _checks_problem(raw["checks"])
-            or next(filter(None, (_wheel_problem(w, f"wheels[{i}]") for i, w in enumerate(raw["wheels"]))), None)
+            or _first_of(_wheel_problem(w, f"wheels[{i}]") for i, w in enumerate(raw["wheels"]))
             or _fields_problem(raw["ninja_steps"], {"steps": (int,), "slowest": (list,)}, "ninja_steps."))
+
+
+def _first_of(problems: Iterable[str | None]) -> str | None:
+    return next((problem for problem in problems if problem), None)
 
 
 def _fields_problem(raw: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]], prefix: str) -> str | None:
@@ -190,10 +195,6 @@ def _type_problem(value: Any, field: str, *types: type) -> str | None:
         return None
     wanted = " or ".join(_JSON_TYPES[t] for t in types)
     return f"build record field {field!r} is {_JSON_TYPES.get(type(value), type(value).__name__)}, not {wanted}"
-
-
-def _items_problem(values: list[Any], field: str, *types: type) -> str | None:
-    return next(filter(None, (_type_problem(v, f"{field}[{i}]", *types) for i, v in enumerate(values))), None)
 
 
 def _checks_problem(checks: dict[str, Any]) -> str | None:
