@@ -31,21 +31,33 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ci import credentials, fingerprint, log, matrix, ninja_log, reproducible, sbom, sources, stamp, toolchain
+from ci import (
+    build_record,
+    credentials,
+    fingerprint,
+    log,
+    matrix,
+    ninja_log,
+    reproducible,
+    sbom,
+    sources,
+    stamp,
+    toolchain,
+)
+from ci.build_record import BuildRecord
 from ci.digest import sha256_file
 from ci.errors import WheelhouseError
+from ci.manifest import WheelEntry
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
 from ci.wheels import rewrite
 
-RECORD_SCHEMA = 1
 TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _LOG = log.get("build")
 
@@ -391,13 +403,11 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResul
 
 
 def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.Steps) -> BuildResult:
-    started = time.monotonic()
-    durations: dict[str, float] = {}
     index = _torch_index(row, options)
 
-    steps.start(f"toolchain: Python {row.python}, torch {row.torch}" + (" (this interpreter)" if options.reuse_env else ""))
+    reused = " (this interpreter)" if options.reuse_env else ""
+    steps.start(f"toolchain: Python {row.python}, torch {row.torch}{reused}", key="toolchain")
     python, interpreter = _interpreter(row, options, index)
-    durations["toolchain_s"] = round(time.monotonic() - started, 1)
 
     # Everything below runs third-party code (an sdist's setup.py, the builder, the project's build):
     # it gets the allow-listed environment, and must leave the interpreter as it found it.
@@ -405,13 +415,12 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     if filtered.describe():
         _LOG.info(filtered.describe())
     with _interpreter_left_unchanged(row, options, interpreter):
-        steps.start(f"sources: {sources.describe_plan(versions.component(row.component), options.source)}")
-        t0 = time.monotonic()
+        steps.start(f"sources: {sources.describe_plan(versions.component(row.component), options.source)}",
+                    key="source")
         checkout = _fetch_sources(versions, row, options, python, interpreter, filtered.environ)
         config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
         epoch = reproducible.source_date_epoch(checkout, options.cache_dir)  # the sources' own time
         build_dir, lock = _prepare_build_dir(options, row, checkout, config, epoch)
-        durations["source_s"] = round(time.monotonic() - t0, 1)
 
         environment = builder_environment(
             versions, row, options, index=index, python=python, build_dir=build_dir,
@@ -420,8 +429,7 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
             inherited_path=options.environ.get("PATH", ""), revision=checkout.revision,
         )
 
-        steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}")
-        t0 = time.monotonic()
+        steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}", key="build")
         canonical = reproducible.canonical_dir(row.component, row.arch)
         builder_environ = {**filtered.environ, **environment.variables}
         builder_environ.update(reproducible.build_variables(builder_environ, epoch=epoch, source_dir=canonical,
@@ -434,37 +442,33 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         stamp.stamp_wheels(row, wheels, facts)
         for wheel in wheels:  # the last rewrite: sorted members, the sources' time, fixed modes
             rewrite.normalize_wheel(wheel, epoch)
-        durations["build_s"] = round(time.monotonic() - t0, 1)
 
-    steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/")
-    t0 = time.monotonic()
+    steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/", key="checks")
     # against the torch found before the build: the build's interpreter is not started again
     # the build's own paths must not be where the wheel's import looks (ci/wheels/paths.py)
     build_paths = (str(reproducible.CANONICAL_ROOT), str(build_dir), str(interpreter.torch_dir.parent))
     checks = _check_wheels(row, wheels, interpreter.torch_dir, build_paths) if options.run_checks else {"ran": False}
-    durations["checks_s"] = round(time.monotonic() - t0, 1)
-    durations["total_s"] = round(time.monotonic() - started, 1)
 
     ninja_steps = ninja_log.slowest_steps(build_dir / "src")  # read before the build directory goes
     if ninja_steps["slowest"]:
         slowest = ninja_steps["slowest"][0]
         _LOG.info(f"slowest of {ninja_steps['steps']} ninja steps: {slowest['output']} ({slowest['seconds']:.0f} s)")
-    record = {
-        "schema": RECORD_SCHEMA,
-        "row": row.to_json(),
-        "fingerprint": fingerprint.fingerprint(config),
-        "build_config": config,
-        "source": checkout.describe(),
-        "toolchain": interpreter.describe(),
-        "compiler_cache": environment.compiler_cache,
-        "compiler_cache_stats": cache_stats,
-        "durations": durations,
-        "checks": checks,
-        "wheels": [{"name": w.name, "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels],
-        "sbom": facts,  # what each wheel's SBOM (ci/sbom.py) was written from
-        "ninja_steps": ninja_steps,  # which objects the build time went to
-    }
-    result = _place(row, wheels, record, options.dist_root / row.world)
+    record = BuildRecord(
+        row=row.to_json(),
+        fingerprint=fingerprint.fingerprint(config),
+        build_config=config,
+        source=checkout.describe(),
+        toolchain=interpreter.describe(),
+        compiler_cache=environment.compiler_cache,
+        compiler_cache_stats=cache_stats,
+        # the checks step is still running: its time so far, which is all of the checks
+        durations={f"{phase}_s": round(seconds, 1) for phase, seconds in steps.durations().items()},
+        checks=checks,
+        wheels=tuple(WheelEntry(w.name, sha256_file(w), w.stat().st_size) for w in wheels),
+        sbom=facts,
+        ninja_steps=dict(ninja_steps),
+    )
+    result = _place(row, wheels, record, options.dist_root)
     shutil.rmtree(build_dir, ignore_errors=True)
     lock.close()
     return result
@@ -552,8 +556,10 @@ def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict
     return wheels, cache_stats
 
 
-def _place(row: MatrixRow, wheels: list[Path], record: dict, out_dir: Path) -> BuildResult:
-    """Move the checked wheels to ``out_dir`` with their .metadata, then write the build record (atomically)."""
+def _place(row: MatrixRow, wheels: list[Path], record: BuildRecord, dist_root: Path) -> BuildResult:
+    """Move the checked wheels to dist/<world>/ with their .metadata, then write the build record (atomically)."""
+    record_path = build_record.path_for(row, dist_root)
+    out_dir = record_path.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     placed = []
     for wheel in wheels:
@@ -561,10 +567,7 @@ def _place(row: MatrixRow, wheels: list[Path], record: dict, out_dir: Path) -> B
         shutil.move(str(wheel), target)
         placed.append(target)
         _write_metadata(target)
-    record_path = out_dir / f"{row.release_tag}-{row.arch}.build.json"
-    partial = record_path.with_name(record_path.name + ".partial")  # a crash never leaves half a record
-    partial.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    partial.replace(record_path)
+    record.write(record_path)
     return BuildResult(tuple(placed), record_path)
 
 

@@ -131,20 +131,37 @@ class Steps:
         self.logger = logger or logging.getLogger(ROOT)
         self._clock = clock
         self._title: str | None = None
+        self._key: str | None = None
         self._started = 0.0
+        self._first_start: float | None = None
+        self._took: dict[str, float] = {}
 
-    def start(self, title: str) -> None:
+    def start(self, title: str, *, key: str | None = None) -> None:
+        """Begin a step; ``key`` names it in :meth:`durations` (unkeyed steps are only logged)."""
         self.close()
-        self._title, self._started = title, self._clock()
+        self._title, self._key, self._started = title, key, self._clock()
+        if self._first_start is None:
+            self._first_start = self._started
         self.logger.info(title, extra={"wheelhouse": "step-start"})
 
     def close(self, ok: bool = True) -> None:
         if self._title is None:
             return
         took = self._clock() - self._started
+        if self._key is not None:
+            self._took[self._key] = took
         self.logger.info(f"{self._title}: {'done in' if ok else 'failed after'} {took:.1f}s",
                          extra={"wheelhouse": "step-end"})
         self._title = None
+
+    def durations(self) -> dict[str, float]:
+        """Seconds per keyed step, the running one up to now, and ``total`` since the first step began."""
+        now = self._clock()
+        took = dict(self._took)
+        if self._title is not None and self._key is not None:
+            took[self._key] = now - self._started
+        took["total"] = 0.0 if self._first_start is None else now - self._first_start
+        return took
 
     def __enter__(self) -> Steps:
         return self

@@ -100,18 +100,3 @@ def parse(data: bytes, *, where: str) -> Manifest:
     except (KeyError, TypeError, ValueError) as exc:
         raise WheelhouseError(f"{where}: manifest lacks or mistypes {exc}") from None
 
-
-def from_build_record(record: dict) -> Manifest:
-    row = record["row"]
-    return Manifest(
-        component=row["component"],
-        release_tag=row["release_tag"],
-        arch=row["arch"],
-        pythons=tuple(row["bundle_pythons"] or [row["python"]]),
-        torch=row["torch"],
-        fingerprint=record["fingerprint"],
-        build_config=record["build_config"],
-        wheels=tuple(WheelEntry(w["name"], w["sha256"], w["size"]) for w in record["wheels"]),
-        checks_passed=bool(record.get("checks", {}).get("ok", False)),
-        source=record["source"],
-    )

@@ -14,12 +14,12 @@ never uploaded (pip resolves dependencies from it, not from the wheel).
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import log, manifest, matrix, wheel_packages
+from ci import build_record, log, manifest, matrix, wheel_packages
+from ci.build_record import BuildRecord
 from ci.digest import sha256_file
 from ci.errors import ConfigError, WheelhouseError
 from ci.matrix import MatrixRow
@@ -71,36 +71,26 @@ def notes(row: MatrixRow) -> str:
     )
 
 
-def find_record(row: MatrixRow, dist_root: Path) -> tuple[Path, dict]:
-    path = dist_root / row.world / f"{row.release_tag}-{row.arch}.build.json"
+def read_record(row: MatrixRow, dist_root: Path) -> tuple[Path, BuildRecord]:
+    """The build record of ``row`` under ``dist_root``, validated, and checked to be a build of that row."""
+    path = build_record.path_for(row, dist_root)
     if not path.is_file():
         raise WheelhouseError(
             f"no build record {path}; build the row first (nox -s {row.session}) or point --dist at the build output"
         )
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"{path}: not a readable build record ({exc}); rebuild the row (nox -s {row.session})") from None
-    if not isinstance(record, dict):
-        raise ConfigError(f"{path}: holds a JSON {type(record).__name__}, not a build record; rebuild the row "
-                          f"(nox -s {row.session})")
+    record = BuildRecord.read(path, fix=f"rebuild the row (nox -s {row.session})")
+    wanted = row.to_json()
+    for field in build_record.ROW_IDENTITY:
+        if record.row[field] != wanted[field]:
+            raise ConfigError(f"{path}: records a build with {field} {record.row[field]!r}, but the row to release "
+                              f"({row.label}) has {field} {wanted[field]!r}; release the row it was built for, or "
+                              f"rebuild this one (nox -s {row.session})")
     return path, record
 
 
 def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
-    record_path, record = find_record(row, dist_root)
+    record_path, built = read_record(row, dist_root)
     folder = record_path.parent
-    try:
-        built = manifest.from_build_record(record)
-    except KeyError as exc:
-        raise ConfigError(f"{record_path}: not a build record (no {exc} field); rebuild the row "
-                          f"(nox -s {row.session})") from None
-    except (TypeError, AttributeError, ValueError):
-        raise ConfigError(f"{record_path}: not a build record (a field has the wrong type); rebuild the row "
-                          f"(nox -s {row.session})") from None
-    for wheel in built.wheels:
-        if not isinstance(wheel.name, str) or "/" in wheel.name or not wheel.name.endswith(".whl"):
-            raise ConfigError(f"{record_path}: lists {wheel.name!r}, not a wheel file name; rebuild the row")
     if not built.checks_passed:
         raise WheelhouseError(f"{record_path}: the wheel checks did not pass for this build; it cannot be released")
     steps = [Step("ensure-release", row.release_tag, title=matrix.release_title(versions, row), body=notes(row))]
@@ -116,7 +106,8 @@ def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
         steps.append(Step("upload", row.release_tag, wheel.name, path))
     for wheel in built.wheels:
         steps.append(Step("upload", row.release_tag, f"{wheel.name}.metadata", data=metadata[wheel.name]))
-    steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch), data=built.to_json().encode()))
+    steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch),
+                      data=built.to_manifest().to_json().encode()))
     return ReleasePlan(row, tuple(steps))
 
 

@@ -16,6 +16,7 @@ import pytest
 from stamp_helpers import validate_cyclonedx
 
 from ci import build, matrix, sbom, toolchain
+from ci.build_record import BuildRecord
 from ci.errors import WheelhouseError
 from ci.versions import load
 from ci.wheels import pin
@@ -129,7 +130,10 @@ def test_fixture_builds_through_the_nox_session(tmp_path):
     (wheel,) = world.glob("*.whl")
     assert wheel.name == "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"
     assert (world / f"{wheel.name}.metadata").read_text().startswith("Metadata-Version:")
-    record = json.loads((world / "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0-x86_64.build.json").read_text())
+    record_path = world / "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0-x86_64.build.json"
+    record = json.loads(record_path.read_text())
+    # the record the build wrote reads back whole and is written again byte for byte
+    assert BuildRecord.read(record_path).to_json() == record_path.read_text()
     # its _C links torch: the published wheel and its sidecar pin the row's torch line
     assert pin.read_torch_pin(wheel) == "==2.13.*"
     assert pin.torch_pin_of((world / f"{wheel.name}.metadata").read_bytes()) == "==2.13.*"

@@ -5,7 +5,6 @@ in tenths, and on GitHub Actions one folded group per release step and an ::erro
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import re
@@ -64,19 +63,17 @@ def test_every_retry_and_wait_is_printed_by_a_store_given_no_logger(output: io.S
 
 
 def _built_row(tmp_path: Path):
+    from build_records import write_record
     from wheel_factory import build_wheel
 
     from ci import matrix
-    from ci.store.local import sha256_file
     from ci.versions import load
 
     row = matrix.expand(load(FIXTURE_VERSIONS))[0]
     world = tmp_path / "dist" / row.world
     wheel = build_wheel(world, {"wheelhouse_fixture/__init__.py": b""}, name="wheelhouse_fixture", version=row.ref,
                         tags="py3-none-linux_x86_64")
-    record = {"row": row.to_json(), "fingerprint": "f" * 64, "build_config": {}, "source": {}, "checks": {"ok": True},
-              "wheels": [{"name": wheel.name, "sha256": sha256_file(wheel), "size": wheel.stat().st_size}]}
-    (world / f"{row.release_tag}-{row.arch}.build.json").write_text(json.dumps(record))
+    write_record(tmp_path / "dist", row, [wheel])
     return row, wheel
 
 

@@ -74,6 +74,21 @@ def test_steps_and_errors_outside_github_actions_are_plain_lines(configured):
     ]
 
 
+def test_steps_give_each_keyed_steps_duration_the_running_one_so_far_and_the_total(configured):
+    configured(github_actions=False)
+    clock = FakeClock()
+    with log.Steps(clock=clock) as steps:
+        steps.start("toolchain: Python 3.12", key="toolchain")
+        clock.now += 12.5
+        steps.start("a step the caller does not time")
+        clock.now += 1
+        steps.start("build: fixture", key="build")
+        clock.now += 30
+        assert steps.durations() == {"toolchain": 12.5, "build": 30.0, "total": 43.5}
+        clock.now += 4  # the step ends later: its duration is then taken when it ends
+    assert steps.durations() == {"toolchain": 12.5, "build": 34.0, "total": 47.5}
+
+
 def test_an_annotation_stays_one_line():
     formatter = log._Formatter(github_actions=True)
     record = logging.LogRecord("wheelhouse", logging.ERROR, __file__, 1, "100% broken\nsecond", None, None)

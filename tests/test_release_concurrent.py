@@ -6,16 +6,15 @@ one release holding both arches' wheels and manifests, every time.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from build_records import write_record
 from wheel_factory import build_wheel
 
 from ci import manifest, matrix
-from ci.digest import sha256_file
 from ci.versions import load
 from tests.github_server import GitHubTestServer
 
@@ -44,12 +43,7 @@ def _fake_build(versions, dist: Path) -> None:
         world = dist / row.world
         wheel = build_wheel(world, {"demo_pkg/__init__.py": row.arch.encode()}, version=row.ref,
                             tags=f"cp311-cp311-linux_{row.arch}")
-        record = {
-            "row": row.to_json(), "fingerprint": "f" * 64, "build_config": {"arch": row.arch}, "source": {},
-            "checks": {"ok": True},
-            "wheels": [{"name": wheel.name, "sha256": sha256_file(wheel), "size": wheel.stat().st_size}],
-        }
-        (world / f"{row.release_tag}-{row.arch}.build.json").write_text(json.dumps(record))
+        write_record(dist, row, [wheel], build_config={"arch": row.arch})
 
 
 def test_two_arch_jobs_create_one_release_every_time(tmp_path):

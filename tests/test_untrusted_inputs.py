@@ -91,11 +91,23 @@ def test_strip_with_a_record_that_is_not_utf8(tmp_path):
     assert line == f"error: {wheel.name}: RECORD is not UTF-8; rebuild the wheel"
 
 
+def _fixture_record(**changes) -> str:
+    """A whole build record of the fixture row (no wheels), with ``changes`` to its top-level fields."""
+    from build_records import record_of
+
+    from ci import matrix
+    from ci.versions import load
+
+    (row,) = matrix.expand(load(FIXTURE_VERSIONS))
+    return json.dumps({**json.loads(record_of(row, []).to_json()), **changes})
+
+
 @pytest.mark.parametrize("content,problem", [
     ('{"row": ', "not a readable build record (Expecting value: line 1 column 9 (char 8))"),
-    ("{}", "not a build record (no 'row' field)"),
+    ("{}", "build record has no field 'schema'"),
     ("[]", "holds a JSON list, not a build record"),
-    ('{"row": {"component": 1}}', "not a build record (no 'release_tag' field)"),
+    (_fixture_record(row={"component": 1}), "build record field 'row.component' is an integer, not a string"),
+    (_fixture_record(schema=0), "build record schema 0, but this checkout reads schema 1"),
 ])
 def test_release_with_a_malformed_build_record(tmp_path, content, problem):
     record = tmp_path / "dist" / "cpu" / "torch2.13" / RECORD_NAME
@@ -104,19 +116,17 @@ def test_release_with_a_malformed_build_record(tmp_path, content, problem):
     line = one_line(invoke("release", "--component", "wheelhouse-fixture", "--arch", "x86_64", "--dist",
                            str(tmp_path / "dist"), "--store", str(tmp_path / "store")), 2)
     assert line == f"error: {record}: {problem}; rebuild the row (nox -s build-wheelhouse-fixture-3.11)"
+    assert not (tmp_path / "store").exists()
 
 
 def test_release_refuses_a_record_naming_a_path(tmp_path):
     record = tmp_path / "dist" / "cpu" / "torch2.13" / RECORD_NAME
     record.parent.mkdir(parents=True)
-    row = {"component": "wheelhouse-fixture", "release_tag": "t", "arch": "x86_64", "bundle_pythons": [],
-           "python": "3.11", "torch": "2.13.0"}
-    record.write_text(json.dumps({"row": row, "fingerprint": "f", "build_config": {}, "source": {},
-                                  "checks": {"ok": True},
-                                  "wheels": [{"name": "../../x.whl", "sha256": "0", "size": 1}]}))
+    record.write_text(_fixture_record(wheels=[{"name": "../../x.whl", "sha256": "0" * 64, "size": 1}]))
     line = one_line(invoke("release", "--component", "wheelhouse-fixture", "--arch", "x86_64", "--dist",
                            str(tmp_path / "dist"), "--store", str(tmp_path / "store")), 2)
-    assert line == f"error: {record}: lists '../../x.whl', not a wheel file name; rebuild the row"
+    assert line == (f"error: {record}: build record field 'wheels[0].name' is '../../x.whl', not a wheel file name; "
+                    "rebuild the row (nox -s build-wheelhouse-fixture-3.11)")
 
 
 def test_plan_markdown_into_a_missing_folder_fails_before_planning(tmp_path):
@@ -151,7 +161,7 @@ def test_usage_errors_exit_2(tmp_path, args, expected):
 
 def _fake_build(dist: Path, seed: str) -> Path:
     """What a build of the fixture row leaves in dist/ (wheel, .metadata, build record), without compiling."""
-    import hashlib
+    from build_records import write_record
 
     from ci import matrix
     from ci.versions import load
@@ -162,10 +172,7 @@ def _fake_build(dist: Path, seed: str) -> Path:
     wheel = build_wheel(out, {"wheelhouse_fixture/__init__.py": f"SEED = {seed!r}\n".encode()},
                         name="wheelhouse_fixture", version=row.ref, tags="py3-none-linux_x86_64")
     extract_metadata(wheel, out)
-    record = {"schema": 1, "row": row.to_json(), "fingerprint": "f" * 64, "build_config": {}, "source": {},
-              "checks": {"ok": True}, "wheels": [{"name": wheel.name, "size": wheel.stat().st_size,
-                                                  "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}]}
-    (out / RECORD_NAME).write_text(json.dumps(record))
+    write_record(dist, row, [wheel])
     return wheel
 
 

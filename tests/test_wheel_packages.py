@@ -4,8 +4,6 @@ the .metadata a release uploads is made from the wheel, never taken from the bui
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -13,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from build_records import write_record
 from wheel_factory import build_wheel
 
 from ci import build, matrix, release, wheel_packages
@@ -47,11 +46,7 @@ def fake_build(dist: Path, wheels: list[tuple[str, str]], *, metadata_version: s
         else:
             extract_metadata(wheel, out)
         made.append(wheel)
-    record = {"schema": 1, "row": row.to_json(), "fingerprint": "f" * 64, "build_config": {}, "source": {},
-              "checks": {"ok": True},
-              "wheels": [{"name": w.name, "sha256": hashlib.sha256(w.read_bytes()).hexdigest(),
-                          "size": w.stat().st_size} for w in made]}
-    (out / f"{row.release_tag}-{row.arch}.build.json").write_text(json.dumps(record))
+    write_record(dist, row, made)
     return made
 
 
