@@ -532,7 +532,7 @@ def restore_wheels(c, run=None, torch=None, versions_ref=None, artifacts_dir=Non
         raise Exit("error: restore-wheels: a local store takes its artifacts from --artifacts-dir DIR "
                    "(DIR/<run id>/<artifact name>.zip)", code=2)
     else:
-        source = GitHubArtifacts(target)
+        source = GitHubArtifacts(target.api)
     versions = restore.versions_from_text(restore.versions_text_at(versions_ref), ref=versions_ref)
     listings = restore.collect(source, run)
     print(restore.artifact_summary(listings))

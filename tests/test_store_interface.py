@@ -55,8 +55,8 @@ def test_every_listing_follows_link_next_through_one_helper(github_server):
     with GitHubStore("o/r", token=TOKEN, api_url=gh.api_url, sleep=lambda s: None) as store:
         from ci.store.artifacts import GitHubArtifacts
 
-        pages = [resp.status for resp in store.paged("list releases of o/r", "repos.list_releases", per_page=1)]
+        pages = [resp.status for resp in store.api.paged("list releases of o/r", "repos.list_releases", per_page=1)]
         assert pages == [200, 200, 200]
-        assert len(GitHubArtifacts(store, per_page=2).list_artifacts("7")) == 3
+        assert len(GitHubArtifacts(store.api, per_page=2).list_artifacts("7")) == 3
     assert gh.counters["GET /repos/{owner}/{repo}/releases"] == 3
     assert gh.counters["GET /repos/{owner}/{repo}/actions/runs/{run_id}/artifacts"] == 2
