@@ -52,10 +52,9 @@ def run(*, cache_dir: Path, store_root: Path = REPO_ROOT / "wheelhouse", dist_ro
 
     site = store_root / "site"
     _LOG.info(f"3/5 index every world of the store into {site}")
-    outcome = pages.publish_index(
-        store.list_releases(), pages.DirectoryTarget(site), base_url=site.as_uri(), default_world=row.world,
-        projects=wheel_packages.by_component(versions),
-    )
+    where = pages.IndexWhere(pages.DirectoryTarget(site), site.as_uri(), row.world,
+                             wheel_packages.by_component(versions))
+    outcome = pages.publish(store, where)
     for warning in outcome.warnings:
         _LOG.info(f"warning: {warning}")
 

@@ -63,6 +63,7 @@ class GitHubStore:
                              write_gap=write_gap)
         self.owner, self.name = self.api.owner, self.api.name
         self.description = f"github:{repo}"
+        self.root: Path | None = None  # a remote store: no directory of its own
         self.dry_run = dry_run
         self.plan: list[str] = []
         self.rename_onto_taken: bool | None = None
