@@ -108,3 +108,30 @@ def test_the_local_store_fetches_its_assets_and_reads_file_urls(tmp_path, base_u
     outside = type(asset)("x.whl", 1, (site / "digests.json").as_uri())
     with pytest.raises(RemoteError, match="is not an asset of"):
         b"".join(store.fetch(outside))
+
+
+# --- ci.store opens the store and the artifact source the commands use ------------------------------------
+
+
+def test_open_store_and_open_artifacts(tmp_path, github_server):
+    from ci.environment import Environment
+    from ci.errors import ConfigError, UsageError
+    from ci.store import open_artifacts, open_store
+    from ci.store.artifacts import GitHubArtifacts, LocalArtifacts
+    from ci.store.local import LocalStore
+
+    local = open_store(Environment(store_spec=str(tmp_path / "store")))
+    assert isinstance(local, LocalStore)
+    with pytest.raises(UsageError) as info:
+        open_artifacts(local, None)
+    assert info.value.exit_code == 2
+    assert str(info.value) == ("restore-wheels: a local store takes its artifacts from --artifacts-dir DIR "
+                               "(DIR/<run id>/<artifact name>.zip)")
+    assert isinstance(open_artifacts(local, tmp_path / "artifacts"), LocalArtifacts)
+
+    with pytest.raises(ConfigError, match="WHEELHOUSE_STORE=github:o/r needs a token"):
+        open_store(Environment(store_spec="github:o/r"))
+    remote = open_store(Environment(store_spec="github:o/r", token=TOKEN, api_url=github_server.api_url))
+    with remote:
+        source = open_artifacts(remote, None)
+        assert isinstance(source, GitHubArtifacts) and source.description == "workflow artifacts of o/r"
