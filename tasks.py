@@ -10,7 +10,6 @@ and its exit status (2 for a malformed versions file); no traceback.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -34,11 +33,11 @@ from ci import matrix as matrix_module
 from ci import workflows as workflows_module
 from ci.environment import Environment, on_github_actions
 from ci.errors import UsageError, WheelhouseError
+from ci.store.model import ReleaseStore
 from ci.versions import load
 
 if TYPE_CHECKING:
     from ci.matrix import MatrixRow
-    from ci.store.artifacts import ArtifactSource
     from ci.versions import Versions
 
 # No automatic short flags: invoke derives them from each task's option names, so `-r`, `-a` or `-s`
@@ -173,10 +172,8 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
         print(f"{len(rows)} row(s)")
 
 
-def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False) -> Any:
-    """The store WHEELHOUSE_STORE (or ``--store``) names: a LocalStore or a GitHubStore. Any, because the tasks
-    still probe for what only one of them has (``plan``, ``get_public``), which ReleaseStore does not declare."""
-    from ci.environment import open_store
+def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False) -> ReleaseStore:
+    from ci.store import open_store
 
     env = _env(store_spec)
     progress = log.TransferProgress(bar=sys.stderr.isatty() and not env.github_actions)
@@ -303,13 +300,13 @@ def release(c: Context, component: str | None = None, python: str | None = None,
     target = _store(store, dry_run=dry_run)
     print(f"release {row.release_tag} in {target.description}:")
     print(plan.render())
-    if dry_run and not hasattr(target, "plan"):
+    if dry_run and target.rehearsed_calls() is None:
         print("dry run: nothing changed")
         return
     release_module.apply(plan, target, clobber=not no_clobber, dry_run=dry_run)
     if dry_run:
         print("dry run: the API calls it would make:")
-        for call in target.plan:
+        for call in target.rehearsed_calls() or ():
             print(f"  {call}")
 
 
@@ -359,35 +356,34 @@ def plan(c: Context, component: str = "all", arch: str | None = None, python: st
     }
 )
 @reports_errors
-def publish_index(c, store=None, out=None, default_world=None, push_branch=None, remote=None, pages_artifact=None,
-                  base_url=None, dry_run=False, allow_shrink=False, adopt=False, force=False):
+def publish_index(c: Context, store: str | None = None, out: str | None = None,
+                  default_world: str | None = None, push_branch: str | None = None, remote: str | None = None,
+                  pages_artifact: str | None = None, base_url: str | None = None, dry_run: bool = False,
+                  allow_shrink: bool = False, adopt: bool = False, force: bool = False) -> None:
     """Publish one PEP 503 index per CUDA/torch world from the store's releases."""
-    from ci import pages, wheel_packages
+    from ci import pages
 
     dry_run = dry_run or _core_dry(c)
     where_to = {"out": out, "pages_artifact": pages_artifact, "push_branch": push_branch, "remote": remote,
                 "base_url": base_url}
     _check_index_options(store, default_world=default_world, missing_target="publish-index: name --out, "
                          "--pages-artifact or --push-branch for a GitHub store", **where_to)
-
-    versions = load(_env().versions_path)
+    env = _env(store)
+    versions = load(env.versions_path)
     release_store = _store(store, must_exist=True)
-    default_world = pages.default_world(versions, default_world)
-    target, base_url = _index_target(release_store, store=store, force=force, adopt=adopt, **where_to)
-    live = _live_site(target, base_url, release_store)
-    with _opened(target) as active:
-        outcome = pages.publish_index(release_store.list_releases(), active, base_url=base_url,
-                                      default_world=default_world, fetch=_fetch_for(release_store), dry_run=dry_run,
-                                      allow_shrink=allow_shrink, store=release_store.description, live=live,
-                                      force=force, projects=wheel_packages.by_component(versions))
+    where = pages.index_where(release_store, versions, github_repo=env.github_repo, chosen_world=default_world,
+                              out=out, pages_artifact=pages_artifact, push_branch=push_branch, remote=remote,
+                              base_url=base_url, force=force, adopt=adopt)
+    outcome = pages.publish(release_store, where, dry_run=dry_run, allow_shrink=allow_shrink, force=force)
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(outcome.summary.line())
     print(f"{outcome.result.target}: {outcome.result.changes.line()}" + (" (dry run)" if dry_run else ""))
 
 
-def _check_index_options(store, *, out, pages_artifact, push_branch, remote, base_url, missing_target,
-                         default_world=None):
+def _check_index_options(store: str | None, *, out: str | None, pages_artifact: str | None, push_branch: str | None,
+                         remote: str | None, base_url: str | None, missing_target: str,
+                         default_world: str | None = None) -> None:
     """The usage errors of the options that say where the index goes, raised (exit status 2) before any store
     is opened or any network is touched."""
     from ci.index import check_base_url, check_world
@@ -404,54 +400,6 @@ def _check_index_options(store, *, out, pages_artifact, push_branch, remote, bas
         check_world(default_world)
     if not named and _env(store).github_repo:
         raise UsageError(missing_target)
-
-
-def _fetch_for(release_store):
-    """How the index downloads an asset: a GitHub store's own client (proxy settings honoured), else a URL."""
-    return getattr(release_store, "fetch", _url_fetch)
-
-
-def _live_site(target, base_url, release_store):
-    """The live site at ``base_url`` for a Pages artifact built in a fresh directory (None for other targets):
-    its digest cache, and the wheel links it serves, which the new index is compared with."""
-    from ci import pages
-
-    if isinstance(target, pages.ArtifactTarget) and target.previous_site() is None:
-        return pages.read_live_site(base_url, _get_for(release_store))
-    return None
-
-
-def _get_for(release_store):
-    """GET of a public URL (None on 404): a GitHub store's own client, else urllib (file:// too)."""
-    if hasattr(release_store, "get_public"):
-        return release_store.get_public
-
-    def get(url):
-        import urllib.error
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(url, timeout=60) as response:
-                return response.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, FileNotFoundError):
-                return None
-            raise
-
-    return get
-
-
-def _url_fetch(asset):
-    """Stream an asset's bytes from its URL (assets without a digest are hashed once, then cached)."""
-    import urllib.request
-
-    with urllib.request.urlopen(asset.url, timeout=300) as response:
-        while chunk := response.read(1 << 20):
-            yield chunk
 
 
 @task(help={"check": "change nothing; list the files that differ from versions.yaml and fail if any do"})
@@ -477,25 +425,6 @@ def workflows(c: Context, check: bool = False) -> None:
 
 
 # ---------------------------------------------------------------------------- maintenance
-
-
-def _opened(target):
-    """A git target clones into a temporary worktree for the duration; directory targets need nothing."""
-    from ci import pages
-
-    return target if isinstance(target, pages.GitBranchTarget) else contextlib.nullcontext(target)
-
-
-def _index_target(release_store, *, store=None, **where):
-    """(target, base_url) for publishing the index (ci.pages.index_target); _check_index_options has made sure
-    one is named."""
-    from ci import pages
-    from ci.store.local import LocalStore
-
-    store_root = release_store.root if isinstance(release_store, LocalStore) else None
-    found = pages.index_target(store_root=store_root, github_repo=_env(store).github_repo, **where)
-    assert found is not None, "checked by _check_index_options"
-    return found
 
 
 @task(
@@ -526,19 +455,6 @@ def migrate_tags(c: Context, apply: bool = False, skip_unparseable: bool = False
     print(migrate.apply(plan, target).render())
 
 
-def _artifact_source(target: Any, artifacts_dir: str | None) -> ArtifactSource:
-    """Where restore-wheels takes the artifacts from: --artifacts-dir, else the GitHub store's workflow runs."""
-    from ci.store.artifacts import GitHubArtifacts, LocalArtifacts
-    from ci.store.github import GitHubStore
-
-    if artifacts_dir:
-        return LocalArtifacts(Path(artifacts_dir))
-    if isinstance(target, GitHubStore):
-        return GitHubArtifacts(target)
-    raise Exit("error: restore-wheels: a local store takes its artifacts from --artifacts-dir DIR "
-               "(DIR/<run id>/<artifact name>.zip)", code=2)
-
-
 @task(
     iterable=["run"],
     help={
@@ -558,11 +474,12 @@ def restore_wheels(c: Context, run: list[str] | None = None, torch: str | None =
                    accept_undigested: bool = False, apply: bool = False, store: str | None = None) -> None:
     """Put wheels back into releases from the workflow artifacts of earlier CI runs."""
     from ci.maintenance import restore
+    from ci.store import open_artifacts
 
     if not run or not torch or not versions_ref:
         raise Exit("error: restore-wheels: name --run ID (one or more), --torch T and --versions-ref REF", code=2)
     target = _store(store)
-    source = _artifact_source(target, artifacts_dir)
+    source = open_artifacts(target, artifacts_dir)
     versions = restore.versions_from_text(restore.versions_text_at(versions_ref), ref=versions_ref)
     listings = restore.collect(source, run)
     print(restore.artifact_summary(listings))
@@ -599,10 +516,12 @@ def restore_wheels(c: Context, run: list[str] | None = None, torch: str | None =
     }
 )
 @reports_errors
-def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=None, pages_artifact=None,
-          push_branch=None, remote=None, base_url=None, force=False):
+def prune(c: Context, keep_worlds: str | None = None, older_than: str | None = None, apply: bool = False,
+          store: str | None = None, out: str | None = None, pages_artifact: str | None = None,
+          push_branch: str | None = None, remote: str | None = None, base_url: str | None = None,
+          force: bool = False) -> None:
     """Delete releases versions.yaml no longer names (never one a matrix row maps to), after re-indexing without them."""
-    from ci import pages, wheel_packages
+    from ci import pages
     from ci.maintenance import prune as prune_module
 
     worlds = prune_module.parse_worlds(keep_worlds)
@@ -612,8 +531,8 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
     if apply:
         _check_index_options(store, missing_target="prune --apply: name where to re-publish the index (--out, "
                              "--pages-artifact or --push-branch) for a GitHub store", **where_to)
-
-    versions = load(_env().versions_path)
+    env = _env(store)
+    versions = load(env.versions_path)
     release_store = _store(store, must_exist=True)
     plan = prune_module.plan(versions, release_store.list_releases(), keep_worlds=worlds, older_than=age,
                              store=release_store.description)
@@ -626,13 +545,10 @@ def prune(c, keep_worlds=None, older_than=None, apply=False, store=None, out=Non
         return
     if refusal is not None:
         raise refusal
-    target, url = _index_target(release_store, store=store, force=force, **where_to)
-    live = _live_site(target, url, release_store)
-    with _opened(target) as active:
-        index = prune_module.IndexTarget(active, base_url=url, default_world=pages.default_world(versions), live=live,
-                                         fetch=_fetch_for(release_store),
-                                         projects=wheel_packages.by_component(versions))
-        result = prune_module.apply(plan, release_store, index=index, force=force)
+    where = pages.index_where(release_store, versions, github_repo=env.github_repo, out=out,
+                              pages_artifact=pages_artifact, push_branch=push_branch, remote=remote, base_url=base_url,
+                              force=force)
+    result = prune_module.apply(plan, release_store, index=where, force=force)
     for warning in result.index.warnings if result.index is not None else ():
         print(f"warning: {warning}", file=sys.stderr)
     print(result.render())

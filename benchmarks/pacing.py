@@ -38,7 +38,7 @@ def _release(n_assets: int, paced: bool) -> dict[str, float]:
         store = GitHubStore("o/r", token=TOKEN, api_url=gh.api_url, clock=clock.time, sleep=clock.sleep,
                             write_gap=1.0 if paced else 0.0, retry=RetryPolicy(attempts=20))
         if not paced:
-            store.pacer.per_minute = store.pacer.per_hour = 10**9
+            store.api.pacer.per_minute = store.api.pacer.per_hour = 10**9
         start = clock.now
         with store:
             store.ensure_release("many", "many 1.0 - cucpu py3.11 torch2.13.0", "")

@@ -12,14 +12,11 @@ from __future__ import annotations
 import shlex
 import subprocess
 import tempfile
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 from ci import build, log, matrix, pages, release, toolchain, wheel_packages
 from ci.errors import WheelhouseError
 from ci.store.local import LocalStore
-from ci.store.model import Asset
 from ci.versions import REPO_ROOT, load
 
 _LOG = log.get("demo")
@@ -41,13 +38,6 @@ SMOKE_TEST = (
 )
 
 
-def _read_file_url(asset: Asset) -> Iterator[bytes]:
-    """The bytes of a local-store asset (a file:// URL): the index reads each wheel once to check its .metadata."""
-    with urllib.request.urlopen(asset.url) as response:
-        while chunk := response.read(1 << 20):
-            yield chunk
-
-
 def run(*, cache_dir: Path, store_root: Path = REPO_ROOT / "wheelhouse", dist_root: Path = REPO_ROOT / "dist") -> str:
     """Run the demo; returns the pip command it proved."""
     versions = load(FIXTURE_VERSIONS)
@@ -62,10 +52,9 @@ def run(*, cache_dir: Path, store_root: Path = REPO_ROOT / "wheelhouse", dist_ro
 
     site = store_root / "site"
     _LOG.info(f"3/5 index every world of the store into {site}")
-    outcome = pages.publish_index(
-        store.list_releases(), pages.DirectoryTarget(site), base_url=site.as_uri(), default_world=row.world,
-        projects=wheel_packages.by_component(versions), fetch=_read_file_url,
-    )
+    where = pages.IndexWhere(pages.DirectoryTarget(site), site.as_uri(), row.world,
+                             wheel_packages.by_component(versions))
+    outcome = pages.publish(store, where)
     for warning in outcome.warnings:
         _LOG.info(f"warning: {warning}")
 

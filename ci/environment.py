@@ -100,20 +100,3 @@ def on_github_actions(env: Mapping[str, str]) -> bool:
     """Whether this runs as a GitHub Actions step (the runner sets GITHUB_ACTIONS=true)."""
     return env.get("GITHUB_ACTIONS") == "true"
 
-
-def open_store(env: Environment, *, dry_run: bool = False, progress=None, must_exist: bool = False):
-    """The ReleaseStore that ``env`` names; ``must_exist``: a local store directory must exist already
-    (tasks that read a store to publish or change it; a typo must not read as an empty store)."""
-    repo = env.github_repo
-    if repo is None:
-        from ci.store.local import LocalStore
-
-        return LocalStore(Path(env.store_spec), must_exist=must_exist)
-    if not env.token:
-        raise ConfigError(
-            f"WHEELHOUSE_STORE={env.store_spec} needs a token: set GITHUB_TOKEN (or GH_TOKEN) with contents:write"
-        )
-    from ci.store.github import GitHubStore
-
-    return GitHubStore(repo, api_url=env.api_url, token=env.token, dry_run=dry_run, progress=progress,
-                       write_gap=env.write_gap)

@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from ci import log, matrix
+from ci import log, matrix, wheel_packages
 from ci.errors import RemoteError, UsageError, WheelhouseError
 from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, site_files, summarize
 from ci.site_marker import MARKER_FILE, SiteMarker, is_digest_cache, landing_links, legacy_files
-from ci.store.model import Release
+from ci.store.model import Release, ReleaseStore
 from ci.versions import REPO_ROOT, Versions
 
 _GIT_DIR = ".git"
@@ -138,6 +138,13 @@ class PagesTarget(Protocol):
     def publish(self, site: Mapping[str, bytes], *, previous: PreviousSite | None,
                 dry_run: bool = False) -> PublishResult:
         """Make the target hold the files of ``site``, replacing or removing only files ``previous`` lists."""
+
+    def built_fresh(self) -> bool:
+        """Whether the target starts empty where the site is served from elsewhere (a Pages artifact on a fresh
+        runner): then the live site stands for what was published before."""
+
+    def close(self) -> None:
+        """Release what the target holds for the publish (a git clone); nothing for a directory."""
 
 
 # --------------------------------------------------------------------------- tree comparison
@@ -363,6 +370,12 @@ class DirectoryTarget:
         changes = sync_tree(site, self.path, previous=previous, dry_run=dry_run, where=self.description)
         return PublishResult(self.description, changes, dry_run)
 
+    def built_fresh(self) -> bool:
+        return False  # the directory is where the site is served from
+
+    def close(self) -> None:
+        pass
+
 
 class ArtifactTarget(DirectoryTarget):
     """A Pages artifact directory, replaced as a whole by a rename."""
@@ -392,6 +405,9 @@ class ArtifactTarget(DirectoryTarget):
             raise WheelhouseError(f"{self.path} holds a {_GIT_DIR}: an artifact directory is replaced as a whole; "
                                   "name a directory of its own")
         return previous
+
+    def built_fresh(self) -> bool:
+        return self.previous_site() is None
 
     def _recover(self) -> None:
         """Undo what a publish killed between its two renames left: no tree, a backup, a staging tree."""
@@ -571,6 +587,9 @@ class GitBranchTarget:
     def published_root(self) -> Path | None:
         return self.worktree()
 
+    def built_fresh(self) -> bool:
+        return False  # the branch is what is served
+
     def read(self, relpath: str) -> bytes | None:
         path = self.worktree() / relpath
         try:
@@ -660,6 +679,52 @@ def index_target(*, store_root: Path | None, github_repo: str | None, out: str |
         else:
             base_url = Path(out or pages_artifact or (store_root or Path(".")) / "site").resolve().as_uri()
     return target, base_url
+
+
+@dataclass(frozen=True)
+class IndexWhere:
+    """Where an index goes and what it serves: the target, the public URL its pages are read at, the world
+    served at ``/simple/``, and what each component may publish (:func:`ci.wheel_packages.by_component`)."""
+
+    target: PagesTarget
+    base_url: str
+    default_world: str | None
+    projects: Mapping[str, frozenset[str]] | None = None
+
+
+def index_where(store: ReleaseStore, versions: Versions, *, github_repo: str | None, chosen_world: str | None = None,
+                out: str | Path | None = None, pages_artifact: str | Path | None = None, push_branch: str | None = None,
+                remote: str | None = None, base_url: str | None = None, force: bool = False,
+                adopt: bool = False) -> IndexWhere:
+    """The :class:`IndexWhere` the options name for the index of ``store`` (see :func:`index_target`);
+    ``chosen_world``: the world served at ``/simple/`` (default: the first build_matrix row's)."""
+    found = index_target(store_root=store.root, github_repo=github_repo, out=out, pages_artifact=pages_artifact,
+                         push_branch=push_branch, remote=remote, base_url=base_url, force=force, adopt=adopt)
+    if found is None:
+        raise UsageError(f"{store.description} keeps no site of its own: name where the index goes (--out, "
+                         "--pages-artifact or --push-branch)")
+    target, url = found
+    return IndexWhere(target, url, default_world(versions, chosen_world), wheel_packages.by_component(versions))
+
+
+def publish(store: ReleaseStore, where: IndexWhere, *, releases: Iterable[Release] | None = None,
+            dry_run: bool = False, allow_shrink: bool = False, force: bool = False,
+            shrink_flag: str = "--allow-shrink") -> PublishOutcome:
+    """Publish the index of the store's releases (or of ``releases``, a part of them) where ``where`` says:
+    the one publishing flow of publish-index and prune.
+
+    A target built fresh (a Pages artifact) reads the live site at the base URL first, through the store;
+    assets without a digest are hashed through the store too; a git target's clone is removed afterwards.
+    ``allow_shrink``, ``force`` and ``shrink_flag`` are :func:`publish_index`'s."""
+    target = where.target
+    try:
+        live = read_live_site(where.base_url, store.get_public) if target.built_fresh() else None
+        return publish_index(store.list_releases() if releases is None else releases, target,
+                             base_url=where.base_url, default_world=where.default_world, fetch=store.fetch,
+                             dry_run=dry_run, allow_shrink=allow_shrink, store=store.description, live=live,
+                             force=force, shrink_flag=shrink_flag, projects=where.projects)
+    finally:
+        target.close()
 
 
 def publish_index(

@@ -34,7 +34,7 @@ def test_a_200_asset_release_meets_no_secondary_limit(tmp_path: Path) -> None:
     with GitHubTestServer(token=TOKEN, clock=clock.time) as gh:
         gh.content_limits = (80, 500)
         with release_200_assets(tmp_path, clock, gh) as store:
-            stats = dict(store.pacer.stats) if hasattr(store, "pacer") else {}
+            stats = dict(store.api.pacer.stats) if hasattr(store, "api") else {}
         times = list(gh.write_times)
         refused = gh.fault_counts["content-limit"]
     gaps = [b - a for a, b in pairwise(times)]

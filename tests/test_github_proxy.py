@@ -79,7 +79,7 @@ def _exercise(gh: GitHubTestServer, tmp_path: Path) -> None:
         store.ensure_release("demo-1.0", "demo 1.0 - cucpu py3.11 torch2.13.0", "")
         store.upload_asset("demo-1.0", wheel)  # the uploads host
         assert store.read_asset("demo-1.0", wheel.name) == wheel.read_bytes()  # redirect to object storage
-        artifacts = GitHubArtifacts(store)
+        artifacts = GitHubArtifacts(store.api)
         (artifact,) = artifacts.list_artifacts("77")
         artifacts.download(artifact, tmp_path / "a.zip")  # redirect to signed storage
         with gh.state.lock:  # an asset without a digest: the index downloads it to hash it

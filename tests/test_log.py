@@ -194,12 +194,12 @@ def test_transfer_progress_on_a_terminal_is_a_bar():
 
 def test_a_secret_too_short_to_be_a_token_is_not_masked_everywhere(caplog):
     """The test server's token is `t`: masking it by value turned every t of the output into ***."""
-    from ci.store.github import GitHubStore
+    from ci.store.github_api import GitHubAPI
 
     caplog.set_level(logging.INFO, logger="wheelhouse")
     line = "renamed wheelhouse_fixture-0.1.0.whl.clobber-711799d7 to wheelhouse_fixture-0.1.0.whl"
-    GitHubStore("owner/repo", token="t")._info(line)
+    GitHubAPI("owner/repo", token="t").info(line)
     token = "ghp_" + "x" * 36
-    GitHubStore("owner/repo", token=token)._info(f"{line} with {token}")
+    GitHubAPI("owner/repo", token=token).info(f"{line} with {token}")
     assert caplog.messages == [line, f"{line} with ***"]
     assert log.mask("a t", "t") == "a t" and log.mask(f"a {'s' * 8}", "s" * 8) == "a ***"

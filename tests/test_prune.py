@@ -20,7 +20,7 @@ import pytest
 from ci import matrix, naming, pages
 from ci.errors import WheelhouseError
 from ci.maintenance import prune
-from ci.pages import DirectoryTarget, publish_index
+from ci.pages import DirectoryTarget, IndexWhere, publish_index
 from ci.store.github import GitHubStore
 from ci.store.local import LocalStore
 from ci.versions import Versions, load
@@ -200,7 +200,7 @@ def test_prune_against_the_github_server(server: GitHubTestServer, tmp_path: Pat
         assert "published 2025-12-25, within 90d" in kept[YOUNG]
 
         site = tmp_path / "site"
-        index = prune.IndexTarget(DirectoryTarget(site), base_url=site.as_uri(), default_world="cu130/torch2.13")
+        index = IndexWhere(DirectoryTarget(site), base_url=site.as_uri(), default_world="cu130/torch2.13")
         with pytest.raises(WheelhouseError) as refused:  # vllm and sglang: components versions.yaml does not name
             prune.apply(p, store, index=index)
         assert str(refused.value) == (
@@ -248,8 +248,8 @@ def test_prune_local_store_age_and_arguments(tmp_path: Path) -> None:
     everything = prune.plan(versions, store.list_releases())
     assert {d.tag for d in everything.to_delete} == set(DELETED) - {"vllm-v0.10.0-py3.12-torch2.13.0"} | {
         "flash-attention-v2.7.0-py3.12-torch2.12.0", YOUNG}
-    prune.apply(everything, store, index=prune.IndexTarget(DirectoryTarget(tmp_path / "site"),
-                                                           base_url=(tmp_path / "site").as_uri(), default_world=None),
+    prune.apply(everything, store, index=IndexWhere(DirectoryTarget(tmp_path / "site"),
+                                                    base_url=(tmp_path / "site").as_uri(), default_world=None),
                 force=True)
     assert (tmp_path / "site" / "index.html").is_file()
     assert set(r.tag for r in store.list_releases()) == {
@@ -351,7 +351,7 @@ def test_a_prune_killed_at_any_step_never_leaves_the_index_linking_to_a_deleted_
     def action() -> None:
         store = LocalStore(work)
         p = prune.plan(versions, store.list_releases(), store=store.description)
-        prune.apply(p, store, index=prune.IndexTarget(DirectoryTarget(site), base_url=site.as_uri(),
+        prune.apply(p, store, index=IndexWhere(DirectoryTarget(site), base_url=site.as_uri(),
                                                       default_world=None))
 
     def check(k: int) -> None:

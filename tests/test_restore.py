@@ -293,7 +293,7 @@ def test_artifact_download_redirect_and_direct(server: GitHubTestServer, tmp_pat
     gh.seed_artifact(9, "art", data)
     gh.seed_artifact(9, "old", data, expired=True)
     with make(gh) as store:
-        source = GitHubArtifacts(store, per_page=1)
+        source = GitHubArtifacts(store.api, per_page=1)
         arts = {a.name: a for a in source.list_artifacts("9")}
         assert gh.counters["GET /repos/{owner}/{repo}/actions/runs/{run_id}/artifacts"] == 2  # Link followed
         digest = source.download(arts["art"], tmp_path / "a.zip")
@@ -318,7 +318,7 @@ def test_restore_45_artifacts_two_runs(server: GitHubTestServer) -> None:  # noq
 
     seed_existing(sc, put)
     with make(gh) as store:
-        source = GitHubArtifacts(store)
+        source = GitHubArtifacts(store.api)
         gh.reset_counters()
         listings = restore.collect(source, [str(OLD), str(NEW)])
         assert gh.counters["GET /repos/{owner}/{repo}/actions/runs/{run_id}/artifacts"] == 2  # per_page=100

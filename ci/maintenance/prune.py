@@ -26,14 +26,14 @@ between leaves releases no index links to, never an index linking to deleted whe
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from ci import matrix, naming
 from ci.errors import UsageError, WheelhouseError
-from ci.index import Fetch, check_world
-from ci.pages import LiveSite, PagesTarget, PublishOutcome, publish_index
+from ci.index import check_world
+from ci.pages import IndexWhere, PublishOutcome, publish
 from ci.store.model import Release, ReleaseStore
 from ci.versions import Versions
 
@@ -209,21 +209,6 @@ def plan(versions: Versions, releases: Sequence[Release], *, keep_worlds: Sequen
 
 
 @dataclass(frozen=True)
-class IndexTarget:
-    """Where apply re-publishes the index (arguments of :func:`ci.pages.publish_index`)."""
-
-    target: PagesTarget
-    """A directory, a Pages artifact or a git branch (see ci.pages)."""
-    base_url: str
-    default_world: str | None
-    fetch: Fetch | None = None
-    live: LiveSite | None = None
-    """The live site, for a Pages artifact built in a fresh directory (its digest cache and link count)."""
-    projects: Mapping[str, frozenset[str]] | None = None
-    """What each component may publish (ci.wheel_packages.by_component): a foreign wheel stays out."""
-
-
-@dataclass(frozen=True)
 class PruneResult:
     deleted: tuple[str, ...]
     index: PublishOutcome | None
@@ -239,12 +224,13 @@ class PruneResult:
         return "\n".join(lines)
 
 
-def apply(prune: PrunePlan, store: ReleaseStore, *, index: IndexTarget | None = None,
+def apply(prune: PrunePlan, store: ReleaseStore, *, index: IndexWhere | None = None,
           force: bool = False) -> PruneResult:
     """Re-publish the index without the planned releases, then delete them (a missing one is fine).
 
-    Refused, with nothing changed, when :meth:`PrunePlan.refusal` objects and not ``force``, or when the
-    index would lose more wheel links than the deletions explain (see ci.pages)."""
+    ``index``: where to re-publish it (:func:`ci.pages.publish`, the flow publish-index runs). Refused, with
+    nothing changed, when :meth:`PrunePlan.refusal` objects and not ``force``, or when the index would lose
+    more wheel links than the deletions explain (see ci.pages)."""
     refusal = None if force else prune.refusal()
     if refusal is not None:
         raise refusal
@@ -252,9 +238,7 @@ def apply(prune: PrunePlan, store: ReleaseStore, *, index: IndexTarget | None = 
     outcome = None
     if index is not None:
         remaining = [release for release in store.list_releases() if release.tag not in doomed]
-        outcome = publish_index(remaining, index.target, base_url=index.base_url, default_world=index.default_world,
-                                fetch=index.fetch, live=index.live, store=store.description, allow_shrink=force,
-                                force=force, shrink_flag="--force", projects=index.projects)
+        outcome = publish(store, index, releases=remaining, allow_shrink=force, force=force, shrink_flag="--force")
     deleted = []
     for decision in prune.to_delete:
         store.delete_release(decision.tag)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ci.errors import RemoteError, WheelhouseError
 
 if TYPE_CHECKING:
-    from ci.store.github import GitHubStore
+    from ci.store.github_api import GitHubAPI
 
 CHUNK = 1 << 20
 
@@ -61,34 +61,34 @@ class ArtifactSource(Protocol):
 
 
 class GitHubArtifacts:
-    """Artifacts of a GitHub repository's workflow runs, through a :class:`GitHubStore`'s client.
+    """Artifacts of a GitHub repository's workflow runs, through a :class:`GitHubAPI`.
 
-    It lists through the store's pagination and downloads through the store's client (token, API
-    URL, proxy settings, retry policy and progress are the store's), so it behaves under rate limits
-    and transient failures as every other call does.
+    It lists through the API's pagination and downloads through its client (token, API URL, proxy
+    settings, retry policy and progress are the API's, shared with the release store), so it behaves
+    under rate limits and transient failures as every other call does.
     """
 
-    def __init__(self, store: GitHubStore, *, per_page: int = 100, timeout: float = 900.0) -> None:
-        self._store = store
+    def __init__(self, api: GitHubAPI, *, per_page: int = 100, timeout: float = 900.0) -> None:
+        self._api = api
         self.per_page = per_page
         self._timeout = timeout
-        self.description = f"workflow artifacts of {store.owner}/{store.name}"
+        self.description = f"workflow artifacts of {api.owner}/{api.name}"
 
     # ---- listing ------------------------------------------------------------------------------------
     def list_artifacts(self, run_id: str) -> list[Artifact]:
-        st = self._store
-        what = f"list artifacts of run {run_id} in {st.owner}/{st.name}"
+        api = self._api
+        what = f"list artifacts of run {run_id} in {api.owner}/{api.name}"
         try:
             run = int(run_id)
         except ValueError:
             raise WheelhouseError(f"--run {run_id!r}: a workflow run id is a number (see the run's URL)") from None
         collected: dict[Any, dict[str, Any]] = {}
         total: int | None = None
-        for resp in st.paged(what, "actions.list_workflow_run_artifacts", per_page=self.per_page, run_id=run):
+        for resp in api.paged(what, "actions.list_workflow_run_artifacts", per_page=self.per_page, run_id=run):
             if resp.status == 404:
                 raise RemoteError(f"{what}: run not found (HTTP 404); check the run id and the repository")
             if resp.status != 200:
-                raise st.fail(what, resp)
+                raise api.fail(what, resp)
             data = resp.json()
             if not isinstance(data, dict) or not isinstance(data.get("artifacts"), list):
                 raise RemoteError(f"{what}: answer is not an object with an 'artifacts' list; check api_url")
@@ -109,15 +109,15 @@ class GitHubArtifacts:
 
     # ---- download -----------------------------------------------------------------------------------
     def download(self, artifact: Artifact, dest: Path) -> str:
-        st = self._store
+        api = self._api
         what = f"download artifact {artifact.name} (id {artifact.id}, run {artifact.run_id})"
-        resp, sha256 = st.download(f"/repos/{st.owner}/{st.name}/actions/artifacts/{artifact.id}/zip", dest,
+        resp, sha256 = api.download(f"{api.repo_path}/actions/artifacts/{artifact.id}/zip", dest,
                                    what=what, label=f"download {artifact.name}.zip", total=artifact.size,
                                    timeout=self._timeout)
         if resp.status == 410:
             raise RemoteError(f"{what}: the artifact has expired (HTTP 410); it cannot be restored")
         if resp.status != 200:
-            raise st.fail(what, resp)
+            raise api.fail(what, resp)
         return sha256
 
 

@@ -133,7 +133,8 @@ class Retrier:
     stats: Counter[str] = field(default_factory=Counter)
     """``retries`` in all and one count per reason (``5xx``, ``connection``, ``secondary``, ``primary``)."""
 
-    def _backoff(self, attempt: int) -> float:
+    def backoff(self, attempt: int) -> float:
+        """The jittered wait before retry ``attempt`` (1-based), capped at the policy's max_delay."""
         cap = min(self.policy.max_delay, self.policy.base_delay * 2 ** (attempt - 1))
         return cap * (0.5 + 0.5 * self.rng.random())
 
@@ -155,10 +156,10 @@ class Retrier:
                         "re-run after that time (every step is idempotent) or use a token with a higher limit")
                 return "primary", wait
             if resp.status == 429 or "secondary rate limit" in resp.message().lower():
-                return "secondary", max(self.policy.secondary_default_wait, self._backoff(attempt))
+                return "secondary", max(self.policy.secondary_default_wait, self.backoff(attempt))
             return None
         if resp.status >= 500:
-            return "5xx", self._backoff(attempt)
+            return "5xx", self.backoff(attempt)
         return None
 
     def run(self, what: str, attempt_fn: Callable[[], Response]) -> Response:
@@ -168,7 +169,7 @@ class Retrier:
             try:
                 resp = attempt_fn()
             except TransientError as exc:
-                reason, wait = "connection", self._backoff(attempt)
+                reason, wait = "connection", self.backoff(attempt)
                 last = f"connection failed: {exc}"
             else:
                 verdict = self.classify(resp, attempt)

@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 from ci.digest import sha256_file
@@ -319,12 +320,52 @@ class LocalStore:
             self._write_record(new_tag, record)
             return self._release(new_tag, record)
 
+    def fetch(self, asset: Asset) -> Iterator[bytes]:
+        """The bytes of one of this store's assets, read from the file its URL names."""
+        path = self._asset_path(asset.url)
+        try:
+            with path.open("rb") as source:
+                while chunk := source.read(_CHUNK):
+                    yield chunk
+        except FileNotFoundError:
+            raise RemoteError(f"local store: {asset.url} is gone (deleted meanwhile?); re-run") from None
+
+    def get_public(self, url: str) -> bytes | None:
+        """The bytes of a file named by a ``file://`` URL (a site published into a directory); None when no file
+        is there. A local store serves files only: another scheme is an error that names the fix."""
+        try:
+            return _file_path(url).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def rehearsed_calls(self) -> list[str] | None:
+        """A local store has no dry run: the release task stops before it would change one."""
+        return None
+
+    def _asset_path(self, url: str) -> Path:
+        """The file behind an asset URL this store made (``file://`` or under ``base_url``)."""
+        if self.base_url and url.startswith(self.base_url + "/"):
+            path = self.root / urllib.parse.unquote(url.removeprefix(self.base_url + "/"))
+        else:
+            path = _file_path(url)
+        if not path.resolve().is_relative_to(self.releases_dir):
+            raise RemoteError(f"local store: {url} is not an asset of {self.root}; list the asset from this store")
+        return path
+
     def read_asset(self, tag: str, name: str, *, asset: Asset | None = None) -> bytes:
         _check_name("asset", name)
         try:
             return (self._dir(tag) / "assets" / name).read_bytes()
         except FileNotFoundError:
             raise RemoteError(f"local store: release {tag} has no asset {name}") from None
+
+
+def _file_path(url: str) -> Path:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+        raise RemoteError(f"{url}: a local store reads file:// URLs only; give --base-url as the file:// URL of the "
+                          "published site's directory")
+    return Path(urllib.parse.unquote(parts.path))
 
 
 def _record_problem(record: object) -> str | None:

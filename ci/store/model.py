@@ -8,7 +8,7 @@ index and maintenance code never knows which one it talks to.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -82,6 +82,11 @@ class ReleaseStore(Protocol):
     description: str
     """Human-readable location, e.g. ``github:owner/repo`` or a directory."""
 
+    @property
+    def root(self) -> Path | None:
+        """The directory the store lives in (the index's default place, and a place a site may not go); None
+        for a remote store."""
+
     def list_releases(self) -> list[Release]:
         """Every published (non-draft) release with its assets."""
 
@@ -114,3 +119,14 @@ class ReleaseStore(Protocol):
         ``asset``, the record from an earlier listing, lets a store fetch it
         without looking the release up again.
         """
+
+    def fetch(self, asset: Asset) -> Iterator[bytes]:
+        """The bytes an asset's URL serves, in chunks (the index hashes an asset without a digest this way)."""
+
+    def get_public(self, url: str) -> bytes | None:
+        """The bytes at a public URL of the kind the store serves (a published site's files); None when
+        nothing is there."""
+
+    def rehearsed_calls(self) -> list[str] | None:
+        """In a dry run, the changes the store recorded instead of making them; None for a store that has no
+        dry run (it is then not asked to change anything)."""
