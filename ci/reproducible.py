@@ -199,16 +199,15 @@ def _is_shared_object(name: str) -> bool:
 def _elf_sections_differing(first: bytes, second: bytes) -> tuple[str, ...]:
     import io
 
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
+    from ci.errors import CheckFailed
+    from ci.wheels.elf import ElfFile
 
     def sections(data: bytes) -> dict[str, bytes]:
-        elf = ELFFile(io.BytesIO(data))
-        return {s.name: (b"" if s["sh_type"] == "SHT_NOBITS" else s.data()) for s in elf.iter_sections()}
+        elf = ElfFile(io.BytesIO(data))
+        return {s.name: (b"" if s.type == 8 else elf.read_section(s)) for s in elf.sections}  # 8: SHT_NOBITS
 
     try:
         a, b = sections(first), sections(second)
-    except ELFError:
-        return ("(not ELF)",)
+    except CheckFailed:
+        return ("(not a readable ELF file)",)
     return tuple(name for name in sorted(set(a) | set(b)) if a.get(name) != b.get(name))
-
