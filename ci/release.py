@@ -1,9 +1,13 @@
 """Publish one built row onto its release: plan first, then apply.
 
 Order matters: ensure the release, upload the wheels, then their ``.metadata``
-files, and the arch's build manifest LAST. A manifest is the claim "these
-exact wheels passed the checks", so it must never precede them (the anchor
-uploaded it first, and a failed wheel upload then looked complete).
+files, the arch's provenance statement (ci/provenance.py), and the arch's build
+manifest LAST. A manifest is the claim "these exact wheels passed the checks",
+so it must never precede them (the anchor uploaded it first, and a failed wheel
+upload then looked complete). The provenance follows the wheels it names and
+precedes the manifest: a release that stopped part way has no statement naming
+a missing wheel, and without its manifest the row is planned again, so the
+next run uploads the statement too.
 
 The build output is not trusted beyond its digests: every wheel must be a
 project the component publishes (ci/wheel_packages.py), and each ``.metadata``
@@ -15,11 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import log, manifest, matrix, wheel_packages
+from ci import log, manifest, matrix, provenance, wheel_packages
 from ci.digest import sha256_file
 from ci.errors import ConfigError, WheelhouseError
 from ci.matrix import MatrixRow
@@ -87,7 +93,9 @@ def find_record(row: MatrixRow, dist_root: Path) -> tuple[Path, dict]:
     return path, record
 
 
-def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
+def plan(versions: Versions, row: MatrixRow, dist_root: Path, *, env: Mapping[str, str] | None = None) -> ReleasePlan:
+    """The steps that publish ``row``; ``env`` (default: this process's) names the workflow run for the
+    provenance statement."""
     record_path, record = find_record(row, dist_root)
     folder = record_path.parent
     try:
@@ -116,6 +124,11 @@ def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
         steps.append(Step("upload", row.release_tag, wheel.name, path))
     for wheel in built.wheels:
         steps.append(Step("upload", row.release_tag, f"{wheel.name}.metadata", data=metadata[wheel.name]))
+    run = provenance.workflow_run(os.environ if env is None else env)
+    sbom_facts = record.get("sbom")
+    statement = provenance.statement(built, row.to_json(), run=run,
+                                     versions=sbom_facts.get("versions") if isinstance(sbom_facts, dict) else None)
+    steps.append(Step("upload", row.release_tag, provenance.asset_name(row.arch), data=provenance.dumps(statement)))
     steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch), data=built.to_json().encode()))
     return ReleasePlan(row, tuple(steps))
 
