@@ -131,3 +131,17 @@ def test_asset_names_round_trip():
     assert provenance.asset_name("aarch64") == "wheelhouse-provenance-aarch64.intoto.json"
     assert provenance.arch_of("wheelhouse-provenance-aarch64.intoto.json") == "aarch64"
     assert provenance.arch_of("wheelhouse-build-manifest-aarch64.json") is None
+
+
+def test_the_publish_job_attests_each_checked_wheel_before_releasing_it():
+    from ci import workflows
+
+    job = workflows.publish_workflow()["jobs"]["publish"]
+    names = [step.get("name") for step in job["steps"]]
+    attest = job["steps"][names.index("Attest the wheels")]
+    assert names.index("Check the wheels again") < names.index("Attest the wheels") < names.index("Publish to the release")
+    assert attest["uses"] == "actions/attest-build-provenance@a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32"
+    assert attest["with"] == {"subject-path": "dist/${{ inputs.world }}/*.whl"}
+    assert job["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write"}
+    rendered = workflows.render(workflows.publish_workflow())
+    assert "uses: actions/attest-build-provenance@a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32  # v4.1.0" in rendered
