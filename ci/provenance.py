@@ -24,10 +24,13 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ci.errors import ConfigError, WheelhouseError
 from ci.manifest import Manifest
+from ci.plan import wheel_covers_arch
+
+_Asset = TypeVar("_Asset")
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -50,6 +53,19 @@ def arch_of(asset: str) -> str | None:
     if asset.startswith(PREFIX) and asset.endswith(SUFFIX):
         return asset[len(PREFIX) : -len(SUFFIX)]
     return None
+
+
+def statements_by_arch(assets: Mapping[str, _Asset]) -> dict[str, _Asset]:
+    """A release's provenance statements (of its assets by name), by arch."""
+    return {arch: asset for name, asset in assets.items() if (arch := arch_of(name)) is not None}
+
+
+def statement_for(wheel_name: str, statements: Mapping[str, _Asset]) -> _Asset | None:
+    """The statement that names a wheel, judged by name: the one arch its platform tag fits. A pure-Python
+    wheel fits every arch: it gets the statement only when the release has one, else none (a link to the
+    wrong statement would fail verification; no link says less, and nothing false)."""
+    fits = [statement for arch, statement in statements.items() if wheel_covers_arch(wheel_name, arch)]
+    return fits[0] if len(fits) == 1 else None
 
 
 # --- the workflow run --------------------------------------------------------------------------

@@ -4,6 +4,10 @@ uploaded after the wheels it names and before the manifest, in deterministic byt
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import pytest
 from provenance_helpers import RUN_ENV, built_row, release_fixture
@@ -11,7 +15,9 @@ from provenance_helpers import RUN_ENV, built_row, release_fixture
 from ci import manifest, provenance, release, sbom
 from ci.digest import sha256_file
 from ci.errors import ConfigError, RemoteError
+from ci.index import site_files
 from ci.store.local import LocalStore
+from ci.store.model import Asset, Release
 
 
 class RecordingStore:
@@ -145,3 +151,66 @@ def test_the_publish_job_attests_each_checked_wheel_before_releasing_it():
     assert job["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write"}
     rendered = workflows.render(workflows.publish_workflow())
     assert "uses: actions/attest-build-provenance@a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32  # v4.1.0" in rendered
+
+
+# --- the index links each wheel's statement -------------------------------------------------------
+
+
+class _Links(HTMLParser):
+    """The attributes of every <a> of a page."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.anchors: list[dict[str, str | None]] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self.anchors.append(dict(attrs))
+
+
+def _file_fetch(asset: Asset):
+    yield Path(url2pathname(urlsplit(asset.url).path)).read_bytes()
+
+
+def test_the_index_links_the_released_wheels_statement(fixture_wheel, tmp_path):
+    released = release_fixture(fixture_wheel, tmp_path)
+    site, files = site_files(released.store.list_releases(), base_url="https://owner.github.io/repo/",
+                             default_world="cpu/torch2.13", fetch=_file_fetch)
+    assert site.warnings == ()
+    (link,) = _Links(files["cpu/torch2.13/simple/wheelhouse-fixture/index.html"].decode()).anchors
+    statement_url = link["data-wheelhouse-provenance"]
+    assert statement_url is not None and statement_url.endswith("/" + released.provenance.name)
+    # the URL serves the statement, and the statement names this wheel's bytes
+    statement = provenance.parse(Path(url2pathname(urlsplit(statement_url).path)).read_bytes(), where="test")
+    assert statement.subjects == {released.wheel.name: sha256_file(released.wheel)}
+    assert "data-provenance" not in link  # PEP 740's attribute promises a signed provenance object: not ours
+
+
+def _asset(name: str, aid: int) -> Asset:
+    return Asset(name, 1, f"https://example.invalid/download/t/{name}", "sha256:" + "0" * 64, id=aid)
+
+
+def test_each_wheel_links_the_statement_of_its_own_arch_and_never_a_guess():
+    x86 = _asset("comp-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", 1)
+    arm = _asset("comp-1.0-cp311-cp311-manylinux_2_28_aarch64.whl", 2)
+    pure = _asset("pure-1.0-py3-none-any.whl", 3)
+    x86_statement = _asset(provenance.asset_name("x86_64"), 4)
+    arm_statement = _asset(provenance.asset_name("aarch64"), 5)
+    title = "comp v1 - cu13.0.2 py3.11 torch2.13.0; aarch64 cu13.0.2 py3.11 torch2.13.0"
+
+    def links(*assets: Asset) -> dict[str, str | None]:
+        _, files = site_files([Release("t", title, assets=assets)], base_url="https://owner.github.io/repo/",
+                              default_world="cu130/torch2.13")
+        found = {}
+        for project in ("comp", "pure"):
+            page = files.get(f"cu130/torch2.13/simple/{project}/index.html")
+            for anchor in _Links(page.decode()).anchors if page else ():
+                found[str(anchor["href"]).split("#")[0].rsplit("/", 1)[1]] = anchor.get("data-wheelhouse-provenance")
+        return found
+
+    both = links(x86, arm, pure, x86_statement, arm_statement)
+    assert both == {x86.name: x86_statement.url, arm.name: arm_statement.url, pure.name: None}  # pure: which arch?
+    only_x86 = links(x86, arm, pure, x86_statement)
+    assert only_x86 == {x86.name: x86_statement.url, arm.name: None, pure.name: x86_statement.url}
+    assert links(x86, pure) == {x86.name: None, pure.name: None}
