@@ -120,27 +120,24 @@ def _sbom_world(summary: sbom.SbomSummary) -> str | None:
 
 
 def _pin_problems(name: str, wheel: Path, summary: sbom.SbomSummary, release_torch: str) -> list[str]:
-    declared = pin.read_torch_pin(wheel)
-    declared_text = f"torch{declared}" if declared else None
-    if declared_text != summary.torch_pin:
-        return [f"{name}: torch pin: METADATA requires {declared_text or 'no pinned torch'}, its SBOM records "
-                f"{summary.torch_pin or 'none'}: METADATA was changed after the build"]
-    if declared is None:
+    recorded = summary.torch_pin
+    if recorded is None:  # the build pinned nothing (links no torch, or torch_pin: none): upstream's requirements stand
         return []
+    declared = pin.read_torch_pin(wheel)
+    if declared is None or f"torch{declared}" != recorded:
+        return [f"{name}: torch pin: METADATA requires {'torch' + declared if declared else 'no pinned torch'}, its "
+                f"SBOM records {recorded}: METADATA was changed after the build"]
     try:
         admits = Version(release_torch) in SpecifierSet(declared)
     except (InvalidSpecifier, InvalidVersion):
         admits = False
     if not admits:
-        return [f"{name}: torch pin: {declared_text} does not admit the release's torch {release_torch}"]
+        return [f"{name}: torch pin: torch{declared} does not admit the release's torch {release_torch}"]
     return []
 
 
-def _sbom_problems(name: str, wheel: Path, built: Manifest, statement: provenance.Provenance) -> list[str]:
-    try:
-        summary = sbom.read_sbom(wheel)
-    except CheckFailed as exc:
-        return [f"SBOM: {exc}"]
+def _sbom_problems(name: str, wheel: Path, built: Manifest, statement: provenance.Provenance,
+                   summary: sbom.SbomSummary) -> list[str]:
     problems = []
     expected = str(built.source.get("revision", ""))
     if summary.source_revision != expected:
@@ -204,11 +201,14 @@ def verify_wheel(wheel: Path, *, manifest_path: Path | None = None, release_dir:
     mismatches = [
         *_digest_problems(name, actual, expected, statement, built.release_tag),
         *_agreement_problems(built, statement),
-        *_sbom_problems(name, wheel, built, statement),
     ]
-    declared = pin.read_torch_pin(wheel)
+    try:
+        summary = sbom.read_sbom(wheel)
+    except CheckFailed as exc:
+        return Verification(name, "", (*mismatches, str(exc)))
+    mismatches += _sbom_problems(name, wheel, built, statement, summary)
     run = statement.run or "a release outside GitHub Actions"
-    summary = (f"{name}: matches release {built.release_tag} ({built.arch}): sha256 {_short(actual)}, world "
-               f"{statement.world}, torch pin {'torch' + declared if declared else 'none'}, source commit "
-               f"{_short(statement.source_revision)}, published by {run}")
-    return Verification(name, summary, tuple(mismatches))
+    line = (f"{name}: matches release {built.release_tag} ({built.arch}): sha256 {_short(actual)}, world "
+            f"{statement.world}, torch pin {summary.torch_pin or 'none'}, source commit "
+            f"{_short(statement.source_revision)}, published by {run}")
+    return Verification(name, line, tuple(mismatches))

@@ -9,10 +9,12 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 from provenance_helpers import Released, release_fixture
+from wheel_factory import build_wheel
 
 from ci import sbom
 from ci.digest import sha256_file
@@ -167,3 +169,28 @@ def test_verify_wheel_writes_nothing(released):
     before = sorted((p, p.stat().st_mtime_ns) for p in released.assets.parent.parent.rglob("*"))
     assert verify("--wheel", str(released.wheel), "--release", str(released.assets)).returncode == 0
     assert sorted((p, p.stat().st_mtime_ns) for p in released.assets.parent.parent.rglob("*")) == before
+
+
+def test_a_wheel_without_its_sbom_is_refused_in_one_line(released, tmp_path):
+    wheel = copy_of(released, tmp_path)
+    stripped = tmp_path / "stripped" / wheel.name
+    stripped.parent.mkdir()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(stripped, "w") as target:
+        for info in source.infolist():
+            if not info.filename.endswith(sbom.SBOM_NAME):
+                target.writestr(info, source.read(info.filename))
+    result = verify("--wheel", str(stripped), "--manifest", str(released.manifest))
+    assert result.returncode == 2
+    lines = error_lines(result)
+    assert len(lines) == 2 and " differs from release " in lines[0], lines
+    assert lines[1].startswith(f"error: {wheel.name}: has no wheelhouse_fixture-0.1.0.dist-info/{sbom.SBOM_NAME}")
+
+
+def test_a_wheel_that_links_no_torch_keeps_upstreams_requirement_and_verifies(tmp_path):
+    upstream = build_wheel(tmp_path / "upstream", {"wheelhouse_fixture/__init__.py": b""}, name="wheelhouse_fixture",
+                           version="0.1.0", tags="py3-none-any", requires=["torch>=2.0"])
+    released = release_fixture(upstream, tmp_path / "release")
+    assert pin.read_torch_pin(released.wheel) == ">=2.0" and sbom.read_sbom(released.wheel).torch_pin is None
+    result = verify("--wheel", str(released.wheel), "--release", str(released.assets))
+    assert result.returncode == 0, result.stderr
+    assert ", torch pin none, " in result.stdout
