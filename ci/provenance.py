@@ -139,13 +139,21 @@ def _dependencies(source: Mapping[str, Any], versions_commit: str | None,
     return found
 
 
-def statement(built: Manifest, row: Mapping[str, Any], *, versions: Mapping[str, Any] | None,
+def statement(built: Manifest, row: Mapping[str, Any], *, facts: Mapping[str, Any] | None,
               run: WorkflowRun | None) -> dict[str, Any]:
     """The provenance statement of one arch's build (``built``: the manifest the release uploads).
 
-    ``row`` is the matrix row as JSON (:meth:`ci.matrix.MatrixRow.to_json`); ``versions`` the build
-    record's versions.yaml facts (``{"file", "commit", "dirty"}``), None when the record has none.
+    ``row`` is the matrix row as JSON (:meth:`ci.matrix.MatrixRow.to_json`); ``facts`` what the build
+    record keeps for the SBOM (ci/sbom.py ``build_facts``), None when the record has none. Its source
+    is preferred to the manifest's: it names no path of the build machine, so a rebuild elsewhere gives
+    the same statement; both name the same revision.
     """
+    versions = facts.get("versions") if facts else None
+    recorded = facts.get("source") if facts else None
+    source: Mapping[str, Any] = recorded if isinstance(recorded, Mapping) else built.source
+    if str(source.get("revision", "")) != str(built.source.get("revision", "")):
+        raise WheelhouseError(f"release {built.release_tag} ({built.arch}): the build record's SBOM facts name source "
+                              f"{source.get('revision')}, its source {built.source.get('revision')}; rebuild the row")
     versions_commit = _versions_commit(versions)
     builder = {"id": f"{run.server_url}/{run.repository}/.github/workflows/_publish.yml" if run else LOCAL_BUILDER}
     run_details: dict[str, Any] = {"builder": builder}
@@ -161,12 +169,12 @@ def statement(built: Manifest, row: Mapping[str, Any], *, versions: Mapping[str,
                 "externalParameters": {
                     "release_tag": built.release_tag,
                     "row": dict(row),
-                    "source": dict(built.source),
+                    "source": dict(source),
                     "fingerprint": built.fingerprint,
                     "versions": {"file": (versions or {}).get("file"), "commit": versions_commit},
                 },
                 "internalParameters": {"build_config": built.build_config},
-                "resolvedDependencies": _dependencies(built.source, versions_commit, run),
+                "resolvedDependencies": _dependencies(source, versions_commit, run),
             },
             "runDetails": run_details,
         },

@@ -125,9 +125,8 @@ def plan(versions: Versions, row: MatrixRow, dist_root: Path, *, env: Mapping[st
     for wheel in built.wheels:
         steps.append(Step("upload", row.release_tag, f"{wheel.name}.metadata", data=metadata[wheel.name]))
     run = provenance.workflow_run(os.environ if env is None else env)
-    sbom_facts = record.get("sbom")
-    statement = provenance.statement(built, row.to_json(), run=run,
-                                     versions=sbom_facts.get("versions") if isinstance(sbom_facts, dict) else None)
+    facts = record.get("sbom")
+    statement = provenance.statement(built, row.to_json(), run=run, facts=facts if isinstance(facts, dict) else None)
     steps.append(Step("upload", row.release_tag, provenance.asset_name(row.arch), data=provenance.dumps(statement)))
     steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch), data=built.to_json().encode()))
     return ReleasePlan(row, tuple(steps))
