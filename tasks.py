@@ -575,3 +575,29 @@ def bench(c: Context, quick: bool = False, only: str | None = None) -> None:
     code = subprocess.call(args, cwd=Path(__file__).resolve().parent)
     if code:
         raise Exit(f"error: the benchmarks failed (exit status {code}); see the log above", code=code)
+
+
+@task(
+    help={
+        "wheel": "the downloaded wheel to check",
+        "manifest": "its release's wheelhouse-build-manifest-<arch>.json (the provenance statement is read beside it)",
+        "release": "a folder holding its release's downloaded assets (gh release download TAG -D DIR)",
+        "provenance": "its release's wheelhouse-provenance-<arch>.intoto.json, when not beside the manifest",
+    }
+)
+@reports_errors
+def verify_wheel(c: Context, wheel: str | None = None, manifest: str | None = None, release: str | None = None,
+                 provenance: str | None = None) -> None:
+    """Check a downloaded wheel offline against its release's manifest and provenance and its own SBOM."""
+    from ci import verify
+
+    if not wheel:
+        raise UsageError("name the wheel to check with --wheel PATH")
+    result = verify.verify_wheel(Path(wheel), manifest_path=Path(manifest) if manifest else None,
+                                 release_dir=Path(release) if release else None,
+                                 provenance_path=Path(provenance) if provenance else None)
+    for mismatch in result.mismatches:
+        log.report_error(mismatch)
+    if not result.ok:
+        raise Exit(code=2)
+    print(result.summary)

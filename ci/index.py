@@ -59,6 +59,13 @@ Metadata (PEP 658/714)
     download, an unreadable wheel) is not advertised (a wrong metadata promise
     breaks installs, or adds dependencies the wheel does not declare) and a
     warning says so.
+Provenance
+    When the wheel's release holds the provenance statement of the wheel's arch
+    (``wheelhouse-provenance-<arch>.intoto.json``, :func:`ci.provenance.statement_for`), the link
+    carries ``data-wheelhouse-provenance="<its URL>"``. Not PEP 740's ``data-provenance``: that must
+    point to a PEP 740 provenance object of signed attestation bundles, and our statement is unsigned
+    (GitHub's attestation store holds the signed one); a client that reads ``data-provenance`` would
+    be promised a format it cannot read.
 Yanking (PEP 592)
     ``yanked`` maps a wheel filename to a reason (``""`` for none); listed files
     get ``data-yanked``. A name in the list that no index holds gives a warning.
@@ -103,7 +110,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ci import wheel_packages
+from ci import provenance, wheel_packages
 from ci.errors import UsageError, WheelhouseError
 from ci.naming import parse_title, version_key, world_path
 from ci.store.model import Asset, Release, newest_by_name
@@ -318,6 +325,8 @@ class IndexLink(NamedTuple):
     requires_python: str | None = None
     yanked: str | None = None
     """None: not yanked; otherwise the reason (may be empty)."""
+    provenance: str | None = None
+    """The URL of the release's provenance statement that names this wheel."""
 
 
 @dataclass(frozen=True)
@@ -361,6 +370,7 @@ class _Candidate(NamedTuple):
     wheel: Asset
     sidecar: Asset | None
     torch: str
+    statement: Asset | None = None
 
 
 class _Builder:
@@ -689,6 +699,7 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
             builder.warn(f"release {release.tag!r} left out of every index: {derived.problem}; fix the release title")
             continue
         by_name = newest_by_name(a for a in release.assets if a.state == "uploaded")
+        statements = provenance.statements_by_arch(by_name)
         publishes = None
         if projects is not None:
             publishes = projects.get(derived.component) or wheel_packages.allowed(derived.component, ())
@@ -709,8 +720,11 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
                              f"{wheel_packages.refusal(derived.component, package, publishes)}; delete the asset")
                 continue
             sidecar = by_name.get(wheel.name + METADATA_SUFFIX)
+            statement = provenance.statement_for(wheel.name, statements) if statements else None
+            if statement is not None and _url_problem(statement.url):  # the same URL rule as a wheel's link
+                statement = None
             for world in derived.worlds:
-                candidate = _Candidate(world, package, release, wheel, sidecar, derived.torch[world])
+                candidate = _Candidate(world, package, release, wheel, sidecar, derived.torch[world], statement)
                 key = (world, wheel.name)
                 previous = chosen.get(key)
                 if previous is None:
@@ -744,6 +758,7 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
             meta_sha if advertise else None,
             meta.requires_python if meta is not None else None,
             yanked.get(filename),
+            cand.statement.url if cand.statement is not None else None,
         )
         packages.setdefault(world, {}).setdefault(cand.package, []).append(link)
 
@@ -801,6 +816,8 @@ def _link_html(link: IndexLink) -> str:
         rendered += f' data-dist-info-metadata="{value}" data-core-metadata="{value}"'
     if link.yanked is not None:
         rendered += ' data-yanked="' + _esc(link.yanked) + '"'
+    if link.provenance:
+        rendered += ' data-wheelhouse-provenance="' + _esc(link.provenance) + '"'
     return "<a " + rendered + ">" + _esc(link.filename) + "</a><br>"
 
 

@@ -1,9 +1,13 @@
 """Publish one built row onto its release: plan first, then apply.
 
 Order matters: ensure the release, upload the wheels, then their ``.metadata``
-files, and the arch's build manifest LAST. A manifest is the claim "these
-exact wheels passed the checks", so it must never precede them (the anchor
-uploaded it first, and a failed wheel upload then looked complete).
+files, the arch's provenance statement (ci/provenance.py), and the arch's build
+manifest LAST. A manifest is the claim "these exact wheels passed the checks",
+so it must never precede them (the anchor uploaded it first, and a failed wheel
+upload then looked complete). The provenance follows the wheels it names and
+precedes the manifest: a release that stopped part way has no statement naming
+a missing wheel, and without its manifest the row is planned again, so the
+next run uploads the statement too.
 
 The build output is not trusted beyond its digests: every wheel must be a
 project the component publishes (ci/wheel_packages.py), and each ``.metadata``
@@ -14,11 +18,13 @@ never uploaded (pip resolves dependencies from it, not from the wheel).
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import build_record, log, manifest, matrix, wheel_packages
+from ci import build_record, log, manifest, matrix, provenance, wheel_packages
 from ci.build_record import BuildRecord
 from ci.digest import sha256_file
 from ci.errors import ConfigError, WheelhouseError
@@ -88,7 +94,9 @@ def read_record(row: MatrixRow, dist_root: Path) -> tuple[Path, BuildRecord]:
     return path, record
 
 
-def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
+def plan(versions: Versions, row: MatrixRow, dist_root: Path, *, env: Mapping[str, str] | None = None) -> ReleasePlan:
+    """The steps that publish ``row``; ``env`` (default: this process's) names the workflow run for the
+    provenance statement."""
     record_path, built = read_record(row, dist_root)
     folder = record_path.parent
     if not built.checks_passed:
@@ -106,8 +114,11 @@ def plan(versions: Versions, row: MatrixRow, dist_root: Path) -> ReleasePlan:
         steps.append(Step("upload", row.release_tag, wheel.name, path))
     for wheel in built.wheels:
         steps.append(Step("upload", row.release_tag, f"{wheel.name}.metadata", data=metadata[wheel.name]))
-    steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch),
-                      data=built.to_manifest().to_json().encode()))
+    released = built.to_manifest()
+    run = provenance.workflow_run(os.environ if env is None else env)
+    statement = provenance.statement(released, row.to_json(), run=run, facts=built.sbom or None)
+    steps.append(Step("upload", row.release_tag, provenance.asset_name(row.arch), data=provenance.dumps(statement)))
+    steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch), data=released.to_json().encode()))
     return ReleasePlan(row, tuple(steps))
 
 

@@ -48,6 +48,7 @@ PINNED_ACTIONS: dict[str, tuple[str, str, str]] = {
     "upload-pages-artifact": ("actions/upload-pages-artifact", "7b1f4a764d45c48632c6b24a0339c27f5614fb0b", "v4.0.0"),
     "deploy-pages": ("actions/deploy-pages", "cd2ce8fcbc39b97be8ca5fce6e763baed58fa128", "v5.0.0"),
     "cuda-toolkit": ("Jimver/cuda-toolkit", "3d45d157f327c09c04b50ee6ccdea2d9d017ec76", "v0.2.35"),
+    "attest-build-provenance": ("actions/attest-build-provenance", "a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32", "v4.1.0"),
 }
 ACTIONS = {key: f"{repo}@{sha}" for key, (repo, sha, _) in PINNED_ACTIONS.items()}
 ACTION_RELEASES = {sha: release for _, sha, release in PINNED_ACTIONS.values()}
@@ -291,11 +292,16 @@ def _build_call(*, sequential: bool = False) -> dict[str, Any]:
     return call
 
 
+# The publish job uploads to the release and attests its wheels: GitHub's attestation action signs with the
+# job's OIDC token (id-token) and stores the attestation (attestations). No other job gets either.
+PUBLISH_PERMISSIONS = {"contents": "write", "id-token": "write", "attestations": "write"}
+
+
 def _publish_call(when: str | None = None) -> dict[str, Any]:
     # Each row whose build uploaded its artifact is published, even when another row failed.
     condition = "always() && needs.plan.outputs.has_builds == 'true' && needs.build.result != 'cancelled'"
     return _matrix_call(PUBLISH_WORKFLOW, PUBLISH_INPUTS, ["plan", "build"],
-                        condition + (f" && {when}" if when else ""), {"contents": "write"}, "publish ")
+                        condition + (f" && {when}" if when else ""), PUBLISH_PERMISSIONS, "publish ")
 
 
 PUBLISH_INDEX_PERMISSIONS = {"contents": "read", "pages": "write", "id-token": "write"}
@@ -480,6 +486,13 @@ def publish_workflow() -> dict[str, Any]:
             "run": _script("recheck_wheels.sh"),
         },
         {
+            # Signed build provenance of each checked wheel in GitHub's attestation store, before any is
+            # released (`gh attestation verify <wheel> --repo <owner>/<repo>` checks it).
+            "name": "Attest the wheels",
+            "uses": ACTIONS["attest-build-provenance"],
+            "with": {"subject-path": f"dist/{row['world']}/*.whl"},
+        },
+        {
             "name": "Publish to the release",
             "id": "release",
             "env": {
@@ -511,7 +524,7 @@ def publish_workflow() -> dict[str, Any]:
                         f"torch{row['torch']})",
                 "runs-on": CONTROL_RUNNER,
                 "timeout-minutes": 60,
-                "permissions": {"contents": "write"},
+                "permissions": dict(PUBLISH_PERMISSIONS),
                 "defaults": {"run": {"shell": "bash"}},
                 "outputs": {"published": _expr("steps.release.outputs.published")},
                 "steps": steps,

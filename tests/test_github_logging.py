@@ -86,7 +86,8 @@ def test_release_on_github_actions_folds_each_step_and_annotates_the_error(tmp_p
     row, wheel = _built_row(tmp_path)
     release = ("release", "--component", row.component, "--arch", row.arch, "--dist", str(tmp_path / "dist"),
                "--store", str(tmp_path / "store"))
-    done = _invoke(*release, GITHUB_ACTIONS="true")
+    done = _invoke(*release, GITHUB_ACTIONS="true", GITHUB_SERVER_URL="https://github.com", GITHUB_REPOSITORY="o/r",
+                   GITHUB_RUN_ID="1", GITHUB_RUN_ATTEMPT="1")  # what the runner sets; the provenance names the run
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     groups = [line for line in lines if line.startswith("::group::")]
@@ -94,6 +95,7 @@ def test_release_on_github_actions_folds_each_step_and_annotates_the_error(tmp_p
         f"::group::release: ensure release {row.release_tag}",
         f"::group::release: upload {wheel.name}",
         f"::group::release: upload {wheel.name}.metadata",  # made from the wheel: the build wrote none here
+        f"::group::release: upload wheelhouse-provenance-{row.arch}.intoto.json",
         f"::group::release: upload wheelhouse-build-manifest-{row.arch}.json"]
     assert lines.count("::endgroup::") == len(groups)
     for start in groups:  # each group ends with its duration, then ::endgroup::

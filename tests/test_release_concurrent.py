@@ -14,7 +14,7 @@ from pathlib import Path
 from build_records import write_record
 from wheel_factory import build_wheel
 
-from ci import manifest, matrix
+from ci import manifest, matrix, provenance
 from ci.versions import load
 from tests.github_server import GitHubTestServer
 
@@ -80,6 +80,7 @@ def test_two_arch_jobs_create_one_release_every_time(tmp_path):
             assert names == sorted([
                 *wheels, *(f"{wheel}.metadata" for wheel in wheels),  # each made from its wheel by the release
                 manifest.asset_name("aarch64"), manifest.asset_name("x86_64"),
+                provenance.asset_name("aarch64"), provenance.asset_name("x86_64"),  # one statement per arch job
             ]), names
         # more create calls than releases: the second job lost the race and adopted the release
         print(f"{REPETITIONS} releases, {creates} create calls")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import build, manifest, matrix, plan, release
+from ci import build, manifest, matrix, plan, provenance, release
 from ci.errors import RemoteError, WheelhouseError
 from ci.store.local import LocalStore
 from ci.versions import load
@@ -56,6 +56,7 @@ def test_release_uploads_manifest_last(built, tmp_path):
         f"ensure {row.release_tag}",
         f"upload {wheel}",
         f"upload {wheel}.metadata",
+        f"upload {provenance.asset_name(row.arch)}",
         f"upload {manifest.asset_name(row.arch)}",
     ]
     published = store.get_release(row.release_tag)

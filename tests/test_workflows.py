@@ -223,10 +223,30 @@ def test_builds_are_never_cancelled_in_progress(docs):
             assert docs[path]["concurrency"]["cancel-in-progress"] is False, path
 
 
+def _assert_write_is_expected(docs, path, job_id, scope):
+    """The one kind of job each write grant is for."""
+    name = path.split("/")[-1]
+    if scope == "contents":
+        # only the jobs that call _publish.yml
+        assert job_id == "publish" and docs[path]["jobs"][job_id]["uses"] == f"./{PUBLISH}", (path, job_id)
+        assert (name.startswith("build-") and name != "build-all.yml") or name == "release.yml"
+    elif scope == "pages":
+        assert job_id in ("deploy", "publish-index")
+    elif scope == "id-token":  # Pages deploys, and the artifact attestation of the publish job
+        assert job_id in ("deploy", "publish-index", "publish")
+    elif scope == "attestations":
+        assert job_id == "publish" and docs[path]["jobs"][job_id]["uses"] == f"./{PUBLISH}", (path, job_id)
+    elif scope == "pull-requests":
+        assert name == "plan.yml" and job_id == "plan"
+    else:
+        pytest.fail(f"{path}: {job_id} writes {scope}")
+
+
 def test_permissions_are_explicit_and_least(docs):
     # the reusable workflows state each job's grant (a called job can only lower its caller's)
     assert docs[BUILD]["jobs"]["build"]["permissions"] == {"contents": "read"}
-    assert docs[PUBLISH]["jobs"]["publish"]["permissions"] == {"contents": "write"}
+    assert docs[PUBLISH]["jobs"]["publish"]["permissions"] == {"contents": "write", "id-token": "write",
+                                                              "attestations": "write"}
     for path, doc in docs.items():
         if path in REUSABLE:
             assert "permissions" not in doc and len(doc["jobs"]) == 1
@@ -243,17 +263,7 @@ def test_permissions_are_explicit_and_least(docs):
         for scope, level in job["permissions"].items() if level == "write"
     }
     for path, job_id, scope in writes:
-        name = path.split("/")[-1]
-        if scope == "contents":
-            # only the jobs that call _publish.yml
-            assert job_id == "publish" and docs[path]["jobs"][job_id]["uses"] == f"./{PUBLISH}", (path, job_id)
-            assert (name.startswith("build-") and name != "build-all.yml") or name == "release.yml"
-        elif scope in ("pages", "id-token"):
-            assert job_id in ("deploy", "publish-index")
-        elif scope == "pull-requests":
-            assert name == "plan.yml" and job_id == "plan"
-        else:
-            pytest.fail(f"{path}: {job_id} writes {scope}")
+        _assert_write_is_expected(docs, path, job_id, scope)
     for path, doc in docs.items():
         if "build" in doc["jobs"] and path not in REUSABLE:
             assert doc["jobs"]["build"]["permissions"] == {"contents": "read"}, path
@@ -428,7 +438,7 @@ def test_publish_runs_no_upstream_code_and_checks_the_wheels_again(docs):
     steps = [step["name"] for step in job["steps"]]
     assert job["runs-on"] == workflows.CONTROL_RUNNER  # never the self-hosted runner the build used
     assert steps == ["Check out", "Set up Python", "Install the wheelhouse tools", "Download the wheel artifact",
-                     "Check the wheels again", "Publish to the release"]
+                     "Check the wheels again", "Attest the wheels", "Publish to the release"]
     by_name = {step["name"]: step for step in job["steps"]}
     assert by_name["Check out"]["with"] == {"persist-credentials": False}
     download = by_name["Download the wheel artifact"]
