@@ -40,6 +40,16 @@ def _big_wheel(ctx: Context) -> Path:
     return wheel
 
 
+def _served_file(folder: Path):
+    """The bytes of an asset of this figure's release: the file of its name in ``folder``, which the
+    server mounts at /big/."""
+    def fetch(asset):
+        with open(folder / asset.name, "rb") as source:
+            while chunk := source.read(1 << 20):
+                yield chunk
+    return fetch
+
+
 def run(ctx: Context) -> Figure:
     from ci.pages import DirectoryTarget, publish_index
     from ci.store.model import Release
@@ -71,8 +81,9 @@ def run(ctx: Context) -> Figure:
             a.__class__(a.name, a.size, f"{server.url}/big/{a.name}", a.digest, id=a.id) for a in base.assets))
         without = Release(with_meta.tag, with_meta.title, assets=(with_meta.asset(wheel.name),))
         for label, rel in (("with", with_meta), ("without", without)):
+            # the index reads the wheel once to compare its METADATA with the sidecar (served from wheel.parent)
             summary = publish_index([rel], DirectoryTarget(root / label), base_url=f"{server.url}/{label}",
-                                    default_world=WORLD).summary
+                                    default_world=WORLD, fetch=_served_file(wheel.parent)).summary
             if summary.warnings:
                 raise RuntimeError(f"index warnings: {summary.warnings}")
         counter = 0

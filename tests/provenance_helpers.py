@@ -4,15 +4,14 @@ local store (wheels, .metadata, provenance, manifest)."""
 
 from __future__ import annotations
 
-import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from build_records import record_of
 from stamp_helpers import FIXTURE_EXT, fixture_facts, fixture_row
 
-from ci import fingerprint, manifest, provenance, release, sources
-from ci.digest import sha256_file
+from ci import build_record, fingerprint, manifest, provenance, release, sources
 from ci.matrix import MatrixRow
 from ci.stamp import stamp_wheel
 from ci.store.local import LocalStore
@@ -54,10 +53,9 @@ def built_row(fixture_wheel: Path, dist: Path) -> tuple[Versions, MatrixRow]:
     stamp_wheel(wheel, torch_version=row.torch, pin_mode=row.settings.torch_pin, facts=facts)
     checkout = sources.local_directory(FIXTURE_EXT)
     config = fingerprint.build_config(row, checkout.revision)
-    record = {"schema": 1, "row": row.to_json(), "fingerprint": fingerprint.fingerprint(config), "build_config": config,
-              "source": checkout.describe(), "checks": {"ok": True}, "sbom": facts,
-              "wheels": [{"name": wheel.name, "sha256": sha256_file(wheel), "size": wheel.stat().st_size}]}
-    (world / f"{row.release_tag}-{row.arch}.build.json").write_text(json.dumps(record, indent=2, sort_keys=True))
+    record = replace(record_of(row, [wheel]), fingerprint=fingerprint.fingerprint(config), build_config=config,
+                     source=checkout.describe(), sbom=facts)
+    record.write(build_record.path_for(row, dist))
     return versions, row
 
 
