@@ -145,8 +145,8 @@ def build_variables(environ: Mapping[str, str], *, epoch: int, source_dir: Path,
 def describe_plan() -> str:
     """What a build adds for reproducibility, for the plan."""
     return ("SOURCE_DATE_EPOCH and every source file's mtime = the sources' time; -ffile-prefix-map for the sources "
-            f"and site-packages in CFLAGS, CXXFLAGS, NVCC_APPEND_FLAGS; LDFLAGS {DISCARD_LOCAL_SYMBOLS}; "
-            "wheels normalized last")
+            f"and site-packages in CFLAGS, CXXFLAGS, NVCC_APPEND_FLAGS; nvcc {NVCC_RANDOM_SEED} from the source "
+            f"directory; LDFLAGS {DISCARD_LOCAL_SYMBOLS}; wheels normalized last")
 
 
 def canonical_dir(component: str, arch: str) -> Path:
