@@ -3,6 +3,7 @@ time, nvcc's device code from the canonical directory, and what the comparison n
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -337,6 +338,14 @@ def test_the_build_environment_passes_source_date_epoch_and_the_prefix_maps(tmp_
                                    "-ffile-prefix-map=/tmp/wheelhouse-src/x-x86_64=.")
     assert variables["NVCC_APPEND_FLAGS"].startswith("--threads 2 -Xcompiler -ffile-prefix-map=/v/sp=/site-packages")
     assert variables["LDFLAGS"] == "-Wl,--discard-all"
+    # nvcc's seed: one per source directory, last; a caller's own seed is kept and not given twice
+    assert variables["NVCC_APPEND_FLAGS"].endswith(" -frandom-seed=0x" + hashlib.sha256(
+        b"/tmp/wheelhouse-src/x-x86_64").hexdigest()[:8])
+    assert reproducible.nvcc_random_seed(Path("/tmp/wheelhouse-src/y-x86_64")) != reproducible.nvcc_random_seed(
+        Path("/tmp/wheelhouse-src/x-x86_64"))
+    own = reproducible.build_variables({"NVCC_APPEND_FLAGS": "-frandom-seed=7"}, epoch=EPOCH,
+                                       source_dir=Path("/tmp/wheelhouse-src/x-x86_64"), site_packages="/v/sp")
+    assert own["NVCC_APPEND_FLAGS"].split().count("-frandom-seed=7") == 1 and own["NVCC_APPEND_FLAGS"].count("seed") == 1
     passed = credentials.build_environment({**variables, "CC": "gcc", "CUDAHOSTCXX": "g++", "SECRET_TOKEN": "x"}).environ
     assert set(passed) == {*variables, "CC", "CUDAHOSTCXX"}
 
