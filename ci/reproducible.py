@@ -15,6 +15,11 @@ fast-hadamard-transform on the GPU machine, and with nvcc 13.0 on a tiny ``-line
   :func:`pin_source_times` sets every source file to ``SOURCE_DATE_EPOCH``;
 - nvcc compiles the host part from a temporary file named after its pid, which lands in ``.symtab`` as
   a local file symbol: the link drops local symbols (``-Wl,--discard-all``; exported ones stay).
+- cudafe++ names internal-linkage entities (anonymous namespaces, ``static __device__`` functions)
+  ``_INTERNAL_<path hash>_<len>_<file>_<module id>``; in a translation unit without a plain external
+  definition to name it after (templates only, say) the module id is a hash plus cudafe++'s pid, so
+  ``.nv_fatbin``, ``.symtab`` and ``.rodata`` differ: nvcc's ``-frandom-seed`` replaces it
+  (:func:`nvcc_random_seed`).
 
 :func:`compare_wheels` says what differs between two wheels: members, and for a shared object its
 ELF sections.
@@ -42,6 +47,7 @@ from ci.wheels.paths import CANONICAL_BUILD_ROOT
 # Fixed, not under $TMPDIR: the path nvcc writes into device code must be the same on every machine.
 CANONICAL_ROOT = Path(CANONICAL_BUILD_ROOT)
 DISCARD_LOCAL_SYMBOLS = "-Wl,--discard-all"
+NVCC_RANDOM_SEED = "-frandom-seed"
 _LOG = log.get("reproducible")
 
 
@@ -105,16 +111,31 @@ def prefix_maps(source_dir: Path, site_packages: Path | str) -> list[str]:
     return [f"-ffile-prefix-map={site_packages}=/site-packages", f"-ffile-prefix-map={source_dir}=."]
 
 
+def nvcc_random_seed(source_dir: Path) -> str:
+    """nvcc's ``-frandom-seed`` for every compile of one build, a number taken from the source directory.
+
+    The seed replaces only the random part of a module id; the path hash before it keeps the names of two
+    source files apart, and a different seed per component keeps two components apart. nvcc asks for one seed
+    per file, which one environment variable cannot give: one source file compiled twice (other defines) into
+    objects device-linked together (``-rdc``) then fails at the device link, naming the duplicate
+    ``__cudaRegisterLinkedBinary_<id>``."""
+    digest = hashlib.sha256(str(source_dir).encode()).hexdigest()[:8]
+    return f"{NVCC_RANDOM_SEED}=0x{digest}"
+
+
 def build_variables(environ: Mapping[str, str], *, epoch: int, source_dir: Path,
                     site_packages: Path | str) -> dict[str, str]:
     """What the builder needs on top of ``environ`` for a reproducible build: ``SOURCE_DATE_EPOCH`` and the
-    prefix maps, appended to the caller's ``CFLAGS``/``CXXFLAGS``/``NVCC_APPEND_FLAGS``."""
+    prefix maps, appended to the caller's ``CFLAGS``/``CXXFLAGS``/``NVCC_APPEND_FLAGS``, and nvcc's seed."""
     maps = prefix_maps(source_dir, site_packages)
     variables = {"SOURCE_DATE_EPOCH": str(epoch)}
     for name in ("CFLAGS", "CXXFLAGS"):
         variables[name] = " ".join([environ.get(name, ""), *maps]).strip()
     nvcc = [flag for m in maps for flag in ("-Xcompiler", m)]
-    variables["NVCC_APPEND_FLAGS"] = " ".join([environ.get("NVCC_APPEND_FLAGS", ""), *nvcc]).strip()
+    given = environ.get("NVCC_APPEND_FLAGS", "")
+    if NVCC_RANDOM_SEED not in given:  # a caller's own seed stays (nvcc warns on a second one, and takes the last)
+        nvcc.append(nvcc_random_seed(source_dir))
+    variables["NVCC_APPEND_FLAGS"] = " ".join([given, *nvcc]).strip()
     # nvcc hands the host compiler a temporary file named after its own pid (tmpxft_<pid>_...cudafe1.cpp),
     # which becomes a local file symbol of the shared object; the linker leaves local symbols out
     variables["LDFLAGS"] = " ".join([environ.get("LDFLAGS", ""), DISCARD_LOCAL_SYMBOLS]).strip()
@@ -124,8 +145,8 @@ def build_variables(environ: Mapping[str, str], *, epoch: int, source_dir: Path,
 def describe_plan() -> str:
     """What a build adds for reproducibility, for the plan."""
     return ("SOURCE_DATE_EPOCH and every source file's mtime = the sources' time; -ffile-prefix-map for the sources "
-            f"and site-packages in CFLAGS, CXXFLAGS, NVCC_APPEND_FLAGS; LDFLAGS {DISCARD_LOCAL_SYMBOLS}; "
-            "wheels normalized last")
+            f"and site-packages in CFLAGS, CXXFLAGS, NVCC_APPEND_FLAGS; nvcc {NVCC_RANDOM_SEED} from the source "
+            f"directory; LDFLAGS {DISCARD_LOCAL_SYMBOLS}; wheels normalized last")
 
 
 def canonical_dir(component: str, arch: str) -> Path:

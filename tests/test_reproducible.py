@@ -3,8 +3,10 @@ time, nvcc's device code from the canonical directory, and what the comparison n
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -156,6 +158,140 @@ def test_nvcc_device_code_names_the_source_path_and_its_mtime(tmp_path):
     assert b"tmpxft_" not in libraries[0] and libraries[0] == libraries[1]
 
 
+# --- nvcc: the module id in internal-linkage names -----------------------------------------------
+
+# No plain external definition (only templates), like many kernel files: cudafe++ then makes the module id
+# from a hash and its own pid (cudafe++ runs as nvcc's child), and writes it into every internal-linkage name
+INTERNAL_KERNEL = ("namespace { __device__ float twice(float v) { return 2.f * v; } }\n"
+                   "static __device__ float thrice(float v) { return 3.f * v; }\n"
+                   "template <int N> __global__ void scale(float* x) { x[threadIdx.x] = N * thrice(twice(x[threadIdx.x])); }\n"
+                   "template <int N> void launch(float* x) { scale<N><<<1, 32>>>(x); }\n"
+                   "template void launch<3>(float*);\n")
+CALLER = ("template <int N> void launch(float*);\nextern template void launch<3>(float*);\n"
+          "int main(int argc, char**) { if (argc > 1) launch<3>(nullptr); return 0; }\n")
+
+
+def _internal_names(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(path hash, module id) of each ``_ZN<length>_INTERNAL_<path hash>_8_scale_cu_<module id>`` in ``data``,
+    cut by the mangled length (the module id's digits run into the next name's length)."""
+    found = []
+    for match in re.finditer(rb"_ZN(\d+)(_INTERNAL_)", data):
+        identifier = data[match.start(2):match.start(2) + int(match.group(1))]
+        parts = re.fullmatch(rb"_INTERNAL_([0-9a-f]{8})_8_scale_cu_(.+)", identifier)
+        assert parts, identifier
+        found.append((parts.group(1), parts.group(2)))
+    return found
+
+
+def _nvcc_compile(src_dir: Path, out: Path, nvcc_flags: str, *extra: str) -> bytes:
+    """``scale.cu`` in ``src_dir`` (times pinned) compiled by a fresh nvcc process with ``nvcc_flags`` in
+    NVCC_APPEND_FLAGS, as torch and CMake builds pass them."""
+    subprocess.run([str(NVCC), "-c", "-lineinfo", "-gencode", "arch=compute_90,code=sm_90", "-Xcompiler", "-fPIC",
+                    *extra, "scale.cu", "-o", str(out)], cwd=src_dir, check=True,
+                   env={**os.environ, "NVCC_APPEND_FLAGS": nvcc_flags})
+    return out.read_bytes()
+
+
+def _device_functions(shared_object: bytes) -> set[tuple[str, str]]:
+    """The functions (name, binding) of the sm_90 cubin inside the shared object's ``.nv_fatbin``."""
+    fatbin = _section(shared_object, ".nv_fatbin")
+    cubin = ELFFile(io.BytesIO(fatbin[fatbin.index(b"\x7fELF"):]))
+    assert cubin["e_machine"] == "EM_CUDA"
+    return {(sym.name, sym["st_info"]["bind"]) for sym in cubin.get_section_by_name(".symtab").iter_symbols()
+            if sym["st_info"]["type"] == "STT_FUNC"}
+
+
+@pytest.mark.skipif(not NVCC.exists(), reason="needs nvcc 13.0")
+def test_nvcc_internal_names_carry_the_seed_instead_of_the_pid(tmp_path):
+    """Two compiles of one file from one directory with pinned times, in two nvcc processes a second apart:
+    without a seed the internal-linkage names differ in the module id (cudafe++'s pid), and so do the objects'
+    device code and the linked libraries; with the build's NVCC_APPEND_FLAGS the libraries are the same bytes,
+    the kernel is still in the cubin, and a program calling it links and starts."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "scale.cu").write_text(INTERNAL_KERNEL)
+    reproducible.pin_source_times(src, EPOCH)
+    variables = reproducible.build_variables({}, epoch=EPOCH, source_dir=src, site_packages="/nowhere")
+    seed = reproducible.nvcc_random_seed(src)
+    assert seed in variables["NVCC_APPEND_FLAGS"].split()
+    unseeded = variables["NVCC_APPEND_FLAGS"].replace(seed, "")
+
+    def build_twice(flags: str, name: str) -> tuple[list[bytes], list[bytes]]:
+        objects, libraries = [], []
+        for i in range(2):
+            time.sleep(1.1 * i)
+            objects.append(_nvcc_compile(src, tmp_path / f"{name}{i}.o", flags))
+            library = tmp_path / f"lib{name}{i}.so"
+            subprocess.run(["g++", "-shared", reproducible.DISCARD_LOCAL_SYMBOLS, str(tmp_path / f"{name}{i}.o"),
+                            "-o", str(library)], check=True)
+            libraries.append(library.read_bytes())
+        return objects, libraries
+
+    objects, libraries = build_twice(unseeded, "unseeded")
+    names = [_internal_names(lib) for lib in libraries]
+    assert names[0] and names[1] and len(names[0]) == len(names[1])
+    assert {path_hash for path_hash, _ in names[0] + names[1]} == {names[0][0][0]}  # the file's part: one
+    ids = [{module_id for _, module_id in found} for found in names]
+    assert len(ids[0]) == len(ids[1]) == 1 and ids[0] != ids[1]  # the module id: one per compile, not the same
+    assert all(re.fullmatch(rb"[0-9a-f]{8}_\d+", module_id) for module_id in ids[0] | ids[1])  # hash_pid
+    assert _section(objects[0], ".nv_fatbin") != _section(objects[1], ".nv_fatbin")
+    assert libraries[0] != libraries[1]
+
+    objects, libraries = build_twice(variables["NVCC_APPEND_FLAGS"], "seeded")
+    assert _section(objects[0], ".nv_fatbin") == _section(objects[1], ".nv_fatbin")
+    # what still differs between the objects is the pid-named temporary file, which the link drops
+    assert objects[0] != objects[1]
+    masked = [re.sub(rb"tmpxft_[0-9a-f]{8}_", b"tmpxft_", o) for o in objects]
+    assert masked[0] == masked[1]
+    assert libraries[0] == libraries[1]
+    names = _internal_names(libraries[0])
+    assert names and {module_id for _, module_id in names} == {f"{int(seed.split('=')[1], 16):08x}".encode()}
+    assert _device_functions(libraries[0]) == {("_Z5scaleILi3EEvPf", "STB_GLOBAL")}
+
+    (tmp_path / "caller.cpp").write_text(CALLER)
+    cuda_lib = NVCC.parent.parent / "lib64"
+    subprocess.run(["g++", str(tmp_path / "caller.cpp"), str(tmp_path / "libseeded0.so"), f"-L{cuda_lib}", "-lcudart",
+                    f"-Wl,-rpath,{tmp_path}:{cuda_lib}", "-o", str(tmp_path / "caller")], check=True)
+    subprocess.run([str(tmp_path / "caller")], check=True)  # loads; launching would need a GPU
+
+
+PART = ("namespace { __device__ float factor(float v) { return FACTOR * v; } }\n"
+        "template <int N> __global__ void part(float* x) { x[threadIdx.x] = factor(x[threadIdx.x]) + N; }\n"
+        "template __global__ void part<FACTOR>(float*);\n")
+
+
+@pytest.mark.skipif(not NVCC.exists(), reason="needs nvcc 13.0")
+def test_one_seed_keeps_two_source_files_apart_at_the_device_link(tmp_path):
+    """The seed is one for the whole build: two files of the same name in two directories, compiled for a
+    device link (-rdc), still get two module ids (the path hash differs) and link. One file compiled twice
+    with other defines gets the same id twice and the device link fails, loudly (nvcc asks for a seed per
+    file); without a seed it links. If a later nvcc mixes more into the id, this test says so."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "part.cu").write_text(PART)
+    flags = reproducible.build_variables({}, epoch=EPOCH, source_dir=tmp_path, site_packages="/nowhere")[
+        "NVCC_APPEND_FLAGS"]
+
+    def compile_part(folder: str, factor: int, nvcc_flags: str) -> Path:
+        out = tmp_path / f"{folder}{factor}{'s' if nvcc_flags else ''}.o"
+        subprocess.run([str(NVCC), "-rdc=true", "-c", "-gencode", "arch=compute_90,code=sm_90", "-Xcompiler", "-fPIC",
+                        f"-DFACTOR={factor}", "part.cu", "-o", str(out)], cwd=tmp_path / folder, check=True,
+                       env={**os.environ, "NVCC_APPEND_FLAGS": nvcc_flags})
+        return out
+
+    def device_link(*objects: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(NVCC), "-dlink", "-gencode", "arch=compute_90,code=sm_90", "-Xcompiler", "-fPIC",
+                               *map(str, objects), "-o", str(tmp_path / "dlink.o")], capture_output=True, text=True,
+                              env={**os.environ, "NVCC_APPEND_FLAGS": ""})
+
+    apart = device_link(compile_part("a", 2, flags), compile_part("b", 5, flags))
+    assert apart.returncode == 0, apart.stderr
+    twice = device_link(tmp_path / "a2s.o", compile_part("a", 5, flags))
+    assert twice.returncode != 0 and "redefinition" in twice.stderr and "__cudaRegisterLinkedBinary_" in twice.stderr
+    unseeded = device_link(compile_part("a", 2, ""), compile_part("a", 5, ""))
+    assert unseeded.returncode == 0, unseeded.stderr
+
+
 # --- the sources' time ---------------------------------------------------------------------------
 
 
@@ -202,6 +338,14 @@ def test_the_build_environment_passes_source_date_epoch_and_the_prefix_maps(tmp_
                                    "-ffile-prefix-map=/tmp/wheelhouse-src/x-x86_64=.")
     assert variables["NVCC_APPEND_FLAGS"].startswith("--threads 2 -Xcompiler -ffile-prefix-map=/v/sp=/site-packages")
     assert variables["LDFLAGS"] == "-Wl,--discard-all"
+    # nvcc's seed: one per source directory, last; a caller's own seed is kept and not given twice
+    assert variables["NVCC_APPEND_FLAGS"].endswith(" -frandom-seed=0x" + hashlib.sha256(
+        b"/tmp/wheelhouse-src/x-x86_64").hexdigest()[:8])
+    assert reproducible.nvcc_random_seed(Path("/tmp/wheelhouse-src/y-x86_64")) != reproducible.nvcc_random_seed(
+        Path("/tmp/wheelhouse-src/x-x86_64"))
+    own = reproducible.build_variables({"NVCC_APPEND_FLAGS": "-frandom-seed=7"}, epoch=EPOCH,
+                                       source_dir=Path("/tmp/wheelhouse-src/x-x86_64"), site_packages="/v/sp")
+    assert own["NVCC_APPEND_FLAGS"].split().count("-frandom-seed=7") == 1 and own["NVCC_APPEND_FLAGS"].count("seed") == 1
     passed = credentials.build_environment({**variables, "CC": "gcc", "CUDAHOSTCXX": "g++", "SECRET_TOKEN": "x"}).environ
     assert set(passed) == {*variables, "CC", "CUDAHOSTCXX"}
 
