@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ PURE_FILES = {
                        f'[project]\nname = "{PURE_PROJECT}"\nversion = "0.3.0"\n'
                        f'[tool.setuptools.package-data]\n{PURE_PROJECT} = ["*.txt"]\n'),
 }
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _DEVICE_KEYS = ("date", "machine", "command", "rows")
 _DEVICE_ROW_KEYS = ("component", "commit", "first_sha256", "second_sha256", "differences", "wall_s")
 
@@ -128,7 +130,10 @@ def device_runs(path: Path = DEVICE_RESULTS) -> list[dict]:
     Written by hand from device output, so every key a row needs is checked here: a run missing one is an
     error naming the file, the run and the key.
     """
-    data = json.loads(path.read_text()) if path.is_file() else {}
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError as error:
+        raise RuntimeError(f"{path}: not JSON ({error}); fix the file") from None
     runs = data.get("rebuilds") or []
     for index, run in enumerate(runs):
         for key in _DEVICE_KEYS:
@@ -136,10 +141,13 @@ def device_runs(path: Path = DEVICE_RESULTS) -> list[dict]:
                 raise RuntimeError(f"{path}: rebuilds[{index}] has no '{key}'; add it (each run needs "
                                    f"{', '.join(_DEVICE_KEYS)})")
         for number, row in enumerate(run["rows"]):
+            where = f"{path}: rebuilds[{index}].rows[{number}]"
             for key in _DEVICE_ROW_KEYS:
                 if key not in row:
-                    raise RuntimeError(f"{path}: rebuilds[{index}].rows[{number}] has no '{key}'; add it (each "
-                                       f"row needs {', '.join(_DEVICE_ROW_KEYS)})")
+                    raise RuntimeError(f"{where} has no '{key}'; add it (each row needs {', '.join(_DEVICE_ROW_KEYS)})")
+            for key in ("first_sha256", "second_sha256"):
+                if not _SHA256.fullmatch(str(row[key])):
+                    raise RuntimeError(f"{where}.{key} is {row[key]!r}; write the wheel's full sha256 (64 hex digits)")
     return runs
 
 

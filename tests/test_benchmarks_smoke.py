@@ -120,3 +120,7 @@ def test_the_recorded_rebuild_checks_render_and_a_missing_key_is_named(tmp_path:
     path.write_text(json.dumps(broken))
     with pytest.raises(RuntimeError, match=r"rebuilds\[0\]\.rows\[1\] has no 'second_sha256'; add it"):
         rebuilds.device_runs(path)
+    broken["rebuilds"][0]["rows"][1]["second_sha256"] = "109d5c738eec"
+    path.write_text(json.dumps(broken))
+    with pytest.raises(RuntimeError, match=r"rows\[1\]\.second_sha256 is '109d5c738eec'; write the wheel's full sha256"):
+        rebuilds.device_runs(path)
