@@ -20,11 +20,23 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from benchmarks import builds, cross_python, fatbin_scan, hostile, listing, pacing, resolution, skip_plan, strip, venvs
+from benchmarks import (
+    builds,
+    cross_python,
+    fatbin_scan,
+    hostile,
+    listing,
+    pacing,
+    rebuilds,
+    resolution,
+    skip_plan,
+    strip,
+    venvs,
+)
 from benchmarks.common import CACHE, RESULTS, Context, Figure, machine
 
 FIGURES: list[ModuleType] = [listing, skip_plan, strip, fatbin_scan, resolution, builds, hostile, pacing, venvs,
-                             cross_python]
+                             cross_python, rebuilds]
 _SECTION = re.compile(r"<!-- figure:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figure:(?P=name) -->", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (?P<line>.*?) -->")
 

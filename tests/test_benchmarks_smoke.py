@@ -2,18 +2,21 @@
 
 Figure 6 (a real extension build, about a minute) is left out; everything else runs end to end:
 the GitHub test server as a process and in process, the anchor's baselines, the peak-RSS wrapper,
-uv against the counting server, and the RESULTS.md writer with ``--only`` merging.
+uv against the counting server, and the RESULTS.md writer with ``--only`` merging. Figure 11 in toy
+mode rebuilds only its pure-Python project (a real build twice, a few seconds), not the fixture extension.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks.anchor import cuda_archs, generate_matrix
 from benchmarks.common import Samples, cuda_wheel, ratio
 from benchmarks.runner import main
 
-TOY_FIGURES = "listing,skip-plan,strip,fatbin-scan,resolution,crafted-wheels,pacing"
+TOY_FIGURES = "listing,skip-plan,strip,fatbin-scan,resolution,crafted-wheels,pacing,rebuilds"
 
 
 def test_runner_toy_run_writes_every_section(tmp_path: Path) -> None:
@@ -21,11 +24,16 @@ def test_runner_toy_run_writes_every_section(tmp_path: Path) -> None:
     assert main(["--toy", "--only", TOY_FIGURES, "--out", str(out), "--cache", str(tmp_path / "cache")]) == 0
     text = out.read_text()
     for title in ("1. Index listing", "2. Skip plan", "3. Local-version strip", "4. Fatbin arch scan",
-                  "5. Resolution bytes", "7. Wheel checks on crafted wheels", "8. Write pacing"):
+                  "5. Resolution bytes", "7. Wheel checks on crafted wheels", "8. Write pacing",
+                  "11. Rebuilds, byte for byte"):
         assert f"## {title}" in text
     assert "| CPU |" in text and "| cores |" in text and "| Python |" in text and "| date |" in text
     assert "**Repetitions:**" in text and "min / median" in text
     assert "| rows skipped (of 28) | 28 | 28 |" in text  # both sides skip the complete matrix
+    # the pure-Python project, really built twice here, is the same bytes
+    (pure,) = [line for line in text.splitlines() if line.startswith("| tinypkg | this machine")]
+    cells = pure.split(" | ")
+    assert cells[2] == cells[3] and len(cells[2].strip("`")) == 12 and cells[4:6] == ["yes", "none"]
     assert "This figure failed" not in text
     assert not (tmp_path / "cache" / "work").exists()
 
@@ -86,3 +94,33 @@ def test_the_recorded_gpu_machine_results_render_a_row_each() -> None:
         assert rendered is not None
         table, _ = rendered
         assert [row[0] for row in table.rows] == [row["component"] for row in data[key]["rows"]]
+
+
+def test_the_recorded_rebuild_checks_render_and_a_missing_key_is_named(tmp_path: Path) -> None:
+    """Figure 11's GPU-machine rows come from device_results.json's "rebuilds" runs, one row per component."""
+    import json
+
+    from benchmarks import rebuilds
+    from benchmarks.common import DEVICE_RESULTS
+
+    runs = rebuilds.device_runs()
+    rows = rebuilds.device_rows(runs)
+    recorded = [row for run in runs for row in run["rows"]]
+    assert len(rows) == len(recorded) >= 2
+    for row, data in zip(rows, recorded, strict=True):
+        cells = row.cells()
+        assert cells[0].startswith(data["component"]) and cells[2] == f"`{data['first_sha256'][:12]}`"
+        assert row.identical == (data["first_sha256"] == data["second_sha256"] and not data["differences"])
+        assert all(difference in cells[5] for difference in data["differences"])
+    assert not any(row.identical for row in rows[:2])  # the 2026-12-02 run: nvcc's module ids differ
+
+    broken = json.loads(DEVICE_RESULTS.read_text())
+    del broken["rebuilds"][0]["rows"][1]["second_sha256"]
+    path = tmp_path / "device_results.json"
+    path.write_text(json.dumps(broken))
+    with pytest.raises(RuntimeError, match=r"rebuilds\[0\]\.rows\[1\] has no 'second_sha256'; add it"):
+        rebuilds.device_runs(path)
+    broken["rebuilds"][0]["rows"][1]["second_sha256"] = "109d5c738eec"
+    path.write_text(json.dumps(broken))
+    with pytest.raises(RuntimeError, match=r"rows\[1\]\.second_sha256 is '109d5c738eec'; write the wheel's full sha256"):
+        rebuilds.device_runs(path)
