@@ -151,8 +151,13 @@ def device_runs(path: Path = DEVICE_RESULTS) -> list[dict]:
     return runs
 
 
+def _run_name(run: dict) -> str:
+    """The GPU machine's run as rows and notes name it: its date, and its label when a day has several runs."""
+    return f"GPU machine, {run['date']}" + (f" ({run['label']})" if run.get("label") else "")
+
+
 def device_rows(runs: list[dict]) -> list[Rebuilt]:
-    return [Rebuilt(f"{row['component']} {row['commit']}", f"GPU machine, {run['date']}", row["first_sha256"],
+    return [Rebuilt(f"{row['component']} {row['commit']}", _run_name(run), row["first_sha256"],
                     row["second_sha256"], tuple(row["differences"]), float(row["wall_s"]))
             for run in runs for row in run["rows"]]
 
@@ -160,8 +165,8 @@ def device_rows(runs: list[dict]) -> list[Rebuilt]:
 def device_notes(runs: list[dict]) -> list[str]:
     notes = []
     for run in runs:
-        notes.append(f"GPU machine, {run['date']}: {run['machine']}; {run['command']}.")
-        notes += [f"GPU machine, {run['date']}, {row['component']}: {row['cause']}" for row in run["rows"]
+        notes.append(f"{_run_name(run)}: {run['machine']}; {run['command']}.")
+        notes += [f"{_run_name(run)}, {row['component']}: {row['cause']}" for row in run["rows"]
                   if row.get("cause")]
     return notes
 
@@ -179,7 +184,8 @@ def _summary(local: list[Rebuilt], device: list[Rebuilt], runs: list[dict]) -> l
 
     lines = [f"this machine, {len(local)} rebuilt: {sentence(local)}"]
     if device:
-        lines.append(f"GPU machine ({runs[-1]['date']}), {len(device)} rebuilt: {sentence(device)}")
+        latest = [r for r in device if r.where == _run_name(runs[-1])]
+        lines.append(f"{_run_name(runs[-1])}, {len(latest)} rebuilt: {sentence(latest)}")
     return lines
 
 
