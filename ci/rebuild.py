@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import build, log
+from ci import build, log, sources
 from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
@@ -89,9 +89,9 @@ def rebuild_check(versions: Versions, row: MatrixRow, options: build.BuildOption
 def _seed_sdists(cache_dir: Path, fresh: Path) -> None:
     """Downloaded sdists are inputs, not build state (their sha256 is checked): each fresh cache gets a copy,
     so a machine without the package index can rebuild an sdist component."""
-    downloads = cache_dir / "sources" / "sdist"
+    downloads = sources.sdist_downloads(cache_dir)
     if downloads.is_dir():
-        shutil.copytree(downloads, fresh / "sources" / "sdist")
+        shutil.copytree(downloads, sources.sdist_downloads(fresh))
 
 
 def remove_caches(work: Path) -> None:

@@ -40,8 +40,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ci import log
+from ci.digest import sha256_file
 from ci.errors import WheelhouseError
-from ci.sources import Checkout, _ignored
+from ci.sources import Checkout, _ignored, _sdist_archives, sdist_downloads
+from ci.wheels.archive import is_shared_object_name
 from ci.wheels.paths import CANONICAL_BUILD_ROOT
 
 # Fixed, not under $TMPDIR: the path nvcc writes into device code must be the same on every machine.
@@ -70,12 +72,12 @@ def source_date_epoch(checkout: Checkout, cache_dir: Path) -> int:
 
 
 def _sdist_archive(checkout: Checkout, cache_dir: Path) -> Path | None:
-    """The downloaded archive whose sha256 is the checkout's revision."""
-    downloads = cache_dir / "sources" / "sdist"
-    for candidate in sorted(downloads.glob("*")) if downloads.is_dir() else []:
-        if candidate.is_file() and hashlib.sha256(candidate.read_bytes()).hexdigest() == checkout.revision:
-            return candidate
-    return None
+    """The downloaded archive of the checkout's name and version whose sha256 is its revision."""
+    downloads = sdist_downloads(cache_dir)
+    if not downloads.is_dir():
+        return None
+    return next((archive for archive in _sdist_archives(downloads, checkout.location, checkout.ref)
+                 if sha256_file(archive) == checkout.revision), None)
 
 
 def _archive_epoch(archive: Path) -> int:
@@ -203,7 +205,7 @@ def compare_wheels(first: Path, second: Path) -> list[MemberDifference]:
             if other is None:
                 continue
             if info.CRC != other.CRC or info.file_size != other.file_size or a.read(name) != b.read(name):
-                sections = _elf_sections_differing(a.read(name), b.read(name)) if _is_shared_object(name) else ()
+                sections = _elf_sections_differing(a.read(name), b.read(name)) if is_shared_object_name(name) else ()
                 differences.append(MemberDifference(name, "content", sections))
             elif (info.date_time, info.external_attr) != (other.date_time, other.external_attr):
                 differences.append(MemberDifference(name, "date/mode"))
@@ -212,20 +214,15 @@ def compare_wheels(first: Path, second: Path) -> list[MemberDifference]:
     return differences
 
 
-def _is_shared_object(name: str) -> bool:
-    base = name.rsplit("/", 1)[-1]
-    return base.endswith(".so") or ".so." in base
-
-
 def _elf_sections_differing(first: bytes, second: bytes) -> tuple[str, ...]:
     import io
 
     from ci.errors import CheckFailed
-    from ci.wheels.elf import ElfFile
+    from ci.wheels.elf import SHT_NOBITS, ElfFile
 
     def sections(data: bytes) -> dict[str, bytes]:
         elf = ElfFile(io.BytesIO(data))
-        return {s.name: (b"" if s.type == 8 else elf.read_section(s)) for s in elf.sections}  # 8: SHT_NOBITS
+        return {s.name: (b"" if s.type == SHT_NOBITS else elf.read_section(s)) for s in elf.sections}
 
     try:
         a, b = sections(first), sections(second)

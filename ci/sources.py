@@ -171,6 +171,11 @@ def _selected_submodules(path: Path, wanted: tuple[str, ...], url: str, ref: str
     return tuple(p.strip("/") for p in wanted)
 
 
+def sdist_downloads(cache_dir: Path) -> Path:
+    """Where downloaded sdists are kept (inputs, checked by their sha256; never build state)."""
+    return cache_dir / "sources" / "sdist"
+
+
 def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expected_sha256: str | None = None,
                 env: dict | None = None) -> Checkout:
     """Download ``name==version`` as an sdist from the package index and unpack it.
@@ -180,7 +185,7 @@ def fetch_sdist(name: str, version: str, cache_dir: Path, *, python: str, expect
     CUDA projects' setup.py need even for that. A downloaded archive is cached
     and never fetched again.
     """
-    downloads = cache_dir / "sources" / "sdist"
+    downloads = sdist_downloads(cache_dir)
     downloads.mkdir(parents=True, exist_ok=True)
     archives = _sdist_archives(downloads, name, version)
     if not archives:

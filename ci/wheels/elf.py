@@ -28,9 +28,12 @@ EM_AARCH64 = 183
 EM_CUDA = 190
 
 SHT_DYNAMIC = 6
+SHT_NOBITS = 8  # a section with no bytes in the file (.bss)
 SHT_DYNSYM = 11
 DT_NULL = 0
 DT_NEEDED = 1
+DT_RPATH = 15
+DT_RUNPATH = 29
 SHT_GNU_VERDEF = 0x6FFFFFFD
 SHT_GNU_VERNEED = 0x6FFFFFFE
 SHT_GNU_VERSYM = 0x6FFFFFFF
@@ -152,7 +155,7 @@ class ElfFile:
         return None
 
     def sections_with_prefix(self, *prefixes: str) -> tuple[Section, ...]:
-        return tuple(s for s in self.sections if s.name.startswith(prefixes) and s.type != 8)  # 8: SHT_NOBITS
+        return tuple(s for s in self.sections if s.name.startswith(prefixes) and s.type != SHT_NOBITS)
 
     def read_section(self, section: Section) -> bytes:
         """A whole (small) section; use :meth:`iter_section` for large ones."""
@@ -266,21 +269,26 @@ class ElfFile:
 
     def needed_libraries(self) -> tuple[str, ...]:
         """The shared libraries this file needs (``DT_NEEDED``), in order."""
+        return tuple(name for _, name in self.dynamic_strings(DT_NEEDED))
+
+    def dynamic_strings(self, *tags: int) -> list[tuple[int, str]]:
+        """(tag, string) for each ``.dynamic`` entry with one of ``tags``, whose value is a name in the dynamic
+        string table (``DT_NEEDED``, ``DT_RPATH``, ``DT_RUNPATH``...), in order."""
         dynamic = next((s for s in self.sections if s.type == SHT_DYNAMIC), None)
         if dynamic is None:
-            return ()
+            return []
         if not 0 <= dynamic.link < len(self.sections):
             raise CheckFailed(f"{self.label}: .dynamic links to a missing string table")
         link = self.sections[dynamic.link]
         strtab = _StringTable(self._read_at(link.offset, self._table_size(link.size, ".dynstr")), self.label)
         entries = self._read_at(dynamic.offset, self._table_size(dynamic.size, ".dynamic"))
-        needed = []
+        found = []
         for tag, value in _DYN.iter_unpack(entries[: len(entries) // _DYN.size * _DYN.size]):
             if tag == DT_NULL:
                 break
-            if tag == DT_NEEDED:
-                needed.append(strtab.name(value))
-        return tuple(needed)
+            if tag in tags:
+                found.append((tag, strtab.name(value)))
+        return found
 
 
 class _StringTable:

@@ -20,13 +20,10 @@ import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ci.errors import CheckFailed
-from ci.wheels.elf import ElfFile
+from ci.wheels.elf import DT_RPATH, DT_RUNPATH, SHT_NOBITS, ElfFile
 
 # where builds run (ci/reproducible.py): fixed, so that nvcc's device code names the same path everywhere
 CANONICAL_BUILD_ROOT = "/tmp/wheelhouse-src"
-DT_NULL, DT_RPATH, DT_RUNPATH = 0, 15, 29
-SHT_DYNAMIC = 6
 SITE_DIRECTORIES = ("/site-packages", "/dist-packages")
 RUN_TIME_SECTIONS = (".rodata", ".data", ".data.rel.ro")
 _OVERLAP = 4096  # a path split across two blocks of a section is still found
@@ -52,24 +49,8 @@ class BuildPathFinding:
 
 def run_paths(elf: ElfFile) -> list[tuple[str, str]]:
     """(``RPATH`` or ``RUNPATH``, entry) for each entry of the dynamic section's search paths."""
-    dynamic = next((s for s in elf.sections if s.type == SHT_DYNAMIC), None)
-    if dynamic is None:
-        return []
-    if not 0 <= dynamic.link < len(elf.sections):
-        raise CheckFailed(f"{elf.label}: .dynamic links to a missing string table")
-    strings = elf.read_section(elf.sections[dynamic.link])
-    entries = elf.read_section(dynamic)
-    found = []
-    for offset in range(0, len(entries) - 15, 16):
-        tag = int.from_bytes(entries[offset : offset + 8], "little", signed=True)
-        value = int.from_bytes(entries[offset + 8 : offset + 16], "little")
-        if tag == DT_NULL:
-            break
-        if tag in (DT_RPATH, DT_RUNPATH):
-            end = strings.find(b"\0", value)
-            text = strings[value : end if end >= 0 else len(strings)].decode("utf-8", "replace")
-            found += [("RPATH" if tag == DT_RPATH else "RUNPATH", entry) for entry in text.split(":") if entry]
-    return found
+    return [("RPATH" if tag == DT_RPATH else "RUNPATH", entry)
+            for tag, text in elf.dynamic_strings(DT_RPATH, DT_RUNPATH) for entry in text.split(":") if entry]
 
 
 def _names_the_build(entry: str, build_paths: Iterable[str]) -> bool:
@@ -87,7 +68,7 @@ def find_build_paths(member: str, elf: ElfFile, build_paths: Iterable[str]) -> l
     needles = [p.encode() for p in build_paths]
     for name in RUN_TIME_SECTIONS:
         section = elf.section(name)
-        if section is None or section.type == 8:  # SHT_NOBITS: no bytes in the file
+        if section is None or section.type == SHT_NOBITS:
             continue
         tail = b""
         seen: set[bytes] = set()
