@@ -316,15 +316,17 @@ def _write_archive(
 
 
 def _write_fresh(
-    dst: BinaryIO, name: str, data: bytes | Path, like: zipfile.ZipInfo | None, offset: int, label: str
+    dst: BinaryIO, name: str, data: bytes | Path, like: zipfile.ZipInfo | None, offset: int, label: str, *,
+    date_time: tuple[int, int, int, int, int, int] = _FIXED_DATE_TIME,
 ) -> _Entry:
-    """Deflate ``data`` (bytes, or a file streamed in blocks) as a new member with the fixed timestamp.
+    """Deflate ``data`` (bytes, or a file streamed in blocks) as a new member dated ``date_time`` (default:
+    the fixed timestamp).
 
     Its mode is ``like``'s (a replaced member keeps its permissions), else 0755 for an added file and
     0644 for added bytes.
     """
     raw_name, flags = _encode_name(name, 0)
-    dostime, dosdate = _dos(_FIXED_DATE_TIME)
+    dostime, dosdate = _dos(date_time)
 
     def header(crc: int, compressed: int, size: int) -> bytes:
         return _LOCAL_HEADER.pack(_SIG_LOCAL, 20, 0, flags, zipfile.ZIP_DEFLATED, dostime, dosdate, crc,
@@ -360,7 +362,7 @@ def _write_fresh(
         reserved=0,
         flag_bits=flags,
         compress_type=zipfile.ZIP_DEFLATED,
-        date_time=_FIXED_DATE_TIME,
+        date_time=date_time,
         crc=crc,
         compress_size=compressed,
         file_size=size,
@@ -463,9 +465,8 @@ def normalize_wheel(wheel: Path | str, epoch: int) -> Path:
                     if info.filename == record_name:
                         like = zipfile.ZipInfo(info.filename)
                         like.external_attr = mode
-                        entry = _write_fresh(dst, info.filename, record, like, dst.tell(), label)
-                        entry.date_time = date_time
-                        _patch_local_date(dst, entry)
+                        entry = _write_fresh(dst, info.filename, record, like, dst.tell(), label,
+                                             date_time=date_time)
                     else:
                         entry = _copy_raw(src, dst, info, info.filename, dst.tell(), label,
                                           date_time=date_time, drop_extra=True)
@@ -506,15 +507,6 @@ def _sorted_record(label: str, record: bytes, order: Mapping[str, int]) -> bytes
     out = io.StringIO()
     csv.writer(out, lineterminator=terminator).writerows(rows)
     return out.getvalue().encode("utf-8")
-
-
-def _patch_local_date(dst: BinaryIO, entry: _Entry) -> None:
-    """Write ``entry.date_time`` into the local header already written at ``entry.header_offset``."""
-    end = dst.tell()
-    dostime, dosdate = _dos(entry.date_time)
-    dst.seek(entry.header_offset + 10)  # signature, version, flags, method
-    dst.write(struct.pack("<2H", dostime, dosdate))
-    dst.seek(end)
 
 
 def _extra_tags(extra: bytes) -> list[int]:
