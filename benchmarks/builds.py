@@ -218,7 +218,7 @@ def upstream_table() -> tuple[Table, list[str]] | None:
 
 
 def upstream_rows_table(key: str, label: str) -> tuple[Table, list[str]] | None:
-    """6(d) and 6(e): real upstream components built on the GPU machine, one row each (device_results.json)."""
+    """6(d) to 6(f): real upstream components built on the GPU machine, one row each (device_results.json)."""
     data = _device_section(key)
     if data is None:
         return None
@@ -246,11 +246,12 @@ def run(ctx: Context) -> Figure:
         tables.append(table_b)
         notes += notes_b
         for upstream in (upstream_table(), upstream_rows_table("upstream_builds_2", "6(d)"),
-                         upstream_rows_table("upstream_builds_3", "6(e)")):
+                         upstream_rows_table("upstream_builds_3", "6(e)"),
+                         upstream_rows_table("upstream_builds_4", "6(f)")):
             if upstream is not None:
                 tables.append(upstream[0])
                 notes += upstream[1]
-        where_b = ("6(b) to 6(e): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
+        where_b = ("6(b) to 6(f): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
                    else "6(b): not measured in this run (no benchmarks/device_results.json)")
     return Figure(
         NAME, TITLE,
