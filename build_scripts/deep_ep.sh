@@ -26,6 +26,7 @@ pip_install_build_deps ninja packaging wheel setuptools
 print_torch
 
 ensure_cuda_cccl_include_path
+ensure_torch_cuda_headers
 ensure_cuda_stub_library_path
 ensure_rdma_headers
 provide_nvshmem

@@ -31,7 +31,8 @@ pip_install_build_deps ninja packaging wheel setuptools
 # cuSPARSE and cuSOLVER) and links cudart and nvrtc. A toolkit installed
 # without them (an nvcc-only CPU build machine) takes them from the CUDA wheels
 # torch brought into the row venv.
-ensure_cuda_headers cuda_runtime.h nvrtc.h cublasLt.h cublas_v2.h cusparse.h cusolverDn.h
+ensure_torch_cuda_headers
+ensure_cuda_headers cuda_runtime.h nvrtc.h
 ensure_cuda_libraries cudart nvrtc
 # DG_FORCE_BUILD=1: compile instead of trying upstream's prebuilt wheel.
 # DG_USE_LOCAL_VERSION=0: no "+<sha>" (or "+local" when the tree is dirty).

@@ -319,6 +319,46 @@ def test_a_toolkit_part_found_nowhere_dies_naming_it(tmp_path):
     assert proc.returncode != 0 and "libcublasLt.so is neither in" in proc.stderr
 
 
+def _torch_cuda_context_includes() -> set[str]:
+    """The headers torch's ATen/cuda/CUDAContextLight.h includes in a CUDA build (not under USE_CUDSS/USE_ROCM)."""
+    torch = pytest.importorskip("torch")
+    header = Path(torch.__file__).parent / "include" / "ATen" / "cuda" / "CUDAContextLight.h"
+    found: set[str] = set()
+    optional: list[bool] = []  # per open #if: whether it asks for USE_CUDSS, USE_ROCM, ...
+    for line in header.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("#if"):
+            optional.append("USE_" in line)
+        elif line.startswith("#endif"):
+            optional.pop()
+        elif line.startswith("#include <") and not any(optional):
+            name = line.split("<", 1)[1].split(">", 1)[0]
+            if name.startswith(("cu", "nv")):
+                found.add(name)
+    return found
+
+
+def test_the_torch_cuda_headers_are_those_torchs_cuda_context_includes():
+    """DeepEP's sources include ATen/cuda/CUDAContext.h, which includes cuSPARSE, cuBLAS and cuSOLVER headers; a
+    toolkit of nvcc and the runtime alone has none of them (its build failed on `cusparse.h: No such file`)."""
+    proc = bash(source("cuda_paths.sh") + 'printf "%s\\n" "${TORCH_CUDA_CONTEXT_HEADERS[@]}"', env={})
+    assert proc.returncode == 0, proc.stderr
+    assert set(proc.stdout.split()) == _torch_cuda_context_includes()
+    for builder in ("deep_ep.sh", "deep_gemm.sh"):
+        assert "\nensure_torch_cuda_headers\n" in (SCRIPTS / builder).read_text()
+
+
+def test_torch_cuda_headers_a_toolkit_lacks_come_from_the_cuda_wheels(tmp_path):
+    env = _toolkit_without_nvrtc(tmp_path)
+    wheels = tmp_path / "site/nvidia/cu13"
+    for header in ("cuda_runtime_api.h", "cusparse.h", "cublas_v2.h", "cublasLt.h", "cusolverDn.h"):
+        (wheels / "include" / header).write_text("")
+    proc = bash(source("cuda_paths.sh") + 'ensure_torch_cuda_headers\nprintf "%s\\n" "$CPATH"', env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"/keep:{wheels}/include"]
+    assert f"cusparse.h: from the CUDA wheels ({wheels}/include)" in proc.stderr
+
+
 def test_missing_libcuda_stub_dies_with_the_fix(tmp_path):
     proc = bash(source("cuda_paths.sh") + "ensure_cuda_cccl_include_path\nensure_cuda_stub_library_path",
                 env={"CUDA_HOME": str(tmp_path), "TARGET_ARCH": "x86_64"})

@@ -96,6 +96,17 @@ ensure_cuda_headers() {
     done
 }
 
+# The toolkit headers torch's ATen/cuda/CUDAContextLight.h includes in a CUDA
+# build: every extension that includes ATen/cuda/CUDAContext.h compiles them.
+TORCH_CUDA_CONTEXT_HEADERS=(cuda_runtime_api.h cusparse.h cublas_v2.h cublasLt.h cusolverDn.h)
+
+# ensure_torch_cuda_headers: TORCH_CUDA_CONTEXT_HEADERS from the toolkit, or from
+# the row venv's CUDA wheels where the toolkit lacks them (a minimal toolkit of
+# nvcc and the runtime, as on machines that only compile).
+ensure_torch_cuda_headers() {
+    ensure_cuda_headers "${TORCH_CUDA_CONTEXT_HEADERS[@]}"
+}
+
 # ensure_cuda_libraries NAME...: link-time lib<NAME>.so for libraries the
 # toolkit lacks, from the row venv's CUDA wheels, which ship only
 # lib<NAME>.so.<major>: a lib<NAME>.so link to it in the build directory
