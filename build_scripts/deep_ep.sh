@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# DeepEP with NVSHMEM (internode and low-latency kernels). When the arch list
-# includes a pre-Hopper arch (A100), patches/enable_deep_ep_sm80.py first makes
-# one fat binary carry sm_80 next to sm_90/sm_100.
+# DeepEP with NVSHMEM (internode and low-latency kernels). Its extensions find
+# NVSHMEM beside them ($ORIGIN/nvidia/nvshmem/lib, patches/deep_ep_relative_nvshmem_rpath.py),
+# not in the build machine's site-packages. When the arch list includes a
+# pre-Hopper arch (A100), patches/enable_deep_ep_sm80.py first makes one fat
+# binary carry sm_80 next to sm_90/sm_100.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
@@ -35,6 +37,7 @@ provide_nvshmem
 export DISABLE_AGGRESSIVE_PTX_INSTRS=1
 activate_arch_filter
 
+row_python "$WHEELHOUSE_ROOT/patches/deep_ep_relative_nvshmem_rpath.py" .
 if arch_list_has_pre_hopper "$TORCH_CUDA_ARCH_LIST"; then
     log_info "arch list $TORCH_CUDA_ARCH_LIST includes a pre-Hopper arch: applying the sm_80 fat-binary patch"
     row_python "$WHEELHOUSE_ROOT/patches/enable_deep_ep_sm80.py" .

@@ -30,18 +30,17 @@ ensure_rdma_headers() {
     rdma_header_found || die "infiniband/mlx5dv.h not found (DeepEP's NVSHMEM kernels include it) and apt could not install it: install libibverbs-dev, or put a directory holding infiniband/mlx5dv.h on CPATH"
 }
 
-# nvshmem_site_dir: where the nvidia-nvshmem wheel is unpacked.
+# nvshmem_site_dir: where install_nvshmem unpacks the nvidia-nvshmem wheel when
+# the row venv lacks the wanted version.
 #
-# Default: /usr/local/lib/python<X.Y>/dist-packages, outside the build venv, on
-# purpose. DeepEP's setup.py links with -Wl,-rpath,$NVSHMEM_DIR/lib, so the
-# wheel we publish carries that absolute directory. It is where a system
-# Python on Debian/Ubuntu (verl's images) installs nvidia-nvshmem-cu<major>, so
-# the rpath resolves on users' machines; a venv path would point at a runner
-# directory that exists nowhere else.
+# Default: /usr/local/lib/python<X.Y>/dist-packages, outside the build venv,
+# where a system Python on Debian/Ubuntu (verl's images) installs
+# nvidia-nvshmem-cu<major>. Where it lives does not reach the wheel: DeepEP's
+# extensions find NVSHMEM through $ORIGIN/nvidia/nvshmem/lib
+# (patches/deep_ep_relative_nvshmem_rpath.py), beside them on users' machines.
 #
 # NVSHMEM_INSTALL_TARGET=venv installs into the row venv instead (no root
-# needed; the rpath then points into that venv). NVSHMEM_SITE_DIR overrides
-# both with an explicit directory.
+# needed). NVSHMEM_SITE_DIR overrides both with an explicit directory.
 nvshmem_site_dir() {
     if [[ -n "${NVSHMEM_SITE_DIR:-}" ]]; then
         printf '%s\n' "$NVSHMEM_SITE_DIR"
@@ -122,22 +121,18 @@ check_nvshmem_layout() {
 # network where the row venv already has it (torch pins nvidia-nvshmem-cu<major>):
 # NVSHMEM_DIR is then left unset, so setup.py finds that package itself and links
 # its versioned libnvshmem_host.so.<N>, and nothing is written into a directory
-# that may belong to the machine's Python. The wheel's rpath then names the row
-# venv; for users' machines the system location (nvshmem_site_dir) is added as a
-# second rpath. Another version, or NVSHMEM_SITE_DIR given: install_nvshmem.
+# that may belong to the machine's Python. Another version, or NVSHMEM_SITE_DIR
+# given: install_nvshmem. Either way the wheel names no NVSHMEM directory of the
+# build machine (see nvshmem_site_dir).
 provide_nvshmem() {
     require_env NVSHMEM_VERSION CUDA_VERSION
-    local found dir version site
+    local found dir version
     if [[ -z "${NVSHMEM_SITE_DIR:-}" ]]; then
         found="$(row_venv_nvshmem)"
         dir="${found% *}" version="${found##* }"
         if [[ -n "$found" && "$version" == "$NVSHMEM_VERSION" ]]; then
             check_nvshmem_layout "$dir"
             unset NVSHMEM_DIR
-            if [[ "${NVSHMEM_INSTALL_TARGET:-system}" != "venv" ]]; then
-                site="$(nvshmem_site_dir)"
-                export LDFLAGS="${LDFLAGS:+$LDFLAGS }-Wl,-rpath,$site/nvidia/nvshmem/lib"
-            fi
             log_info "NVSHMEM $version from the row venv: $dir (NVSHMEM_DIR unset: DeepEP's setup.py finds it)"
             return 0
         fi

@@ -5,8 +5,8 @@ Two places where an installed extension reads a path at run time:
 - its ``DT_RUNPATH``/``DT_RPATH``: the dynamic loader searches each entry when the module is imported.
   An absolute entry into a ``site-packages``/``dist-packages`` directory or the build directory names
   the builder's machine (DeepEP's setup.py writes the NVSHMEM directory it linked against);
-- a path compiled in for run time (hybrid_ep's ``-DBASE_PATH="<build dir>"``, read by its run-time
-  compile): the build directory's bytes in ``.rodata`` or ``.data``.
+- a path compiled in for run time (a ``-DBASE_PATH="<build dir>"`` that a run-time compile reads, as
+  DeepEP's setup.py passes one to hybrid_ep): the build directory's bytes in ``.rodata`` or ``.data``.
 
 Compile-time paths (``__FILE__``, debug info) are mapped away by the build (ci/reproducible.py), so
 what is left in those sections was put there on purpose. A component whose upstream needs such a path
