@@ -19,13 +19,21 @@ for those counts and Buffer.get_dispatch_config refuses others), internode needs
 the low-latency path initialises NVSHMEM's IBGDA transport, which needs an RDMA NIC. What one process
 can run: the import of both extensions (deep_ep_cpp linked against NVSHMEM, hybrid_ep_cpp), a Buffer
 for a one-rank process group (NVLink buffer, IPC handle exchange, sync), and the layout kernel
-get_dispatch_layout, whose counts are compared exactly with counts computed by torch.
+get_dispatch_layout, whose counts are compared exactly with counts computed by torch; and hybrid_ep's
+run-time compile, from the installed wheel: its metadata-preprocessing kernel, JIT-compiled on first use
+with $CUDA_HOME/bin/nvcc against the headers the wheel installs, run for a one-rank group and its counts
+compared with torch's (hybrid_ep's Python buffer asks for two ranks; its C++ buffer is driven directly,
+as the Python one drives it).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -193,10 +201,19 @@ def test_deep_ep_imports_with_nvshmem_and_hybrid_ep():
     import deep_ep_cpp
     import hybrid_ep_cpp
 
+    from ci.wheels.elf import ElfFile
+    from ci.wheels.paths import run_paths
+
     nvshmem = sorted(p for p in _mapped_libraries() if Path(p).name.startswith("libnvshmem_host.so"))
     print(f"deep_ep {deep_ep.__file__}: deep_ep_cpp {deep_ep_cpp.__file__}, hybrid_ep_cpp {hybrid_ep_cpp.__file__}; "
           f"NVSHMEM host library loaded: {nvshmem}")
     assert nvshmem, "deep_ep_cpp was not linked against NVSHMEM (internode and low-latency kernels left out)"
+    for module in (deep_ep_cpp, hybrid_ep_cpp):
+        with open(module.__file__, "rb") as handle:
+            entries = run_paths(ElfFile(handle, module.__file__))
+        print(f"{Path(module.__file__).name}: {entries or 'no RUNPATH'}")
+        # patches/deep_ep_relative_nvshmem_rpath.py: nothing of the build machine's, NVSHMEM beside the module
+        assert all(entry.startswith("$ORIGIN") for _, entry in entries), entries
 
 
 @pytest.fixture()
@@ -257,3 +274,84 @@ def test_deep_ep_dispatch_layout_counts_match_torch(one_rank_buffer, num_tokens,
     assert per_rdma_rank is None  # intranode: no RDMA ranks
     assert per_rank.shape == (1,) and in_rank.shape == (num_tokens, 1) and per_expert.shape == (num_experts,)
     assert set(diffs.values()) == {0}
+
+
+# One process, one rank: the C++ buffer as deep_ep/hybrid_ep_buffer.py drives it (its __init__ and
+# update_template_config with their defaults, its dispatch's call of the preprocessing kernel), printing what
+# the test compares. In a child process, so a kernel that waits for a second rank cannot hang the run.
+HYBRID_EP_ONE_RANK = textwrap.dedent("""
+    import os, pathlib, sys, time
+    import torch, torch.distributed as dist
+    import deep_ep, hybrid_ep_cpp
+
+    tokens, experts, hidden = int(sys.argv[1]), int(sys.argv[2]), 1024
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    package = os.path.dirname(os.path.abspath(deep_ep.__file__))  # what HybridEPBuffer passes as base_path
+    buffer_config = hybrid_ep_cpp.BufferConfig()
+    buffer_config.hidden_dim, buffer_config.max_num_of_tokens_per_rank = hidden, max(tokens, 1024)
+    buffer_config.num_of_experts_per_rank, buffer_config.num_of_ranks_per_node, buffer_config.num_of_nodes = experts, 1, 1
+    buffer_config.num_of_blocks_preprocessing_api = 128
+    buffer_config.token_data_type = hybrid_ep_cpp.UINT16
+    buffer_config.num_of_tokens_per_chunk_dispatch_api = buffer_config.num_of_tokens_per_chunk_combine_api = 128
+    runtime = hybrid_ep_cpp.HybridEPBuffer(buffer_config, 0, 0, 1, package)
+    runtime.exchange_ipc_address(dist.group.WORLD)
+    config = hybrid_ep_cpp.HybridEpConfigInstance()
+    config.hidden_dim, config.max_num_of_tokens_per_rank = hidden, buffer_config.max_num_of_tokens_per_rank
+    config.num_of_experts_per_rank, config.num_of_ranks_per_node, config.num_of_nodes = experts, 1, 1
+    config.num_of_blocks_preprocessing_api, config.num_of_threads_per_block_preprocessing_api = 128, 512
+    config.token_data_type = hybrid_ep_cpp.UINT16
+    config.num_of_blocks_dispatch_api, config.device_side_sync_dispatch_api = 32, True
+    config.num_of_stages_dispatch_api, config.num_of_tokens_per_chunk_dispatch_api = 10, 128
+    config.num_of_blocks_combine_api, config.device_side_sync_combine_api = 32, True
+    config.num_of_stages_g2s_combine_api, config.num_of_stages_s2g_combine_api = 10, 2
+    config.num_of_tokens_per_chunk_combine_api, config.num_of_tokens_per_group_combine_api = 128, 4
+    config.num_of_additional_in_flight_s2g_combine_api = 2
+    runtime.update_buffer(config)
+    gen = torch.Generator(device="cuda").manual_seed(tokens)
+    routing_map = torch.rand(tokens, experts, device="cuda", generator=gen) < 0.3
+    jit = pathlib.Path(package, "build", "jit")
+    for call in ("first", "second"):
+        before = set(jit.glob("*.so")) if jit.is_dir() else set()
+        started = time.perf_counter()
+        out = runtime.metadata_preprocessing(config=config, routing_map=routing_map, num_of_tokens_per_rank=tokens)
+        torch.cuda.synchronize()
+        new = sorted(p.name for p in set(jit.glob("*.so")) - before)
+        print(f"{call} call: {time.perf_counter() - started:.1f} s, new JIT libraries: {new}", flush=True)
+    dispatched, local_map = out[3], out[4]
+    print(f"package {package}", flush=True)
+    print(f"dispatched {int(dispatched.reshape(-1)[0].item())} expected {int(routing_map.any(dim=1).sum().item())}")
+    print(f"local_expert_routing_map {tuple(local_map.shape)}")
+    n = int(dispatched.reshape(-1)[0].item())
+    got = local_map[:n].sum(dim=0).long().tolist()
+    print(f"per_expert {got} expected {routing_map.sum(dim=0).long().tolist()}", flush=True)
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.parametrize(("num_tokens", "num_experts"), [(512, 8)])
+def test_hybrid_ep_compiles_its_kernel_at_run_time_from_the_installed_wheel(num_tokens, num_experts):
+    """hybrid_ep_cpp was built with -DBASE_PATH=<build dir>, which no source of the pin reads: its run-time
+    compile works in the directory the Python side passes, the installed deep_ep package (its backend/ headers,
+    its build/jit/ cache), with $CUDA_HOME/bin/nvcc. Run from the installed wheel, on a machine where the
+    build directory does not exist."""
+    deep_ep = installed("deep_ep")
+    package = Path(deep_ep.__file__).resolve().parent
+    assert (package / "backend" / "hybrid_ep_backend.cuh").is_file(), "the wheel lacks the JIT's headers"
+    assert os.environ.get("CUDA_HOME"), "hybrid_ep's JIT compile needs CUDA_HOME (it runs $CUDA_HOME/bin/nvcc)"
+    assert not Path("/tmp/wheelhouse-src/deep-ep-x86_64").exists(), "the build directory is still on this machine"
+    proc = subprocess.run([sys.executable, "-c", HYBRID_EP_ONE_RANK, str(num_tokens), str(num_experts)],
+                          capture_output=True, text=True, timeout=420)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    assert lines["package"] == str(package)
+    first, second = proc.stdout.split("first call: ", 1)[1], proc.stdout.split("second call: ", 1)[1]
+    assert "new JIT libraries: []" not in first.splitlines()[0], "the first call compiled nothing"
+    assert second.splitlines()[0].endswith("new JIT libraries: []"), "the second call compiled again"
+    assert list((package / "build" / "jit").glob("*.so")), "the JIT cache is not in the installed package"
+    dispatched, expected = lines["dispatched"].split(" expected ")
+    got, want = lines["per_expert"].split(" expected ")
+    print(f"hybrid_ep metadata preprocessing {num_tokens} tokens, {num_experts} experts: dispatched {dispatched} "
+          f"(torch {expected}), per-expert counts equal: {got == want}")
+    assert dispatched == expected and got == want
