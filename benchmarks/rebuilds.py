@@ -8,6 +8,12 @@ object's differing ELF sections named).
 On this machine, against the current interpreter's torch (``--reuse-env``, as the rebuild sessions take it):
   - the fixture extension, tests/fixtures/versions.yaml's wheelhouse-fixture row for this Python;
   - a small pure-Python project made here, built by the Megatron-Bridge builder (pip wheel, setuptools).
+With WHEELHOUSE_BENCH_CUDA_PYTHON naming an interpreter whose torch is the CUDA build of
+tests/fixtures/versions-device.yaml's row (torch 2.11.0+cu130, Python 3.12), that file's upstream rows
+are rebuilt here too, in that interpreter (nvcc compiles device code without a GPU): causal-conv1d from
+its sdist, and Megatron-Bridge from its git source when WHEELHOUSE_BENCH_GIT_MIRROR names a directory of
+bare repositories laid out as <owner>/<name>.git (tests/gpu/make_source_bundles.py makes one), which
+git's insteadOf puts in GitHub's place.
 Toy mode (the smoke test) builds only the pure-Python project (a few seconds, a real build).
 
 The GPU machine's runs (tests/gpu/run_on_device.sh rebuild) are read from the ``rebuilds`` section of
@@ -40,7 +46,23 @@ PURE_FILES = {
                        f'[project]\nname = "{PURE_PROJECT}"\nversion = "0.3.0"\n'
                        f'[tool.setuptools.package-data]\n{PURE_PROJECT} = ["*.txt"]\n'),
 }
+DEVICE_VERSIONS = REPO / "tests" / "fixtures" / "versions-device.yaml"
+UPSTREAM_ROWS = ("causal-conv1d", "megatron-bridge")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# One rebuild check in another interpreter; the last line of its stdout is the report as JSON.
+_CHILD = """
+import json, sys
+from pathlib import Path
+from ci import build, matrix, rebuild
+from ci.versions import load
+versions_file, component, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+versions = load(versions_file)
+row = next(r for r in matrix.expand(versions) if r.component == component)
+report = rebuild.rebuild_check(versions, row, build.BuildOptions(cache_dir=work / "cache", reuse_env=True),
+                               work / "rebuild")
+print(json.dumps({"wheels": [{"sha256": list(w.sha256), "differences": [d.describe() for d in w.differences],
+                              "identical": w.identical} for w in report.wheels], "only_once": list(report.only_once)}))
+"""
 _DEVICE_KEYS = ("date", "machine", "command", "rows")
 _DEVICE_ROW_KEYS = ("component", "commit", "first_sha256", "second_sha256", "differences", "wall_s")
 
@@ -102,6 +124,56 @@ def _rebuild_here(ctx: Context, component: str, versions_file: Path, source: Pat
             for wheel in report.wheels]
     rows += [Rebuilt(component, where, "-", "-", (f"{name}: built only once",), elapsed) for name in report.only_once]
     return rows
+
+
+def _rebuild_in(ctx: Context, python: str, component: str, work: Path, mirror: str | None) -> list[Rebuilt]:
+    """The device versions file's ``component`` row rebuilt by ``python`` (its CUDA torch, --reuse-env)."""
+    import subprocess
+
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if mirror:
+        gitconfig = work / "gitconfig"
+        gitconfig.write_text(f'[url "file://{Path(mirror).resolve()}/"]\n\tinsteadOf = https://github.com/\n'
+                             "[protocol \"file\"]\n\tallow = always\n")
+        env["GIT_CONFIG_GLOBAL"] = str(gitconfig)
+    version = subprocess.run([python, "-c", "import platform, torch; print(platform.python_version(), torch.__version__)"],
+                             capture_output=True, text=True, check=True, env=env).stdout.split()
+    where = f"this machine (Python {version[0]}, torch {version[1]}, --reuse-env; nvcc without a GPU)"
+    ctx.log(f"  {component}: two builds in {python} (log: {work / 'build.log'})")
+    started = time.perf_counter()
+    with (work / "build.log").open("w") as log:
+        proc = subprocess.run([python, "-c", _CHILD, str(DEVICE_VERSIONS), component, str(work)], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=log, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{component}: the rebuild check in {python} failed (exit {proc.returncode}); see "
+                           f"{work / 'build.log'}")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    ctx.log(f"  {component}: {'the same bytes' if all(w['identical'] for w in report['wheels']) else 'the builds differ'}"
+            f" ({elapsed:.0f} s)")
+    rows = [Rebuilt(component, where, w["sha256"][0], w["sha256"][1], tuple(w["differences"]), elapsed)
+            for w in report["wheels"]]
+    rows += [Rebuilt(component, where, "-", "-", (f"{name}: built only once",), elapsed) for name in report["only_once"]]
+    return rows
+
+
+def _upstream_here(ctx: Context, work: Path) -> tuple[list[Rebuilt], list[str]]:
+    """The upstream rows rebuilt in WHEELHOUSE_BENCH_CUDA_PYTHON, and a note for each one left out."""
+    python = os.environ.get("WHEELHOUSE_BENCH_CUDA_PYTHON")
+    if not python:
+        return [], [f"Not rebuilt here this run: {', '.join(UPSTREAM_ROWS)} (WHEELHOUSE_BENCH_CUDA_PYTHON unset: "
+                    "they need a CUDA build of torch)."]
+    mirror = os.environ.get("WHEELHOUSE_BENCH_GIT_MIRROR")
+    rows: list[Rebuilt] = []
+    notes: list[str] = []
+    for component in UPSTREAM_ROWS:
+        if component == "megatron-bridge" and not mirror:
+            notes.append("Not rebuilt here this run: megatron-bridge (WHEELHOUSE_BENCH_GIT_MIRROR unset: its git "
+                         "source needs a mirror).")
+            continue
+        rows += _rebuild_in(ctx, python, component, work / component, mirror)
+    return rows, notes
 
 
 def _pure_python_versions(work: Path) -> tuple[Path, Path]:
@@ -196,6 +268,10 @@ def run(ctx: Context) -> Figure:
         local += _rebuild_here(ctx, "wheelhouse-fixture", FIXTURE_VERSIONS, None, work / "fixture")
     project, versions_file = _pure_python_versions(work / "pure-python")
     local += _rebuild_here(ctx, PURE_PROJECT, versions_file, project, work / "pure-python")
+    upstream_notes: list[str] = []
+    if not ctx.toy:
+        upstream, upstream_notes = _upstream_here(ctx, work / "upstream")
+        local += upstream
     runs = device_runs()
     device = device_rows(runs)
     return Figure(
@@ -204,8 +280,10 @@ def run(ctx: Context) -> Figure:
                   "twice, each build in fresh cache and dist directories, the second right after the first; the "
                   "two wheels' sha256 and, when they differ, every differing member"),
         where=(f"this machine, {os.cpu_count()} cores: the fixture extension (tests/fixtures/versions.yaml's row for "
-               f"Python {_this_python()}{'; left out in toy mode' if ctx.toy else ''}) and a small pure-Python project "
-               "(Megatron-Bridge builder); the GPU machine's runs from benchmarks/device_results.json"),
+               f"Python {_this_python()}{'; left out in toy mode' if ctx.toy else ''}), a small pure-Python project "
+               "(Megatron-Bridge builder), and, in an interpreter with a CUDA torch, tests/fixtures/versions-device.yaml's "
+               "causal-conv1d (sdist) and megatron-bridge (git) rows; the GPU machine's runs from "
+               "benchmarks/device_results.json"),
         repetitions="1 rebuild check (two builds) per row; wall time is both builds and the comparison",
         tables=[Table(["component", "where", "first sha256", "second sha256", "identical", "differing members",
                        "two builds"], [r.cells() for r in local + device])],
@@ -219,6 +297,7 @@ def run(ctx: Context) -> Figure:
             "internal-linkage entities (`_ZN<n>_INTERNAL_<hash>_<n>_<file>_cu_<module id>...`), which end up in the "
             "cubins' .debug_str, the fatbin and the host symbol tables; two compiles of the same source give "
             "two ids, so two builds give two .so files.",
+            *upstream_notes,
             *device_notes(runs),
         ],
         summary=_summary(local, device, runs),
