@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 # From the defining modules: invoke's package re-exports these implicitly, which mypy --strict does not follow.
 from invoke.context import Context
@@ -116,12 +116,20 @@ def reports_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     return wrapper
 
 
-def _write_github_output(entries: list[dict[str, Any]]) -> None:
-    """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool>."""
+def _write_github_output(rows: list[MatrixRow]) -> None:
+    """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool> for every row, and
+    first= / rest= / has_rest= for the two build stages (ci.matrix.stages: the first Python of each compile
+    group, then the others, which start from the compiler cache it saved)."""
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
         raise Exit("error: --github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)", code=2)
-    text = f"matrix={json.dumps(entries, separators=(',', ':'))}\nhas_builds={'true' if entries else 'false'}\n"
+    first, rest = matrix_module.stages(rows)
+
+    def entries(selected: list[MatrixRow]) -> str:
+        return json.dumps([row.to_json() for row in selected], separators=(",", ":"))
+
+    text = (f"matrix={entries(rows)}\nhas_builds={'true' if rows else 'false'}\n"
+            f"first={entries(first)}\nrest={entries(rest)}\nhas_rest={'true' if rest else 'false'}\n")
     _write_text(Path(target), text, "$GITHUB_OUTPUT", append=True)
 
 
@@ -160,11 +168,10 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
     rows = matrix_module.select(
         matrix_module.expand(versions), versions=versions, component=component, arch=arch, python=python, torch=torch
     )
-    entries = [row.to_json() for row in rows]
     if github_output:
-        _write_github_output(entries)
+        _write_github_output(rows)
     if json_:
-        print(json.dumps(entries, indent=2))
+        print(json.dumps([row.to_json() for row in rows], indent=2))
     elif not github_output:
         for row in rows:
             cuda = naming.cuda_label(row.cuda)
@@ -336,7 +343,7 @@ def plan(c: Context, component: str = "all", arch: str | None = None, python: st
     if markdown:
         _write_text(Path(markdown), result.render_markdown(), "--markdown")
     if github_output:
-        _write_github_output([row.to_json() for row in result.to_build])
+        _write_github_output(result.to_build)
 
 
 @task(

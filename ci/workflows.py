@@ -251,7 +251,10 @@ def _dispatch_inputs(rows: list[matrix.MatrixRow]) -> dict[str, Any]:
 
 
 def _matrix_job(steps: list[dict[str, Any]], step_ids: tuple[str, ...]) -> dict[str, Any]:
-    """The job that writes the matrix: its outputs come from whichever of ``step_ids`` ran."""
+    """The job that writes the matrices: its outputs come from whichever of ``step_ids`` ran.
+
+    ``matrix`` holds every row (what is published), ``first`` and ``rest`` the two build stages
+    (``ci.matrix.stages``)."""
     def pick(key: str) -> str:
         return _expr(" || ".join(f"steps.{sid}.outputs.{key}" for sid in step_ids))
 
@@ -260,18 +263,15 @@ def _matrix_job(steps: list[dict[str, Any]], step_ids: tuple[str, ...]) -> dict[
         "runs-on": CONTROL_RUNNER,
         "timeout-minutes": 30,
         "permissions": {"contents": "read"},
-        "outputs": {"matrix": pick("matrix"), "has_builds": pick("has_builds")},
+        "outputs": {key: pick(key) for key in ("matrix", "has_builds", "first", "rest", "has_rest")},
         "steps": [*_control_setup(), *steps],
     }
 
 
 def _matrix_call(workflow: str, inputs: tuple[tuple[str, str, str], ...], needs: list[str], condition: str,
-                 permissions: Mapping[str, str], label: str = "", *, sequential: bool = False) -> dict[str, Any]:
-    """One call of a reusable workflow per planned row."""
-    strategy: dict[str, Any] = {"fail-fast": False, "matrix": {"include": _expr("fromJSON(needs.plan.outputs.matrix)")}}
-    if sequential:
-        # sequential_pythons: one row at a time, each restoring the compiler cache the one before it saved
-        strategy["max-parallel"] = 1
+                 permissions: Mapping[str, str], label: str = "", *, rows: str = "matrix") -> dict[str, Any]:
+    """One call of a reusable workflow per row of the plan job's output ``rows``."""
+    strategy: dict[str, Any] = {"fail-fast": False, "matrix": {"include": _expr(f"fromJSON(needs.plan.outputs.{rows})")}}
     return {
         "name": label + _expr("matrix.component") + " " + _expr("matrix.arch") + " py" + _expr("matrix.python")
         + " torch" + _expr("matrix.torch"),
@@ -284,12 +284,22 @@ def _matrix_call(workflow: str, inputs: tuple[tuple[str, str, str], ...], needs:
     }
 
 
-def _build_call(*, sequential: bool = False) -> dict[str, Any]:
-    # Upstream build code runs here: the job can read the repository and nothing more.
-    call = _matrix_call(BUILD_WORKFLOW, ROW_INPUTS, ["plan"], "needs.plan.outputs.has_builds == 'true'",
-                        {"contents": "read"}, sequential=sequential)
-    call["secrets"] = {"EGRESS_PROXY": _expr("secrets.EGRESS_PROXY")}
-    return call
+# The two build stages: the first Python of each (component, arch, CUDA, torch), then the other Pythons,
+# which restore the compiler cache the first saved (its key leaves the Python out).
+BUILD_JOBS = ("build", "build-rest")
+
+
+def _build_calls() -> dict[str, dict[str, Any]]:
+    """The ``build`` and ``build-rest`` jobs. Upstream build code runs in them: they can read the repository
+    and nothing more. A failed first row does not stop the rest (they compile cold); a cancelled run does."""
+    first = _matrix_call(BUILD_WORKFLOW, ROW_INPUTS, ["plan"], "needs.plan.outputs.has_builds == 'true'",
+                         {"contents": "read"}, rows="first")
+    rest = _matrix_call(BUILD_WORKFLOW, ROW_INPUTS, ["plan", "build"],
+                        "always() && needs.plan.outputs.has_rest == 'true' && needs.build.result != 'cancelled'",
+                        {"contents": "read"}, rows="rest")
+    for call in (first, rest):
+        call["secrets"] = {"EGRESS_PROXY": _expr("secrets.EGRESS_PROXY")}
+    return {"build": first, "build-rest": rest}
 
 
 # The publish job uploads to the release and attests its wheels: GitHub's attestation action signs with the
@@ -299,8 +309,9 @@ PUBLISH_PERMISSIONS = {"contents": "write", "id-token": "write", "attestations":
 
 def _publish_call(when: str | None = None) -> dict[str, Any]:
     # Each row whose build uploaded its artifact is published, even when another row failed.
-    condition = "always() && needs.plan.outputs.has_builds == 'true' && needs.build.result != 'cancelled'"
-    return _matrix_call(PUBLISH_WORKFLOW, PUBLISH_INPUTS, ["plan", "build"],
+    condition = "always() && needs.plan.outputs.has_builds == 'true' && " + " && ".join(
+        f"needs.{job}.result != 'cancelled'" for job in BUILD_JOBS)
+    return _matrix_call(PUBLISH_WORKFLOW, PUBLISH_INPUTS, ["plan", *BUILD_JOBS],
                         condition + (f" && {when}" if when else ""), PUBLISH_PERMISSIONS, "publish ")
 
 
@@ -564,7 +575,7 @@ def component_workflow(component: str, rows: list[matrix.MatrixRow]) -> dict[str
                 ],
                 ("plan", "select"),
             ),
-            "build": _build_call(sequential=any(row.settings.sequential_pythons for row in rows)),
+            **_build_calls(),
             "publish": _publish_call("github.event_name == 'push'"),
             "publish-index": _publish_index_call(),
         },
@@ -593,7 +604,7 @@ def build_all_workflow(versions: Versions, rows: list[matrix.MatrixRow]) -> dict
                 ],
                 ("select",),
             ),
-            "build": _build_call(),
+            **_build_calls(),
         },
     }
 
@@ -610,7 +621,7 @@ def release_workflow() -> dict[str, Any]:
                 [{"name": "Select every row", "id": "select", "run": "invoke matrix --github-output\n"}],
                 ("select",),
             ),
-            "build": _build_call(),
+            **_build_calls(),
             "publish": _publish_call(),
             "publish-index": _publish_index_call(),
         },

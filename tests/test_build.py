@@ -51,6 +51,17 @@ def test_nox_lists_the_promised_sessions():
     assert "build-flashinfer-3.11" not in names
 
 
+def test_a_components_pythons_build_in_the_order_of_cis_stages():
+    """`nox -s build-<component>` builds every Python of this arch: the first of each (CUDA, torch) first,
+    as the workflows' first stage, then the others, which start from its compiler cache."""
+    result = nox("-s", "build-flash-mla", "--", "--dry-run", "--arch", "x86_64")
+    assert result.returncode == 0, result.stderr[-2000:]
+    order = re.findall(r"^(first|then): build plan for flash-mla \(x86_64 cu13.0.2 py(\S+) ", result.stdout, flags=re.M)
+    assert order == [("first", "3.11"), ("then", "3.12")]
+    refused = nox("-s", "build-flash-mla", "--", "--reuse-env", "--arch", "x86_64")
+    assert refused.returncode != 0 and "--reuse-env builds in this one interpreter" in refused.stderr
+
+
 def _normalise(text: str) -> str:
     text = text.replace(str(Path(sys.executable).parent), "<venv-bin>")
     text = text.replace(str(REPO), "<repo>")
