@@ -27,16 +27,18 @@ from benchmarks import (
     hostile,
     listing,
     pacing,
+    python_reuse,
     rebuilds,
     resolution,
     skip_plan,
+    staged_pythons,
     strip,
     venvs,
 )
 from benchmarks.common import CACHE, RESULTS, Context, Figure, machine
 
 FIGURES: list[ModuleType] = [listing, skip_plan, strip, fatbin_scan, resolution, builds, hostile, pacing, venvs,
-                             cross_python, rebuilds]
+                             cross_python, rebuilds, python_reuse, staged_pythons]
 _SECTION = re.compile(r"<!-- figure:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figure:(?P=name) -->", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (?P<line>.*?) -->")
 
