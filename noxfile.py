@@ -55,6 +55,15 @@ def _fail(session: nox.Session, error: WheelhouseError) -> None:
     session.error(str(error))
 
 
+def _mark_resumable() -> None:
+    """In a GitHub Actions step: ``resumable=true`` in the step's outputs, so _build.yml saves the interrupted
+    build (its directory and compiler cache) for a re-run of the job to resume."""
+    target = os.environ.get("GITHUB_OUTPUT")
+    if target:
+        with open(target, "a", encoding="utf-8") as out:
+            out.write("resumable=true\n")
+
+
 def _build_parser(name: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"nox -s {name} --", description="Build one matrix row.")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, build nothing")
@@ -105,6 +114,9 @@ def _register_build(component: str, python: str) -> None:
                 print(build.plan(VERSIONS, row, options).render())
                 return
             result = build.run(VERSIONS, row, options)
+        except build.BuildTimedOut as error:
+            _mark_resumable()
+            _fail(session, error)
         except WheelhouseError as error:
             _fail(session, error)
         for wheel in result.wheels:

@@ -173,10 +173,20 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
     if json_:
         print(json.dumps([row.to_json() for row in rows], indent=2))
     elif not github_output:
+        from ci import time_model
+
+        first, _ = matrix_module.stages(rows)
         for row in rows:
             cuda = naming.cuda_label(row.cuda)
-            print(f"{row.session:40} {row.arch:8} {cuda:10} py{'+'.join(row.pythons):10} torch{row.torch:8} {row.release_tag}")
-        print(f"{len(rows)} row(s)")
+            prediction = time_model.predict(row)
+            predicted = prediction.short() if prediction else "not timed yet"
+            stage = "first" if row in first else "then"
+            print(f"{row.session:40} {row.arch:8} {cuda:10} py{'+'.join(row.pythons):10} torch{row.torch:8} "
+                  f"{stage:5} {predicted:24} {row.release_tag}")
+        over = [row for row in rows if (p := time_model.predict(row)) is not None and not p.fits]
+        print(f"{len(rows)} row(s)" + (f"; {len(over)} predicted over build_timeout (the resumable path; "
+                                       "`nox -s build-<component>-<python> -- --dry-run` says how many runs)"
+                                       if over else ""))
 
 
 def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False) -> ReleaseStore:
@@ -407,6 +417,15 @@ def _check_index_options(store: str | None, *, out: str | None, pages_artifact: 
         check_world(default_world)
     if not named and _env(store).github_repo:
         raise UsageError(missing_target)
+
+
+@task
+@reports_errors
+def time_model(c: Context) -> None:
+    """The build-time model (ci/time_model.py) against every timed build: measured, predicted, error."""
+    from ci import time_model as model
+
+    print(model.render_check(model.check()))
 
 
 @task(help={"check": "change nothing; list the files that differ from versions.yaml and fail if any do"})

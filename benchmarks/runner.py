@@ -26,6 +26,7 @@ from benchmarks import (
     fatbin_scan,
     hostile,
     listing,
+    nvcc_threads,
     pacing,
     python_reuse,
     rebuilds,
@@ -38,7 +39,7 @@ from benchmarks import (
 from benchmarks.common import CACHE, RESULTS, Context, Figure, machine
 
 FIGURES: list[ModuleType] = [listing, skip_plan, strip, fatbin_scan, resolution, builds, hostile, pacing, venvs,
-                             cross_python, rebuilds, python_reuse, staged_pythons]
+                             cross_python, rebuilds, python_reuse, staged_pythons, nvcc_threads]
 _SECTION = re.compile(r"<!-- figure:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figure:(?P=name) -->", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (?P<line>.*?) -->")
 

@@ -60,6 +60,11 @@ from ci.versions import REPO_ROOT, Versions
 from ci.wheels import rewrite
 
 TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class BuildTimedOut(WheelhouseError):
+    """The build reached its build_timeout: its directory and compiler cache hold what it compiled, and the
+    same command resumes it (in CI, a re-run of the job restores both, see docs/ci.md)."""
 _LOG = log.get("build")
 
 
@@ -99,6 +104,7 @@ class BuildPlan:
             f"  build dir:      {self.build_dir}  (kept on failure; rerun resumes)",
             f"  wheels to:      {self.dist_dir}",
             f"  timeout:        {self.row.settings.build_timeout} ({self.timeout_s} s)",
+            f"  predicted:      {_predicted(self.row)}",
             f"  compiler cache: {self.compiler_cache or 'none found (install sccache or ccache)'}",
         ]
         if self.row.bundle_pythons:
@@ -116,6 +122,13 @@ class BuildPlan:
         lines.append(f"  then:           {stamp.describe_plan(self.row)}")
         lines.append(f"                  wheel checks ({', '.join(checks)}), .metadata files, build record")
         return log.redact("\n".join(lines))  # an index URL may carry its password
+
+
+def _predicted(row: MatrixRow) -> str:
+    from ci import time_model
+
+    prediction = time_model.predict(row)
+    return prediction.describe() + " (ci/time_model.py)" if prediction else "no timed build of this component yet"
 
 
 @dataclass(frozen=True)
@@ -555,7 +568,7 @@ def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict
         _LOG.info(f"compiled, not from the cache: {len(cache_misses)} translation unit(s)"
                   + (f": {', '.join(cache_misses[:10])}" + (" ..." if len(cache_misses) > 10 else "") if cache_misses else ""))
     if code == "timeout":
-        raise WheelhouseError(
+        raise BuildTimedOut(
             f"{row.label}: build did not finish within build_timeout {row.settings.build_timeout}; "
             f"run the same command again to resume from {build_dir}"
         )

@@ -72,6 +72,10 @@ BUILD_INPUT_PATHS = (
 # The files hashed into the compiler cache's key (with the row's component, arch, CUDA and torch).
 CACHE_INPUT_FILES = ("build_scripts/**", "patches/**", "versions.yaml")
 COMPILER_CACHE_PATH = ".cache/compiler-cache/"
+BUILDS_PATH = ".cache/builds/"
+# What a build stopped at its build_timeout leaves for the next run of its job to resume from
+# (tests/test_build.py proves these two paths are enough on a fresh machine).
+RESUME_PATHS = (BUILDS_PATH, COMPILER_CACHE_PATH)
 
 SELF_HOSTED = "runner.environment == 'self-hosted'"
 GITHUB_HOSTED = "runner.environment != 'self-hosted'"
@@ -343,10 +347,16 @@ def build_workflow() -> dict[str, Any]:
     # The build step runs upstream code, which may write anything into the caches it can reach. So a
     # cache is restored only under its exact key, which names the component and hashes every build
     # input (no prefix match: no entry of other inputs), and saved only by a successful build whose key
-    # was not there yet. Build directories are never cached: a build never resumes in files an earlier
-    # job's build code left. The key leaves out Python: objects without Python headers serve every Python.
+    # was not there yet. A build directory is cached only when its build stopped at build_timeout, for a
+    # re-run of the same row with the same inputs. The key leaves out Python: objects without Python
+    # headers serve every Python.
     inputs_hash = _expr("hashFiles(" + ", ".join(f"'{pattern}'" for pattern in CACHE_INPUT_FILES) + ")")
     cc_key = f"wheelhouse-cc-{row['component']}-{row['arch']}-cu{row['cuda']}-torch{row['torch']}-{inputs_hash}"
+    # An interrupted build of this very row and these inputs (its Python included): saved under a key of its
+    # own per run attempt, restored by that prefix only, so nothing of another row or other inputs is read.
+    resume_prefix = (f"wheelhouse-resume-{row['component']}-{row['arch']}-cu{row['cuda']}-py{row['python']}-"
+                     f"torch{row['torch']}-{inputs_hash}-")
+    resume_key = resume_prefix + _expr("github.run_id") + "-" + _expr("github.run_attempt")
 
     steps: list[dict[str, Any]] = [
         {
@@ -412,6 +422,14 @@ def build_workflow() -> dict[str, Any]:
             "with": {"path": COMPILER_CACHE_PATH, "key": cc_key},
         },
         {
+            # A re-run of a job whose build stopped at build_timeout: its build directory and compiler cache.
+            "name": "Restore an interrupted build",
+            "uses": ACTIONS["cache-restore"],
+            "timeout-minutes": 30,
+            "env": dict(PROXY_ENV),
+            "with": {"path": "\n".join(RESUME_PATHS) + "\n", "key": resume_key, "restore-keys": resume_prefix},
+        },
+        {
             "name": "Build wheel",
             "id": "build",
             "env": {"SESSION": row["session"], "ARCH": row["arch"], "TORCH": row["torch"]},
@@ -425,6 +443,15 @@ def build_workflow() -> dict[str, Any]:
             "timeout-minutes": 60,
             "env": dict(PROXY_ENV),
             "with": {"path": COMPILER_CACHE_PATH, "key": cc_key},
+        },
+        {
+            # The session wrote resumable=true: the build reached build_timeout. Re-running the job resumes it.
+            "name": "Save the interrupted build",
+            "if": "always() && steps.build.outputs.resumable == 'true'",
+            "uses": ACTIONS["cache-save"],
+            "timeout-minutes": 60,
+            "env": dict(PROXY_ENV),
+            "with": {"path": "\n".join(RESUME_PATHS) + "\n", "key": resume_key},
         },
         {
             "name": "Upload wheel artifact",

@@ -307,6 +307,8 @@ def test_secrets_reach_only_the_steps_that_use_them(docs):
     assert proxy_steps == {
         ("_build.yml", "Restore the compiler cache"),
         ("_build.yml", "Save the compiler cache"),
+        ("_build.yml", "Restore an interrupted build"),
+        ("_build.yml", "Save the interrupted build"),
         ("_build.yml", "Upload wheel artifact"),
     }
 
@@ -372,24 +374,34 @@ def test_third_party_actions_are_pinned_to_commits(docs, generated):
 
 def test_caches_cannot_carry_one_builds_files_into_another(docs):
     """The build step runs upstream code, which can write into whatever it reaches (adversarial re-run N21):
-    no build directory is cached, and the compiler cache is restored only under its exact key (the component
-    and a hash of the build inputs; no prefix match), saved only by a successful build that found no entry.
-    Leftovers of an earlier job on a reused self-hosted workspace are removed before anything runs."""
+    the compiler cache is restored only under its exact key (the component and a hash of the build inputs; no
+    prefix match), saved only by a successful build that found no entry. A build directory is cached only
+    when its build stopped at build_timeout, and read back only by a re-run of the same row (component, arch,
+    CUDA, Python, torch) with the same inputs: its key's prefix names all of them. Leftovers of an earlier job
+    on a reused self-hosted workspace are removed before anything runs."""
     doc = docs[BUILD]
-    text = yaml.safe_dump(doc)
-    assert "restore-keys" not in text and ".cache/builds/" not in text and "build_cache.sh" not in text
     steps = {step["name"]: step for _, step in _steps(doc)}
     restore, save = steps["Restore the compiler cache"], steps["Save the compiler cache"]
-    assert [s for s in steps.values() if "cache" in s.get("uses", "")] == [restore, save]
+    resume, keep = steps["Restore an interrupted build"], steps["Save the interrupted build"]
+    assert [s for s in steps.values() if "cache" in s.get("uses", "")] == [restore, resume, save, keep]
+    inputs = "${{ hashFiles('build_scripts/**', 'patches/**', 'versions.yaml') }}"
     assert restore["with"] == save["with"] == {
         "path": ".cache/compiler-cache/",
         "key": "wheelhouse-cc-${{ inputs.component }}-${{ inputs.arch }}-cu${{ inputs.cuda }}-torch${{ inputs.torch }}-"
-               "${{ hashFiles('build_scripts/**', 'patches/**', 'versions.yaml') }}"}
+               + inputs}
     assert save["if"] == "steps.build.outcome == 'success' && steps.restore.outputs.cache-hit != 'true'"
     assert restore["id"] == "restore"
+    row = ("wheelhouse-resume-${{ inputs.component }}-${{ inputs.arch }}-cu${{ inputs.cuda }}-py${{ inputs.python }}-"
+           f"torch${{{{ inputs.torch }}}}-{inputs}-")
+    assert resume["with"] == {"path": ".cache/builds/\n.cache/compiler-cache/\n", "restore-keys": row,
+                              "key": row + "${{ github.run_id }}-${{ github.run_attempt }}"}
+    assert keep["with"] == {"path": resume["with"]["path"], "key": resume["with"]["key"]}
+    assert keep["if"] == "always() && steps.build.outputs.resumable == 'true'"
+    assert tuple(resume["with"]["path"].split()) == workflows.RESUME_PATHS
     names = list(steps)
     assert names.index("Remove the output of earlier jobs") < names.index("Restore the compiler cache") \
-        < names.index("Build wheel") < names.index("Save the compiler cache")
+        < names.index("Restore an interrupted build") < names.index("Build wheel") \
+        < names.index("Save the compiler cache") < names.index("Save the interrupted build")
     assert steps["Remove the output of earlier jobs"]["run"] == "rm -rf dist .cache/builds .cache/compiler-cache/\n"
 
 
@@ -497,7 +509,7 @@ def test_publish_triggers(docs, versions):
     assert _on(release) == {"push": {"tags": ["v*"]}}
     assert "github.event_name" not in release["jobs"]["publish"]["if"]
     every = docs[f"{WF}/build-all.yml"]
-    assert _on(every)["schedule"] and set(every["jobs"]) == {"plan", "build"}  # nothing is published
+    assert _on(every)["schedule"] and set(every["jobs"]) == {"plan", "build", "build-rest"}  # nothing is published
 
 
 def test_pages_deploy(docs):
