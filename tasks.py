@@ -428,6 +428,33 @@ def time_model(c: Context) -> None:
     print(model.render_check(model.check()))
 
 
+@task(
+    help={
+        "snapshots": "folder of local upstream snapshots (<owner>/<name>.git or <owner>+<name>/repo)",
+        "components": "space-separated components of tests/fixtures/versions-device.yaml (default: the full-arch set)",
+        "max_mib": "the most the bundle and the working tree may take together, in MiB (default 64)",
+        "no_tools": "leave .whl/ empty (a machine that has nox, invoke and jsonschema)",
+    }
+)
+@reports_errors
+def device_bundle(c: Context, snapshots: str | None = None, components: str | None = None, max_mib: float = 64,
+                  no_tools: bool = False) -> None:
+    """Make .device/ and .whl/ for an offline GPU machine (tests/gpu/run_on_device.sh): mirror, tool wheels, sdists."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "tests" / "gpu"))
+    import device_bundle as bundle
+
+    if not snapshots or not Path(snapshots).is_dir():
+        raise Exit(f"error: --snapshots {snapshots or '(missing)'}: name the folder of local upstream snapshots",
+                   code=2)
+    chosen = (components or " ".join(bundle.DEFAULT_COMPONENTS)).split()
+    try:
+        parts = bundle.make(chosen, snapshots=Path(snapshots), max_mib=max_mib, tools=not no_tools)
+    except bundle.BundleError as error:
+        raise Exit(f"error: {error}", code=2) from None
+    print(f"bundle for {', '.join(chosen)}: .device/ and .whl/")
+    print(bundle.describe(parts, max_mib))
+
+
 @task(help={"check": "change nothing; list the files that differ from versions.yaml and fail if any do"})
 @reports_errors
 def workflows(c: Context, check: bool = False) -> None:
