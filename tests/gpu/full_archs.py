@@ -120,11 +120,20 @@ GITHUB_ASSET_LIMIT = 2 * 2**30
 
 
 def _cubin_archs(shared_object: Path) -> list[str]:
-    """cuobjdump's cubin archs of one shared object (``sm_90a``...), sorted."""
+    """cuobjdump's cubin archs of one shared object (``sm_90a``...), sorted; without cuobjdump (a machine
+    without the toolkit's tools), our own fatbin reader's."""
     import re
+    import shutil
 
-    listed = subprocess.run(["cuobjdump", "--list-elf", str(shared_object)], capture_output=True, text=True).stdout
-    return sorted(set(re.findall(r"\bsm_\d+[af]?\b", listed)))
+    if shutil.which("cuobjdump"):
+        listed = subprocess.run(["cuobjdump", "--list-elf", str(shared_object)], capture_output=True, text=True).stdout
+        return sorted(set(re.findall(r"\bsm_\d+[af]?\b", listed)))
+    from ci.wheels.elf import ElfFile
+    from ci.wheels.fatbin import scan_elf
+
+    with open(shared_object, "rb") as handle:
+        found = scan_elf(shared_object.name, ElfFile(handle, shared_object.name))
+    return sorted({f"sm_{a.major}{a.minor}{a.suffix}" for a in found.cubins}) if found else []
 
 
 def _base(arch: str) -> str:
@@ -165,7 +174,7 @@ def result(component: str, *, versions: Path, dist: Path, build_s: int, status: 
                 if cubins:
                     entry["shared_objects"][member] = {
                         "cubins": cubins, "equal": sorted({_base(a) for a in cubins}) == wanted}
-        gate = subprocess.run([python, "-m", "invoke", "check-wheel", "--wheel", str(wheel), "--torch", python,
+        gate = subprocess.run([sys.executable, "-m", "invoke", "check-wheel", "--wheel", str(wheel), "--torch", python,
                                "--pythons", "3.12", *(["--require-archs", settings.torch_cuda_arch_list]
                                                       if settings.torch_cuda_arch_list else [])],
                               capture_output=True, text=True, cwd=ROOT)
