@@ -170,9 +170,10 @@ def run(ctx: Context) -> Figure:
         measured.append(measure("fast-hadamard-transform", work, ctx.log))
     elif "fast-hadamard-transform" in stored:
         measured.append(stored["fast-hadamard-transform"])  # the detached run's file (see the module's docstring)
-    rows, per_build = [], []
+    rows, per_build, conditions = [], [], []
     for found in measured:
         rows += table_rows(found)
+        conditions += [f"{found['component']}: {note}" for note in found.get("notes", [])]
         for python in found["pythons"]:
             staged = found["staged"].get(python)
             per_build.append([found["component"], python, f"{found['cold'][python]['build_s']:.0f} s",
@@ -196,6 +197,7 @@ def run(ctx: Context) -> Figure:
         notes=[
             "Wall time assumes one runner per job: all-parallel is the slowest cold build, staged the first Python's "
             "cold build plus the slowest of the others.",
+            *conditions,
             "Each component's measurements are kept in `benchmarks/staged_pythons.json`; fast-hadamard-transform's "
             "come from there when this run did not build it (a detached run writes it there), and "
             "WHEELHOUSE_BENCH_STAGED_STORED=1 renders the stored fixture run again without building.",

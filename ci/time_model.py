@@ -229,6 +229,11 @@ OBSERVED: tuple[Observed, ...] = (
     Observed("fast-hadamard-transform", Conditions(16, 128, 8, 1, 9), 540, f"{_GPU}, nine gencodes, stopped",
              lower_bound=True),
     Observed("fast-hadamard-transform", Conditions(2, 23, 2, 1, 9), 882.9, f"{_HERE}, nine gencodes (figure 10)"),
+    Observed("fast-hadamard-transform", Conditions(2, 23, 2, 2, 1), 134, f"{_HERE}, arch 9.0, py3.11 (figure 13)"),
+    Observed("fast-hadamard-transform", Conditions(2, 23, 2, 2, 1), 139, f"{_HERE}, arch 9.0, py3.12 (figure 13)"),
+    Observed("fast-hadamard-transform", Conditions(2, 23, 2, 2, 1), 137, f"{_HERE}, arch 9.0, py3.13 (figure 13)"),
+    Observed("fast-hadamard-transform", Conditions(2, 23, 2, 2, 1), 230,
+             f"{_HERE}, arch 9.0, py3.10, beside a test run (figure 13)"),
     Observed("flash-mla", Conditions(16, 128, 16, 4, 1), 124, f"{_GPU} (report b)", calibration=True),
     Observed("flash-mla", Conditions(16, 128, 16, 4, 1), 130, f"{_GPU} 2026-12-01"),
     Observed("flash-mla", Conditions(16, 128, 16, 4, 1), 158, f"{_GPU} 2026-12-02"),
@@ -249,8 +254,9 @@ OBSERVED: tuple[Observed, ...] = (
     Observed("megatron-bridge", Conditions(16, 128, 1, 2, 1), 16, f"{_GPU} 2026-12-01"),
     Observed("flashinfer", Conditions(16, 128, 16, 2, 1), 22, f"{_GPU} 2026-12-01", calibration=True),
 )
-"""Every timed build of a versions.yaml component (benchmarks/device_results.json, figure 10,
-reports/device-reproduction-2026-12-01b.md), in the conditions it ran in."""
+"""Every timed build of a versions.yaml component (benchmarks/device_results.json, figures 10 and 13,
+reports/device-reproduction-2026-12-01b.md), in the conditions it ran in (figure 13's are its cold builds'
+build step alone, the others the whole build session's)."""
 
 
 @dataclass(frozen=True)
@@ -277,7 +283,7 @@ def render_check(checks: list[Check]) -> str:
         conditions = f"{o.conditions.cores:5} {o.conditions.max_jobs:4} {o.conditions.threads:3} {o.conditions.archs:5}"
         measured = (">" if o.lower_bound else "") + f"{o.measured_s:.0f} s"
         tag = "  (calibration)" if o.calibration else ""
-        lines.append(f"{o.component:26} {o.where:52} {conditions:>21} {measured:>9} {c.predicted_s:8.0f} s "
+        lines.append(f"{o.component:26} {o.where:70} {conditions:>21} {measured:>9} {c.predicted_s:8.0f} s "
                      f"{c.error:+7.0%}{tag}")
     checked = [c for c in checks if not c.observed.calibration]
     mean = sum(abs(c.error) for c in checked) / len(checked)
