@@ -104,10 +104,17 @@ def one_unit(source: Path, python: str, *, archs: str = "80;90;100;120", unit: s
     chosen = next((src for src in commands if src.endswith("/" + unit)), None)
     if chosen is None:
         raise ConfigError(f"{source}: setup.py wrote no build.ninja command for {unit}; see its output")
-    command = [arg for arg in commands[chosen] if arg not in ("-MD", "-MF") and not arg.endswith(".o.d")]
+    command, skip = [], False
+    for arg in commands[chosen]:  # without its dependency file and its own --threads
+        if skip or arg == "-MD":
+            skip = False
+        elif arg in ("-MF", "--threads", "-t"):
+            skip = True
+        elif not arg.startswith("--threads="):
+            command.append(arg)
     result = {"unit": unit, "archs": archs, "command": shlex.join(commands[chosen]), "seconds": {}}
     for count in threads:
-        flags = [arg for arg in command if not arg.startswith("--threads")]
+        flags = list(command)
         started = time.perf_counter()
         proc = subprocess.run([*flags, "--threads", str(count)], cwd=source, capture_output=True, text=True)
         if proc.returncode != 0:

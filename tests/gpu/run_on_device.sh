@@ -198,6 +198,7 @@ if [[ "$MODE" == one-unit ]]; then
     ref="$("$PY" -c 'import sys; from ci.versions import load; print(load(sys.argv[1]).component("flash-attention").ref)' "$WHEELHOUSE_VERSIONS")"
     git -C "$WORK/fa-src" fetch -q --depth 1 origin "$ref" && git -C "$WORK/fa-src" checkout -q FETCH_HEAD
     git -C "$WORK/fa-src" submodule update -q --init --depth 1 csrc/cutlass
+    rm -rf "$WORK/fa-src/.git"  # clean sources, as a build gets them (with .git, setup.py fetches composable_kernel)
     step "one flash-attention unit, archs 8.0;9.0;10.0;12.0"
     "$PY" tests/gpu/full_archs.py one-unit --source "$WORK/fa-src" --python "$PY" --out "$RESULTS/one-unit.json"
     exit 0
