@@ -419,13 +419,17 @@ def _check_index_options(store: str | None, *, out: str | None, pages_artifact: 
         raise UsageError(missing_target)
 
 
-@task
+@task(help={"component": "only the timed builds of this component (default: all)"})
 @reports_errors
-def time_model(c: Context) -> None:
+def time_model(c: Context, component: str | None = None) -> None:
     """The build-time model (ci/time_model.py) against every timed build: measured, predicted, error."""
     from ci import time_model as model
 
-    print(model.render_check(model.check()))
+    checks = [check for check in model.check() if component in (None, check.observed.component)]
+    if not checks:
+        raise Exit(f"error: --component {component}: no timed build of it; known: "
+                   f"{', '.join(sorted(model.CALIBRATION))}", code=2)
+    print(model.render_check(checks))
 
 
 @task(
@@ -440,8 +444,15 @@ def time_model(c: Context) -> None:
 def device_bundle(c: Context, snapshots: str | None = None, components: str | None = None, max_mib: float = 64,
                   no_tools: bool = False) -> None:
     """Make .device/ and .whl/ for an offline GPU machine (tests/gpu/run_on_device.sh): mirror, tool wheels, sdists."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "tests" / "gpu"))
-    import device_bundle as bundle
+    import importlib.util
+
+    # the GPU machine's kit lives with its script in tests/gpu/, beside make_source_bundles.py, which it uses
+    kit = Path(__file__).resolve().parent / "tests" / "gpu"
+    sys.path.insert(0, str(kit))
+    spec = importlib.util.spec_from_file_location("device_bundle", kit / "device_bundle.py")
+    assert spec is not None and spec.loader is not None
+    bundle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bundle)
 
     if not snapshots or not Path(snapshots).is_dir():
         raise Exit(f"error: --snapshots {snapshots or '(missing)'}: name the folder of local upstream snapshots",

@@ -277,7 +277,7 @@ def check() -> list[Check]:
 
 
 def render_check(checks: list[Check]) -> str:
-    lines = [f"{'component':26} {'where':52} {'cores jobs thr archs':>21} {'measured':>9} {'predicted':>9} {'error':>7}"]
+    lines = [f"{'component':26} {'where':70} {'cores jobs thr archs':>21} {'measured':>9} {'predicted':>9} {'error':>7}"]
     for c in checks:
         o = c.observed
         conditions = f"{o.conditions.cores:5} {o.conditions.max_jobs:4} {o.conditions.threads:3} {o.conditions.archs:5}"
@@ -286,6 +286,9 @@ def render_check(checks: list[Check]) -> str:
         lines.append(f"{o.component:26} {o.where:70} {conditions:>21} {measured:>9} {c.predicted_s:8.0f} s "
                      f"{c.error:+7.0%}{tag}")
     checked = [c for c in checks if not c.observed.calibration]
+    if not checked:
+        lines.append(f"only the {len(checks)} calibration build(s): nothing else timed to check the model against")
+        return "\n".join(lines)
     mean = sum(abs(c.error) for c in checked) / len(checked)
     worst = max(checked, key=lambda c: abs(c.error))
     lines.append(f"{len(checked)} timed builds besides the {len(checks) - len(checked)} calibration builds: mean "
