@@ -452,6 +452,7 @@ def device_bundle(c: Context, snapshots: str | None = None, components: str | No
     spec = importlib.util.spec_from_file_location("device_bundle", kit / "device_bundle.py")
     assert spec is not None and spec.loader is not None
     bundle = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bundle  # its dataclasses look their module up there
     spec.loader.exec_module(bundle)
 
     if not snapshots or not Path(snapshots).is_dir():
