@@ -3,6 +3,7 @@
     nox -l                                   every session
     nox -s build-flash-mla-3.12              build one component for one Python, as CI does
     nox -s build-flash-mla-3.12 -- --dry-run print the plan only
+    nox -s build-flash-mla                   every Python of it for this arch, the first Python first (CI's order)
     nox -s rebuild-check-flash-mla-3.12 -- --work DIR   build it twice in fresh directories, compare the bytes
     nox -s demo                              the walking skeleton on the fixture extension
     nox -s tests                             the test suite (what .ci/run runs)
@@ -54,6 +55,15 @@ def _fail(session: nox.Session, error: WheelhouseError) -> None:
     session.error(str(error))
 
 
+def _mark_resumable() -> None:
+    """In a GitHub Actions step: ``resumable=true`` in the step's outputs, so _build.yml saves the interrupted
+    build (its directory and compiler cache) for a re-run of the job to resume."""
+    target = os.environ.get("GITHUB_OUTPUT")
+    if target:
+        with open(target, "a", encoding="utf-8") as out:
+            out.write("resumable=true\n")
+
+
 def _build_parser(name: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"nox -s {name} --", description="Build one matrix row.")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, build nothing")
@@ -83,11 +93,14 @@ def _row_and_options(name: str, component: str, python: str,
     if row.bundle_pythons and row.python != python:
         # A bundle session builds the whole bundle with this session's Python.
         row = next(r for r in matrix.session_rows(VERSIONS) if r.component == component and r.python == python)
-    options = build.BuildOptions(
+    return row, _options(args)
+
+
+def _options(args: argparse.Namespace) -> build.BuildOptions:
+    return build.BuildOptions(
         cache_dir=ENV.cache_dir, dist_root=args.dist.resolve(), reuse_env=args.reuse_env, source=args.source,
         torch_index=ENV.torch_index, run_checks=not args.no_checks, max_jobs=ENV.max_jobs,
     )
-    return row, options
 
 
 def _register_build(component: str, python: str) -> None:
@@ -101,6 +114,9 @@ def _register_build(component: str, python: str) -> None:
                 print(build.plan(VERSIONS, row, options).render())
                 return
             result = build.run(VERSIONS, row, options)
+        except build.BuildTimedOut as error:
+            _mark_resumable()
+            _fail(session, error)
         except WheelhouseError as error:
             _fail(session, error)
         for wheel in result.wheels:
@@ -142,9 +158,46 @@ def _register_rebuild_check(component: str, python: str) -> None:
     nox.session(name=name, python=False, tags=["rebuild-check", component], default=False)(session_fn)
 
 
+def _register_component_build(component: str) -> None:
+    name = f"build-{component}"
+
+    def session_fn(session: nox.Session) -> None:
+        parser = _build_parser(name)
+        parser.description = ("Build every Python of the component for one arch, in the order CI's two build stages "
+                              "take: the first Python of each (CUDA, torch), then the others from its compiler cache.")
+        args = parser.parse_args(session.posargs)
+        try:
+            if args.source is not None and not args.source.is_dir():
+                raise WheelhouseError(f"--source {args.source}: not a directory; pass the path of a source checkout")
+            arch = args.arch or build.host_arch()
+            rows = matrix.select(matrix.expand(VERSIONS), versions=VERSIONS, component=component, arch=arch,
+                                 torch=args.torch)
+            if not rows:
+                raise WheelhouseError(f"{component} has no {arch} row; pass --arch")
+            first, rest = matrix.stages(rows)
+            if args.reuse_env and len({row.python for row in rows}) > 1:
+                raise WheelhouseError(f"{name}: --reuse-env builds in this one interpreter, but the rows need Pythons "
+                                      f"{', '.join(sorted({r.python for r in rows}, key=naming.version_key))}; "
+                                      f"build each with nox -s build-{component}-<python> -- --reuse-env")
+            options = _options(args)
+            for stage, row in [("first", row) for row in first] + [("then", row) for row in rest]:
+                if args.dry_run:
+                    print(f"{stage}: " + build.plan(VERSIONS, row, options).render())
+                    continue
+                result = build.run(VERSIONS, row, options)
+                session.log(f"{stage}: built {', '.join(w.name for w in result.wheels)}; build record {result.record}")
+        except WheelhouseError as error:
+            _fail(session, error)
+
+    session_fn.__doc__ = f"Build every Python of {component} for one arch, first Python first (CI's build stages)."
+    nox.session(name=name, python=False, tags=["build-component"], default=False)(session_fn)
+
+
 for _row in matrix.session_rows(VERSIONS):
     _register_build(_row.component, _row.python)
     _register_rebuild_check(_row.component, _row.python)
+for _component in sorted(VERSIONS.components):
+    _register_component_build(_component)
 
 
 @nox.session(python=False)

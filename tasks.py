@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 # From the defining modules: invoke's package re-exports these implicitly, which mypy --strict does not follow.
 from invoke.context import Context
@@ -116,12 +116,20 @@ def reports_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     return wrapper
 
 
-def _write_github_output(entries: list[dict[str, Any]]) -> None:
-    """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool>."""
+def _write_github_output(rows: list[MatrixRow]) -> None:
+    """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool> for every row, and
+    first= / rest= / has_rest= for the two build stages (ci.matrix.stages: the first Python of each compile
+    group, then the others, which start from the compiler cache it saved)."""
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
         raise Exit("error: --github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)", code=2)
-    text = f"matrix={json.dumps(entries, separators=(',', ':'))}\nhas_builds={'true' if entries else 'false'}\n"
+    first, rest = matrix_module.stages(rows)
+
+    def entries(selected: list[MatrixRow]) -> str:
+        return json.dumps([row.to_json() for row in selected], separators=(",", ":"))
+
+    text = (f"matrix={entries(rows)}\nhas_builds={'true' if rows else 'false'}\n"
+            f"first={entries(first)}\nrest={entries(rest)}\nhas_rest={'true' if rest else 'false'}\n")
     _write_text(Path(target), text, "$GITHUB_OUTPUT", append=True)
 
 
@@ -160,16 +168,25 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
     rows = matrix_module.select(
         matrix_module.expand(versions), versions=versions, component=component, arch=arch, python=python, torch=torch
     )
-    entries = [row.to_json() for row in rows]
     if github_output:
-        _write_github_output(entries)
+        _write_github_output(rows)
     if json_:
-        print(json.dumps(entries, indent=2))
+        print(json.dumps([row.to_json() for row in rows], indent=2))
     elif not github_output:
+        from ci import time_model
+
+        first, _ = matrix_module.stages(rows)
         for row in rows:
             cuda = naming.cuda_label(row.cuda)
-            print(f"{row.session:40} {row.arch:8} {cuda:10} py{'+'.join(row.pythons):10} torch{row.torch:8} {row.release_tag}")
-        print(f"{len(rows)} row(s)")
+            prediction = time_model.predict(row)
+            predicted = prediction.short() if prediction else "not timed yet"
+            stage = "first" if row in first else "then"
+            print(f"{row.session:40} {row.arch:8} {cuda:10} py{'+'.join(row.pythons):10} torch{row.torch:8} "
+                  f"{stage:5} {predicted:24} {row.release_tag}")
+        over = [row for row in rows if (p := time_model.predict(row)) is not None and not p.fits]
+        print(f"{len(rows)} row(s)" + (f"; {len(over)} predicted over build_timeout (the resumable path; "
+                                       "`nox -s build-<component>-<python> -- --dry-run` says how many runs)"
+                                       if over else ""))
 
 
 def _store(store_spec: str | None = None, *, dry_run: bool = False, must_exist: bool = False) -> ReleaseStore:
@@ -336,7 +353,7 @@ def plan(c: Context, component: str = "all", arch: str | None = None, python: st
     if markdown:
         _write_text(Path(markdown), result.render_markdown(), "--markdown")
     if github_output:
-        _write_github_output([row.to_json() for row in result.to_build])
+        _write_github_output(result.to_build)
 
 
 @task(
@@ -400,6 +417,54 @@ def _check_index_options(store: str | None, *, out: str | None, pages_artifact: 
         check_world(default_world)
     if not named and _env(store).github_repo:
         raise UsageError(missing_target)
+
+
+@task(help={"component": "only the timed builds of this component (default: all)"})
+@reports_errors
+def time_model(c: Context, component: str | None = None) -> None:
+    """The build-time model (ci/time_model.py) against every timed build: measured, predicted, error."""
+    from ci import time_model as model
+
+    checks = [check for check in model.check() if component in (None, check.observed.component)]
+    if not checks:
+        raise Exit(f"error: --component {component}: no timed build of it; known: "
+                   f"{', '.join(sorted(model.CALIBRATION))}", code=2)
+    print(model.render_check(checks))
+
+
+@task(
+    help={
+        "snapshots": "folder of local upstream snapshots (<owner>/<name>.git or <owner>+<name>/repo)",
+        "components": "space-separated components of tests/fixtures/versions-device.yaml (default: the full-arch set)",
+        "max_mib": "the most the bundle and the working tree may take together, in MiB (default 64)",
+        "no_tools": "leave .whl/ empty (a machine that has nox, invoke and jsonschema)",
+    }
+)
+@reports_errors
+def device_bundle(c: Context, snapshots: str | None = None, components: str | None = None, max_mib: float = 64,
+                  no_tools: bool = False) -> None:
+    """Make .device/ and .whl/ for an offline GPU machine (tests/gpu/run_on_device.sh): mirror, tool wheels, sdists."""
+    import importlib.util
+
+    # the GPU machine's kit lives with its script in tests/gpu/, beside make_source_bundles.py, which it uses
+    kit = Path(__file__).resolve().parent / "tests" / "gpu"
+    sys.path.insert(0, str(kit))
+    spec = importlib.util.spec_from_file_location("device_bundle", kit / "device_bundle.py")
+    assert spec is not None and spec.loader is not None
+    bundle = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bundle  # its dataclasses look their module up there
+    spec.loader.exec_module(bundle)
+
+    if not snapshots or not Path(snapshots).is_dir():
+        raise Exit(f"error: --snapshots {snapshots or '(missing)'}: name the folder of local upstream snapshots",
+                   code=2)
+    chosen = (components or " ".join(bundle.DEFAULT_COMPONENTS)).split()
+    try:
+        parts = bundle.make(chosen, snapshots=Path(snapshots), max_mib=max_mib, tools=not no_tools)
+    except bundle.BundleError as error:
+        raise Exit(f"error: {error}", code=2) from None
+    print(f"bundle for {', '.join(chosen)}: .device/ and .whl/")
+    print(bundle.describe(parts, max_mib))
 
 
 @task(help={"check": "change nothing; list the files that differ from versions.yaml and fail if any do"})

@@ -14,8 +14,7 @@ The fixture is built for one arch (9.0); fast-hadamard-transform as versions.yam
 nine archs its setup.py lists for CUDA 13. sccache's logs are kept in
 ``.cache/bench/cross-python/logs/``.
 
-The venvs (CUDA torch with its nvidia-* libraries, about 3 GB, linked from uv's cache) are made once
-under ``.cache/bench/cross-python`` and placed where the build expects its pinned venv.
+The venvs (CUDA torch with its nvidia-* libraries) come from ``benchmarks/cuda_torch.py``.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from benchmarks import cuda_torch
 from benchmarks.common import DEVICE_RESULTS, REPO, Context, Figure, Table
 
 NAME = "cross-python"
@@ -71,38 +71,6 @@ def _versions_file(work: Path) -> Path:
     return path
 
 
-def _uv() -> str:
-    from ci import toolchain
-
-    uv = toolchain.find_uv()
-    if uv is None:
-        raise RuntimeError("uv not found (requirements-tools.txt installs it)")
-    return uv
-
-
-def _venv(ctx: Context, row, venvs: Path) -> None:
-    """The row's pinned venv with the package index's CUDA torch (not pip's local CPU wheel)."""
-    from ci import toolchain
-
-    key = toolchain.venv_key(row, None)
-    venv = ctx.cache / "cross-python" / key
-    if not (venv / ".wheelhouse-ready").is_file():
-        uv = _uv()
-        env = {**os.environ, "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(REPO / ".cache" / "uv"))}
-        shutil.rmtree(venv, ignore_errors=True)
-        base = toolchain.find_python(row.python)
-        ctx.log(f"  making the Python {row.python} venv with the index's torch {TORCH} (several GB, once)")
-        subprocess.run([uv, "venv", "-q", "--python", str(base), str(venv)], check=True, env=env)
-        subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"torch=={TORCH}",
-                        "pip", *toolchain.BUILD_TOOLS], check=True, env=env)
-        toolchain.normalise_header_mtimes(venv)  # as ci.toolchain.prepare_venv does
-        (venv / ".wheelhouse-ready").write_text(json.dumps({"python": row.python, "torch": TORCH}) + "\n")
-    venvs.mkdir(parents=True, exist_ok=True)
-    link = venvs / key
-    if not link.exists():
-        link.symlink_to(venv, target_is_directory=True)
-
-
 def _fht_source(ctx: Context) -> Path | None:
     origin = os.environ.get("WHEELHOUSE_BENCH_FHT_GIT")
     if not origin:
@@ -113,20 +81,6 @@ def _fht_source(ctx: Context) -> Path | None:
         subprocess.run(["git", "clone", "-q", "--no-checkout", origin, str(checkout)], check=True)
         subprocess.run(["git", "-C", str(checkout), "checkout", "-q", FHT_REF], check=True)
     return checkout
-
-
-def _toolkit_extra_include(ctx: Context, cache: Path) -> str:
-    """The math libraries' headers (cusparse.h...) a full CUDA toolkit has and this one lacks, from torch's
-    nvidia-* wheels, at one path for both builds (as a toolkit's would be): a per-venv CPATH would differ
-    between the Pythons, and sccache hashes CPATH as it is."""
-    linked = ctx.cache / "cross-python" / "toolkit-extra-include"
-    linked.mkdir(parents=True, exist_ok=True)
-    site = next((cache / "venvs").glob("py*/lib/python*/site-packages")).resolve()
-    for include in sorted(site.glob("nvidia/*/include")):
-        link = linked / include.parent.name
-        if not link.exists():
-            link.symlink_to(include, target_is_directory=True)
-    return ":".join(str(p) for p in sorted(linked.iterdir()))
 
 
 def _parse_log(log: Path) -> list[tuple[str, str]]:
@@ -154,18 +108,14 @@ def _build_both(ctx: Context, component: str, source: Path, work: Path) -> dict:
     rows = {r.python: r for r in matrix.expand(versions) if r.component == component}
     cache = work / f"cache-{component}"
     shutil.rmtree(cache, ignore_errors=True)
-    for python in PYTHONS:
-        _venv(ctx, rows[python], cache / "venvs")
+    environ = cuda_torch.build_environ([rows[python] for python in PYTHONS], cache, ctx.log)
     tool = _sccache()
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SCCACHE_")}
-    environ["CUDA_HOME"] = environ.get("CUDA_HOME", "/usr/local/cuda")
     results = {}
     for python in PYTHONS:
         log = ctx.cache / "cross-python" / "logs" / f"sccache-{component}-{python}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
         env = {**environ, "SCCACHE_LOG": "debug", "SCCACHE_ERROR_LOG": str(log)}
-        env["CPATH"] = _toolkit_extra_include(ctx, cache)
         options = build.BuildOptions(cache_dir=cache, dist_root=work / f"dist-{component}-{python}", source=source,
                                      environ=env)
         started = time.perf_counter()

@@ -26,17 +26,20 @@ from benchmarks import (
     fatbin_scan,
     hostile,
     listing,
+    nvcc_threads,
     pacing,
+    python_reuse,
     rebuilds,
     resolution,
     skip_plan,
+    staged_pythons,
     strip,
     venvs,
 )
 from benchmarks.common import CACHE, RESULTS, Context, Figure, machine
 
 FIGURES: list[ModuleType] = [listing, skip_plan, strip, fatbin_scan, resolution, builds, hostile, pacing, venvs,
-                             cross_python, rebuilds]
+                             cross_python, rebuilds, python_reuse, staged_pythons, nvcc_threads]
 _SECTION = re.compile(r"<!-- figure:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figure:(?P=name) -->", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (?P<line>.*?) -->")
 

@@ -16,8 +16,6 @@ require_env TORCH_CUDA_ARCH_LIST MAX_JOBS DIST_DIR
 ensure_dist_dir
 export_extra_env
 [[ "$MAX_JOBS" =~ ^[1-9][0-9]*$ ]] || die "MAX_JOBS must be a positive integer, got '$MAX_JOBS' (max_jobs in versions.yaml)"
-NVCC_THREADS="${NVCC_THREADS:-1}"
-[[ "$NVCC_THREADS" =~ ^[1-9][0-9]*$ ]] || die "NVCC_THREADS must be a positive integer, got '$NVCC_THREADS' (nvcc_threads in versions.yaml)"
 
 # Older apex reads --cpp_ext/--cuda_ext build options, newer apex (25.09+)
 # reads APEX_CPP_EXT/APEX_CUDA_EXT; give both so either builds the extensions.
@@ -26,10 +24,8 @@ export APEX_CPP_EXT=1 APEX_CUDA_EXT=1
 # apex passes no --threads to nvcc, so NVCC_THREADS reaches it only through
 # NVCC_APPEND_FLAGS; more threads than gencodes would idle.
 arch_count="$(arch_list_tokens "$TORCH_CUDA_ARCH_LIST" | wc -l)"
-nvcc_threads=$((NVCC_THREADS < arch_count ? NVCC_THREADS : arch_count))
-if ((nvcc_threads > 1)); then
-    export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:+$NVCC_APPEND_FLAGS }--threads $nvcc_threads"
-fi
+nvcc_threads="$(nvcc_threads_for "$arch_count")"
+append_nvcc_threads "$arch_count"
 # setuptools builds apex's twelve extensions one after another unless
 # APEX_PARALLEL_BUILD names a thread count, and all but amp_C have one or two
 # sources: MAX_JOBS alone leaves most cores idle. Two sources per extension

@@ -12,6 +12,8 @@ source "$LIB/env.sh"
 source "$LIB/arch.sh"
 
 require_env MAX_JOBS CXX11_ABI DIST_DIR
+# the gencodes its setup.py lists for CUDA 13 (sm_75 to sm_121)
+FAST_HADAMARD_TRANSFORM_GENCODES=9
 ensure_dist_dir
 export_extra_env
 
@@ -22,9 +24,17 @@ export FAST_HADAMARD_TRANSFORM_FORCE_CXX11_ABI="$CXX11_ABI"
 # stays plain so the filename matches the metadata.
 unset FAST_HADAMARD_TRANSFORM_LOCAL_VERSION
 activate_arch_filter
+# Its one CUDA unit carries every gencode (nine on CUDA 13, or what the arch
+# filter keeps) and its setup.py gives nvcc no --threads: without them nvcc
+# compiles the gencodes one after another.
+if [[ -n "${WHEELHOUSE_NVCC_ARCHS:-}" ]]; then
+    append_nvcc_threads "$(arch_list_tokens "$WHEELHOUSE_NVCC_ARCHS" | wc -l)"
+else
+    append_nvcc_threads "$FAST_HADAMARD_TRANSFORM_GENCODES"
+fi
 
 print_settings COMPONENT REF TARGET_ARCH CUDA_VERSION TORCH_VERSION MAX_JOBS CXX11_ABI \
-    FAST_HADAMARD_TRANSFORM_FORCE_BUILD FAST_HADAMARD_TRANSFORM_FORCE_CXX11_ABI WHEELHOUSE_NVCC_ARCHS DIST_DIR
+    FAST_HADAMARD_TRANSFORM_FORCE_BUILD FAST_HADAMARD_TRANSFORM_FORCE_CXX11_ABI WHEELHOUSE_NVCC_ARCHS NVCC_APPEND_FLAGS DIST_DIR
 print_torch
 
 MAX_JOBS="$MAX_JOBS" row_python setup.py bdist_wheel --dist-dir="$DIST_DIR"

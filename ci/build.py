@@ -39,6 +39,7 @@ from typing import IO
 
 from ci import (
     build_record,
+    cache_log,
     credentials,
     fingerprint,
     log,
@@ -59,6 +60,11 @@ from ci.versions import REPO_ROOT, Versions
 from ci.wheels import rewrite
 
 TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class BuildTimedOut(WheelhouseError):
+    """The build reached its build_timeout: its directory and compiler cache hold what it compiled, and the
+    same command resumes it (in CI, a re-run of the job restores both, see docs/ci.md)."""
 _LOG = log.get("build")
 
 
@@ -98,6 +104,7 @@ class BuildPlan:
             f"  build dir:      {self.build_dir}  (kept on failure; rerun resumes)",
             f"  wheels to:      {self.dist_dir}",
             f"  timeout:        {self.row.settings.build_timeout} ({self.timeout_s} s)",
+            f"  predicted:      {_predicted(self.row)}",
             f"  compiler cache: {self.compiler_cache or 'none found (install sccache or ccache)'}",
         ]
         if self.row.bundle_pythons:
@@ -115,6 +122,13 @@ class BuildPlan:
         lines.append(f"  then:           {stamp.describe_plan(self.row)}")
         lines.append(f"                  wheel checks ({', '.join(checks)}), .metadata files, build record")
         return log.redact("\n".join(lines))  # an index URL may carry its password
+
+
+def _predicted(row: MatrixRow) -> str:
+    from ci import time_model
+
+    prediction = time_model.predict(row)
+    return prediction.describe() + " (ci/time_model.py)" if prediction else "no timed build of this component yet"
 
 
 @dataclass(frozen=True)
@@ -191,6 +205,9 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
                 # stops then loses the objects still compiling; the build stops its server itself
                 env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": basedirs, "SCCACHE_SERVER_PORT": port,
                        "SCCACHE_IDLE_TIMEOUT": "0"}
+                if "SCCACHE_ERROR_LOG" not in options.environ:  # the server's per-compile results (ci/cache_log.py)
+                    env |= {"SCCACHE_LOG": cache_log.SERVER_LOG_FILTER,
+                            "SCCACHE_ERROR_LOG": str(build_dir / cache_log.LOG_NAME)}
             else:
                 env = {"CCACHE_DIR": cache_root, "CCACHE_BASEDIR": str(build_dir)}
             return found, env
@@ -432,10 +449,12 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}", key="build")
         canonical = reproducible.canonical_dir(row.component, row.arch)
         builder_environ = {**filtered.environ, **environment.variables}
+        # every Python's site-packages of the compile group, so the host compiles' flags are the same for each
+        sites = [interpreter.torch_dir.parent, *_sibling_site_packages(options, versions, row, index)]
         builder_environ.update(reproducible.build_variables(builder_environ, epoch=epoch, source_dir=canonical,
-                                                            site_packages=interpreter.torch_dir.parent))
+                                                            site_packages=sites))
         with reproducible.canonical_source(build_dir / "src", row.component, row.arch) as src:
-            wheels, cache_stats = _run_builder(row, environment, builder_environ, build_dir, src)
+            wheels, cache_stats, cache_misses = _run_builder(row, environment, builder_environ, build_dir, src)
         _check_projects(row, wheels)
         # what is published and checked: the torch pin and the SBOM written into each wheel
         facts = sbom.build_facts(versions, row, checkout, interpreter, builder_environ)
@@ -461,6 +480,7 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         toolchain=interpreter.describe(),
         compiler_cache=environment.compiler_cache,
         compiler_cache_stats=cache_stats,
+        compiler_cache_misses=cache_misses,
         # the checks step is still running: its time so far, which is all of the checks
         durations={f"{phase}_s": round(seconds, 1) for phase, seconds in steps.durations().items()},
         checks=checks,
@@ -518,27 +538,37 @@ def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.
     return build_dir, lock
 
 
-def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict,
-                 build_dir: Path, src: Path) -> tuple[list[Path], dict[str, int] | None]:
+def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict, build_dir: Path,
+                 src: Path) -> tuple[list[Path], dict[str, int] | None, list[str] | None]:
     """Run build_scripts/<builder>.sh in ``src`` (the sources of ``build_dir``, moved to their canonical
-    directory) under the contract; (its wheels, compiler cache counts)."""
+    directory) under the contract; (its wheels, compiler cache counts, the translation units it could not
+    reuse)."""
     if environment.filter_bin is not None:
         _install_arch_filter(environment.filter_bin)
     cache_tool = environment.compiler_cache
+    server_log = Path(full_env["SCCACHE_ERROR_LOG"]) if "SCCACHE_ERROR_LOG" in full_env else None
+    if server_log is not None and server_log.parent == build_dir:
+        server_log.unlink(missing_ok=True)  # a resumed build's log holds this run's compiles only
     _LOG.info(f"building {row.label} in {src}")
     try:
         code = _run_with_timeout(_command(row), cwd=src, env=full_env,
                                  timeout_s=parse_timeout(row.settings.build_timeout))
     finally:
-        cache_stats = None
+        cache_stats, cache_misses = None, None
         if cache_tool is not None and "SCCACHE_SERVER_PORT" in environment.variables:  # this build's own server: its counts are this build's
             cache_stats = sccache_stats(cache_tool, full_env)
             subprocess.run([cache_tool, "--stop-server"], env=full_env, capture_output=True)
+            if server_log is not None:
+                results = cache_log.read_results(server_log)
+                cache_misses = cache_log.not_reused(results) if results else None
     if cache_stats:
         _LOG.info(f"compiler cache: {cache_stats['requests']} compile requests, {cache_stats['hits']} hits, "
                   f"{cache_stats['misses']} misses")
+    if cache_misses is not None:
+        _LOG.info(f"compiled, not from the cache: {len(cache_misses)} translation unit(s)"
+                  + (f": {', '.join(cache_misses[:10])}" + (" ..." if len(cache_misses) > 10 else "") if cache_misses else ""))
     if code == "timeout":
-        raise WheelhouseError(
+        raise BuildTimedOut(
             f"{row.label}: build did not finish within build_timeout {row.settings.build_timeout}; "
             f"run the same command again to resume from {build_dir}"
         )
@@ -553,7 +583,7 @@ def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict
         raise WheelhouseError(f"{row.label}: build_scripts/{row.settings.builder}.sh wrote no wheel to DIST_DIR")
     if row.settings.repair:
         wheels = _repair(wheels, f"{row.settings.repair}_{row.arch}", dist)
-    return wheels, cache_stats
+    return wheels, cache_stats, cache_misses
 
 
 def _place(row: MatrixRow, wheels: list[Path], record: BuildRecord, dist_root: Path) -> BuildResult:

@@ -25,7 +25,7 @@ from ci.errors import ConfigError
 from ci.manifest import Manifest, WheelEntry
 from ci.matrix import MatrixRow
 
-SCHEMA = 1
+SCHEMA = 2
 ROW_IDENTITY = ("component", "ref", "python", "bundle_pythons", "arch", "cuda", "torch")
 """The matrix-entry fields that say which row a record is of: a release checks them against its own row."""
 
@@ -36,6 +36,7 @@ _JSON_TYPES: dict[type, str] = {dict: "an object", list: "an array", str: "a str
 _FIELDS: dict[str, tuple[type, ...]] = {
     "schema": (int,), "row": (dict,), "fingerprint": (str,), "build_config": (dict,), "source": (dict,),
     "toolchain": (dict,), "compiler_cache": (str, type(None)), "compiler_cache_stats": (dict, type(None)),
+    "compiler_cache_misses": (list, type(None)),
     "durations": (dict,), "checks": (dict,), "wheels": (list,), "sbom": (dict,), "ninja_steps": (dict,),
 }
 _ROW_FIELDS: dict[str, tuple[type, ...]] = {
@@ -63,6 +64,8 @@ class BuildRecord:
     toolchain: dict[str, Any]
     compiler_cache: str | None
     compiler_cache_stats: dict[str, int] | None
+    compiler_cache_misses: list[str] | None
+    """The translation units the compiler cache could not serve (ci/cache_log.py); None when not known."""
     durations: dict[str, float]
     """Seconds per phase: toolchain_s, source_s, build_s, checks_s and total_s."""
     checks: dict[str, Any]
@@ -104,6 +107,7 @@ class BuildRecord:
                 "toolchain": self.toolchain,
                 "compiler_cache": self.compiler_cache,
                 "compiler_cache_stats": self.compiler_cache_stats,
+                "compiler_cache_misses": self.compiler_cache_misses,
                 "durations": self.durations,
                 "checks": self.checks,
                 "wheels": [{"name": w.name, "sha256": w.sha256, "size": w.size} for w in self.wheels],
@@ -148,6 +152,7 @@ class BuildRecord:
             toolchain=raw["toolchain"],
             compiler_cache=raw["compiler_cache"],
             compiler_cache_stats=raw["compiler_cache_stats"],
+            compiler_cache_misses=raw["compiler_cache_misses"],
             durations=raw["durations"],
             checks=raw["checks"],
             wheels=tuple(WheelEntry(w["name"], w["sha256"], w["size"]) for w in raw["wheels"]),
@@ -168,6 +173,8 @@ def _problem(raw: dict[str, Any]) -> str | None:
             or _fields_problem(raw["row"], _ROW_FIELDS, "row.")
             or _first_of(_type_problem(v, f"row.bundle_pythons[{i}]", str)
                          for i, v in enumerate(raw["row"]["bundle_pythons"]))
+            or _first_of(_type_problem(v, f"compiler_cache_misses[{i}]", str)
+                         for i, v in enumerate(raw["compiler_cache_misses"] or ()))
             # a duration may be written 3 as well as 3.0
             or _first_of(_type_problem(v, f"durations.{k}", int, float) for k, v in raw["durations"].items())
             or _checks_problem(raw["checks"])

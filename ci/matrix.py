@@ -193,6 +193,34 @@ def select(
     return rows
 
 
+def compile_group(row: MatrixRow) -> tuple[str, str, str, str]:
+    """The rows that compile the same objects but for the Python: one component, arch, CUDA and torch.
+
+    They share one compiler cache key (docs/ci.md), so every object without Python headers that one of
+    them compiled is a cache hit for the others.
+    """
+    return (row.component, row.arch, row.cuda, row.torch)
+
+
+def stages(rows: Iterable[MatrixRow]) -> tuple[list[MatrixRow], list[MatrixRow]]:
+    """(first, rest): the rows to build first, and those that start from the compiler cache the first saved.
+
+    Of each compile group (:func:`compile_group`) the lowest Python builds first; the group's other
+    Pythons follow, all at once. A component with ``stage_pythons: false`` has every row in the first
+    stage. Each list keeps the order of ``rows``; different groups (archs, worlds) are never ordered
+    against each other: every first row runs at once, and so does every other row.
+    """
+    rows = list(rows)
+    leaders: dict[tuple[str, str, str, str], MatrixRow] = {}
+    for row in rows:
+        group = compile_group(row)
+        if group not in leaders or naming.version_key(row.python) < naming.version_key(leaders[group].python):
+            leaders[group] = row
+    first = [row for row in rows if not row.settings.stage_pythons or leaders[compile_group(row)] is row]
+    rest = [row for row in rows if row not in first]
+    return first, rest
+
+
 def release_rows(versions: Versions, row: MatrixRow) -> list[MatrixRow]:
     """Every matrix row that shares ``row``'s release (same component, Pythons, torch)."""
     return [

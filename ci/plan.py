@@ -52,8 +52,10 @@ class Plan:
         return [d.row for d in self.decisions if d.build]
 
     def render_text(self) -> str:
-        lines = [f"{'build' if d.build else 'skip ':5}  {d.row.label:60}  {d.reason}" for d in self.decisions]
+        lines = [f"{'build' if d.build else 'skip ':5}  {d.row.label:60}  {_predicted(d) + '  ' if d.build else ''}"
+                 f"{d.reason}" for d in self.decisions]
         lines.append(f"{len(self.to_build)} row(s) to build, {len(self.decisions) - len(self.to_build)} to skip")
+        lines += _resumable_lines(self.to_build)
         return "\n".join(lines)
 
     def render_markdown(self) -> str:
@@ -63,17 +65,42 @@ class Plan:
             "",
             f"**{builds} row(s) would build, {len(self.decisions) - builds} row(s) would be skipped.**",
             "",
-            "| Component | Ref | Arch | CUDA | Python | Torch | Decision | Reason |",
-            "|---|---|---|---|---|---|---|---|",
+            "| Component | Ref | Arch | CUDA | Python | Torch | Decision | Predicted build | Reason |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for d in self.decisions:
             r = d.row
             decision = ":hammer: build" if d.build else ":fast_forward: skip"
             reason = d.reason.replace("|", "\\|")
             lines.append(
-                f"| {r.component} | `{r.ref}` | {r.arch} | {r.cuda} | {'+'.join(r.pythons)} | {r.torch} | {decision} | {reason} |"
+                f"| {r.component} | `{r.ref}` | {r.arch} | {r.cuda} | {'+'.join(r.pythons)} | {r.torch} | {decision} | "
+                f"{_predicted(d) if d.build else ''} | {reason} |"
             )
+        resumable = _resumable_lines(self.to_build)
+        if resumable:
+            lines += ["", *(f"- {line}" for line in resumable)]
         return "\n".join(lines) + "\n"
+
+
+def _predicted(decision: Decision) -> str:
+    """The build's predicted time on its runner and whether it fits build_timeout (ci/time_model.py)."""
+    from ci import time_model
+
+    prediction = time_model.predict(decision.row)
+    return prediction.short() if prediction else "not timed yet"
+
+
+def _resumable_lines(rows: list[MatrixRow]) -> list[str]:
+    """One line per row the model says does not fit its build_timeout: how many runs the resumable path takes."""
+    from ci import time_model
+
+    lines = []
+    for row in rows:
+        prediction = time_model.predict(row)
+        if prediction and not prediction.fits:
+            lines.append(f"{row.label}: predicted {prediction.describe()}; re-run its failed job "
+                         f"{prediction.runs - 1} time(s): each run resumes the build the one before saved")
+    return lines
 
 
 def resolve_revision(versions: Versions, row: MatrixRow) -> str | None:

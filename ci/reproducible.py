@@ -33,7 +33,7 @@ import os
 import shutil
 import tarfile
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -108,9 +108,16 @@ def pin_source_times(src: Path, epoch: int) -> None:
         os.utime(path, (epoch, epoch), follow_symlinks=False)
 
 
-def prefix_maps(source_dir: Path, site_packages: Path | str) -> list[str]:
-    """gcc flags that write the sources as ``.`` and torch's headers as ``/site-packages``."""
-    return [f"-ffile-prefix-map={site_packages}=/site-packages", f"-ffile-prefix-map={source_dir}=."]
+def prefix_maps(source_dir: Path, site_packages: Iterable[Path | str] | Path | str) -> list[str]:
+    """gcc flags that write the sources as ``.`` and torch's headers as ``/site-packages``.
+
+    ``site_packages`` names the site-packages of every Python of the row's compile group (and each one's
+    resolved path), not just the build's own: the compiler cache hashes these flags, so the host compile of
+    a unit without Python headers is the same compile for each Python only when their flags are the same
+    (one map per Python, in one order, each mapping that Python's headers when it builds)."""
+    sites = [site_packages] if isinstance(site_packages, (str, Path)) else list(site_packages)
+    every = sorted({str(path) for site in sites for path in (site, os.path.realpath(site))})
+    return [*(f"-ffile-prefix-map={site}=/site-packages" for site in every), f"-ffile-prefix-map={source_dir}=."]
 
 
 def nvcc_random_seed(source_dir: Path) -> str:
@@ -126,7 +133,7 @@ def nvcc_random_seed(source_dir: Path) -> str:
 
 
 def build_variables(environ: Mapping[str, str], *, epoch: int, source_dir: Path,
-                    site_packages: Path | str) -> dict[str, str]:
+                    site_packages: Iterable[Path | str] | Path | str) -> dict[str, str]:
     """What the builder needs on top of ``environ`` for a reproducible build: ``SOURCE_DATE_EPOCH`` and the
     prefix maps, appended to the caller's ``CFLAGS``/``CXXFLAGS``/``NVCC_APPEND_FLAGS``, and nvcc's seed."""
     maps = prefix_maps(source_dir, site_packages)

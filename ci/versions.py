@@ -119,9 +119,9 @@ class Settings:
     job_timeout_minutes: int
     repair: str | None
     pass_env: tuple[str, ...]
-    sequential_pythons: bool
-    """Build the rows one job at a time (one machine building the Pythons in sequence), so each
-    restores the compiler cache the one before it saved."""
+    stage_pythons: bool
+    """Build the first Python of each (arch, CUDA, torch) before the others, which start from the compiler
+    cache it saved (ci/matrix.py's ``stages``)."""
     torch_pin: str
     """How a wheel that links torch pins it: ``minor``, ``exact`` or ``none`` (ci/wheels/pin.py)."""
     build_path_exceptions: Mapping[str, str]

@@ -72,6 +72,10 @@ BUILD_INPUT_PATHS = (
 # The files hashed into the compiler cache's key (with the row's component, arch, CUDA and torch).
 CACHE_INPUT_FILES = ("build_scripts/**", "patches/**", "versions.yaml")
 COMPILER_CACHE_PATH = ".cache/compiler-cache/"
+BUILDS_PATH = ".cache/builds/"
+# What a build stopped at its build_timeout leaves for the next run of its job to resume from
+# (tests/test_build.py proves these two paths are enough on a fresh machine).
+RESUME_PATHS = (BUILDS_PATH, COMPILER_CACHE_PATH)
 
 SELF_HOSTED = "runner.environment == 'self-hosted'"
 GITHUB_HOSTED = "runner.environment != 'self-hosted'"
@@ -251,7 +255,10 @@ def _dispatch_inputs(rows: list[matrix.MatrixRow]) -> dict[str, Any]:
 
 
 def _matrix_job(steps: list[dict[str, Any]], step_ids: tuple[str, ...]) -> dict[str, Any]:
-    """The job that writes the matrix: its outputs come from whichever of ``step_ids`` ran."""
+    """The job that writes the matrices: its outputs come from whichever of ``step_ids`` ran.
+
+    ``matrix`` holds every row (what is published), ``first`` and ``rest`` the two build stages
+    (``ci.matrix.stages``)."""
     def pick(key: str) -> str:
         return _expr(" || ".join(f"steps.{sid}.outputs.{key}" for sid in step_ids))
 
@@ -260,18 +267,15 @@ def _matrix_job(steps: list[dict[str, Any]], step_ids: tuple[str, ...]) -> dict[
         "runs-on": CONTROL_RUNNER,
         "timeout-minutes": 30,
         "permissions": {"contents": "read"},
-        "outputs": {"matrix": pick("matrix"), "has_builds": pick("has_builds")},
+        "outputs": {key: pick(key) for key in ("matrix", "has_builds", "first", "rest", "has_rest")},
         "steps": [*_control_setup(), *steps],
     }
 
 
 def _matrix_call(workflow: str, inputs: tuple[tuple[str, str, str], ...], needs: list[str], condition: str,
-                 permissions: Mapping[str, str], label: str = "", *, sequential: bool = False) -> dict[str, Any]:
-    """One call of a reusable workflow per planned row."""
-    strategy: dict[str, Any] = {"fail-fast": False, "matrix": {"include": _expr("fromJSON(needs.plan.outputs.matrix)")}}
-    if sequential:
-        # sequential_pythons: one row at a time, each restoring the compiler cache the one before it saved
-        strategy["max-parallel"] = 1
+                 permissions: Mapping[str, str], label: str = "", *, rows: str = "matrix") -> dict[str, Any]:
+    """One call of a reusable workflow per row of the plan job's output ``rows``."""
+    strategy: dict[str, Any] = {"fail-fast": False, "matrix": {"include": _expr(f"fromJSON(needs.plan.outputs.{rows})")}}
     return {
         "name": label + _expr("matrix.component") + " " + _expr("matrix.arch") + " py" + _expr("matrix.python")
         + " torch" + _expr("matrix.torch"),
@@ -284,12 +288,22 @@ def _matrix_call(workflow: str, inputs: tuple[tuple[str, str, str], ...], needs:
     }
 
 
-def _build_call(*, sequential: bool = False) -> dict[str, Any]:
-    # Upstream build code runs here: the job can read the repository and nothing more.
-    call = _matrix_call(BUILD_WORKFLOW, ROW_INPUTS, ["plan"], "needs.plan.outputs.has_builds == 'true'",
-                        {"contents": "read"}, sequential=sequential)
-    call["secrets"] = {"EGRESS_PROXY": _expr("secrets.EGRESS_PROXY")}
-    return call
+# The two build stages: the first Python of each (component, arch, CUDA, torch), then the other Pythons,
+# which restore the compiler cache the first saved (its key leaves the Python out).
+BUILD_JOBS = ("build", "build-rest")
+
+
+def _build_calls() -> dict[str, dict[str, Any]]:
+    """The ``build`` and ``build-rest`` jobs. Upstream build code runs in them: they can read the repository
+    and nothing more. A failed first row does not stop the rest (they compile cold); a cancelled run does."""
+    first = _matrix_call(BUILD_WORKFLOW, ROW_INPUTS, ["plan"], "needs.plan.outputs.has_builds == 'true'",
+                         {"contents": "read"}, rows="first")
+    rest = _matrix_call(BUILD_WORKFLOW, ROW_INPUTS, ["plan", "build"],
+                        "always() && needs.plan.outputs.has_rest == 'true' && needs.build.result != 'cancelled'",
+                        {"contents": "read"}, rows="rest")
+    for call in (first, rest):
+        call["secrets"] = {"EGRESS_PROXY": _expr("secrets.EGRESS_PROXY")}
+    return {"build": first, "build-rest": rest}
 
 
 # The publish job uploads to the release and attests its wheels: GitHub's attestation action signs with the
@@ -299,8 +313,9 @@ PUBLISH_PERMISSIONS = {"contents": "write", "id-token": "write", "attestations":
 
 def _publish_call(when: str | None = None) -> dict[str, Any]:
     # Each row whose build uploaded its artifact is published, even when another row failed.
-    condition = "always() && needs.plan.outputs.has_builds == 'true' && needs.build.result != 'cancelled'"
-    return _matrix_call(PUBLISH_WORKFLOW, PUBLISH_INPUTS, ["plan", "build"],
+    condition = "always() && needs.plan.outputs.has_builds == 'true' && " + " && ".join(
+        f"needs.{job}.result != 'cancelled'" for job in BUILD_JOBS)
+    return _matrix_call(PUBLISH_WORKFLOW, PUBLISH_INPUTS, ["plan", *BUILD_JOBS],
                         condition + (f" && {when}" if when else ""), PUBLISH_PERMISSIONS, "publish ")
 
 
@@ -332,10 +347,16 @@ def build_workflow() -> dict[str, Any]:
     # The build step runs upstream code, which may write anything into the caches it can reach. So a
     # cache is restored only under its exact key, which names the component and hashes every build
     # input (no prefix match: no entry of other inputs), and saved only by a successful build whose key
-    # was not there yet. Build directories are never cached: a build never resumes in files an earlier
-    # job's build code left. The key leaves out Python: objects without Python headers serve every Python.
+    # was not there yet. A build directory is cached only when its build stopped at build_timeout, for a
+    # re-run of the same row with the same inputs. The key leaves out Python: objects without Python
+    # headers serve every Python.
     inputs_hash = _expr("hashFiles(" + ", ".join(f"'{pattern}'" for pattern in CACHE_INPUT_FILES) + ")")
     cc_key = f"wheelhouse-cc-{row['component']}-{row['arch']}-cu{row['cuda']}-torch{row['torch']}-{inputs_hash}"
+    # An interrupted build of this very row and these inputs (its Python included): saved under a key of its
+    # own per run attempt, restored by that prefix only, so nothing of another row or other inputs is read.
+    resume_prefix = (f"wheelhouse-resume-{row['component']}-{row['arch']}-cu{row['cuda']}-py{row['python']}-"
+                     f"torch{row['torch']}-{inputs_hash}-")
+    resume_key = resume_prefix + _expr("github.run_id") + "-" + _expr("github.run_attempt")
 
     steps: list[dict[str, Any]] = [
         {
@@ -401,6 +422,14 @@ def build_workflow() -> dict[str, Any]:
             "with": {"path": COMPILER_CACHE_PATH, "key": cc_key},
         },
         {
+            # A re-run of a job whose build stopped at build_timeout: its build directory and compiler cache.
+            "name": "Restore an interrupted build",
+            "uses": ACTIONS["cache-restore"],
+            "timeout-minutes": 30,
+            "env": dict(PROXY_ENV),
+            "with": {"path": "\n".join(RESUME_PATHS) + "\n", "key": resume_key, "restore-keys": resume_prefix},
+        },
+        {
             "name": "Build wheel",
             "id": "build",
             "env": {"SESSION": row["session"], "ARCH": row["arch"], "TORCH": row["torch"]},
@@ -414,6 +443,15 @@ def build_workflow() -> dict[str, Any]:
             "timeout-minutes": 60,
             "env": dict(PROXY_ENV),
             "with": {"path": COMPILER_CACHE_PATH, "key": cc_key},
+        },
+        {
+            # The session wrote resumable=true: the build reached build_timeout. Re-running the job resumes it.
+            "name": "Save the interrupted build",
+            "if": "always() && steps.build.outputs.resumable == 'true'",
+            "uses": ACTIONS["cache-save"],
+            "timeout-minutes": 60,
+            "env": dict(PROXY_ENV),
+            "with": {"path": "\n".join(RESUME_PATHS) + "\n", "key": resume_key},
         },
         {
             "name": "Upload wheel artifact",
@@ -564,7 +602,7 @@ def component_workflow(component: str, rows: list[matrix.MatrixRow]) -> dict[str
                 ],
                 ("plan", "select"),
             ),
-            "build": _build_call(sequential=any(row.settings.sequential_pythons for row in rows)),
+            **_build_calls(),
             "publish": _publish_call("github.event_name == 'push'"),
             "publish-index": _publish_index_call(),
         },
@@ -593,7 +631,7 @@ def build_all_workflow(versions: Versions, rows: list[matrix.MatrixRow]) -> dict
                 ],
                 ("select",),
             ),
-            "build": _build_call(),
+            **_build_calls(),
         },
     }
 
@@ -610,7 +648,7 @@ def release_workflow() -> dict[str, Any]:
                 [{"name": "Select every row", "id": "select", "run": "invoke matrix --github-output\n"}],
                 ("select",),
             ),
-            "build": _build_call(),
+            **_build_calls(),
             "publish": _publish_call(),
             "publish-index": _publish_index_call(),
         },

@@ -20,7 +20,7 @@ def record_of(row: MatrixRow, wheels: Sequence[Path], *, build_config: dict | No
         row=row.to_json(), fingerprint="f" * 64, build_config=build_config or {},
         source={"kind": "path", "location": "tests/fixtures/fixture_ext", "ref": row.ref, "revision": "r" * 64},
         toolchain={"python": "/usr/bin/python3", "python_version": row.python, "torch": row.torch},
-        compiler_cache=None, compiler_cache_stats=None,
+        compiler_cache=None, compiler_cache_stats=None, compiler_cache_misses=None,
         durations={"toolchain_s": 1.0, "source_s": 0.5, "build_s": 30.0, "checks_s": 2.0, "total_s": 33.5},
         checks={"ok": checks_ok, "problems": []},
         wheels=tuple(WheelEntry(w.name, sha256_file(w), w.stat().st_size) for w in wheels),

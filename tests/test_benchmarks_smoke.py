@@ -124,3 +124,26 @@ def test_the_recorded_rebuild_checks_render_and_a_missing_key_is_named(tmp_path:
     path.write_text(json.dumps(broken))
     with pytest.raises(RuntimeError, match=r"rows\[1\]\.second_sha256 is '109d5c738eec'; write the wheel's full sha256"):
         rebuilds.device_runs(path)
+
+
+def test_the_reuse_figure_reads_the_compile_commands_torch_writes(tmp_path: Path) -> None:
+    """Figure 12 preprocesses each unit with the exact command torch's extension builder wrote into
+    build.ninja: its rules' variables expanded, the dependency file, object and gencodes taken out, -E put in."""
+    from benchmarks.python_reuse import compile_commands, preprocess_command
+
+    ninja = tmp_path / "build.ninja"
+    ninja.write_text(
+        "ninja_required_version = 1.3\ncxx = c++\nnvcc = /usr/local/cuda/bin/nvcc\n"
+        "cflags = -I/site/torch/include -I/py/include/python3.12\npost_cflags = -O3\n"
+        "cuda_cflags = -I/site/torch/include\ncuda_post_cflags = -gencode=arch=compute_90,code=sm_90 --threads 2\n"
+        "rule compile\n  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags\n  depfile = $out.d\n"
+        "rule cuda_compile\n  command = $nvcc -MD -MF $out.d $cuda_cflags -c $in -o $out $cuda_post_cflags\n"
+        "rule cuda_dlink\n  command = $nvcc $in -o $out\n"
+        "build /b/a.o: compile /s/a.cpp\nbuild /b/k.o: cuda_compile /s/k.cu\nbuild /b/dlink.o: cuda_dlink /b/k.o\n")
+    commands = compile_commands(ninja)
+    assert sorted(commands) == ["/s/a.cpp", "/s/k.cu"]  # a link step is no unit
+    assert preprocess_command(commands["/s/a.cpp"], "/s/a.cpp", Path("/o/a.i")) == [
+        "c++", "-I/site/torch/include", "-I/py/include/python3.12", "-O3", "-E", "-P", "/s/a.cpp", "-o", "/o/a.i"]
+    assert preprocess_command(commands["/s/k.cu"], "/s/k.cu", Path("/o/k.i")) == [
+        "/usr/local/cuda/bin/nvcc", "-I/site/torch/include", "--threads", "2", "-arch=sm_90", "-E", "-Xcompiler", "-P",
+        "/s/k.cu", "-o", "/o/k.i"]

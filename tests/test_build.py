@@ -51,6 +51,17 @@ def test_nox_lists_the_promised_sessions():
     assert "build-flashinfer-3.11" not in names
 
 
+def test_a_components_pythons_build_in_the_order_of_cis_stages():
+    """`nox -s build-<component>` builds every Python of this arch: the first of each (CUDA, torch) first,
+    as the workflows' first stage, then the others, which start from its compiler cache."""
+    result = nox("-s", "build-flash-mla", "--", "--dry-run", "--arch", "x86_64")
+    assert result.returncode == 0, result.stderr[-2000:]
+    order = re.findall(r"^(first|then): build plan for flash-mla \(x86_64 cu13.0.2 py(\S+) ", result.stdout, flags=re.M)
+    assert order == [("first", "3.11"), ("then", "3.12")]
+    refused = nox("-s", "build-flash-mla", "--", "--reuse-env", "--arch", "x86_64")
+    assert refused.returncode != 0 and "--reuse-env builds in this one interpreter" in refused.stderr
+
+
 def _normalise(text: str) -> str:
     text = text.replace(str(Path(sys.executable).parent), "<venv-bin>")
     text = text.replace(str(REPO), "<repo>")
@@ -83,7 +94,8 @@ def test_plan_snapshot_of_every_real_row(versions, row):
 
 
 def test_every_listed_build_session_dry_runs():
-    listed = [name for name in listed_sessions() if name.startswith("build-")]
+    # one session per (component, Python); build-<component> (every Python of it) is tested on its own below
+    listed = [name for name in listed_sessions() if name.startswith("build-") and re.search(r"-\d+\.\d+$", name)]
     assert len(listed) == 16
     for session in listed:
         result = nox("-s", session, "--", "--dry-run", "--arch", "x86_64")
@@ -150,6 +162,9 @@ def test_fixture_builds_through_the_nox_session(tmp_path):
     stats = record["compiler_cache_stats"]
     assert stats["requests"] >= 1 and stats["hits"] + stats["misses"] >= 1, stats
     assert f"compiler cache: {stats['requests']} compile requests, {stats['hits']} hits" in result.stderr
+    # and names each translation unit it compiled afresh (fixture.cpp includes Python's headers: never reused
+    # by another Python; here it may come from the cache of an earlier build of this Python)
+    assert record["compiler_cache_misses"] in ([], ["fixture"]), record
     # torch's extension builder compiles through ninja where there is one: its log outlives the build directory
     steps = record["ninja_steps"]
     if shutil.which("ninja"):
@@ -487,3 +502,104 @@ def test_the_builder_gets_the_environment_the_plan_shows(tmp_path):
         assert expected["SCCACHE_BASEDIRS"].endswith(earlier)
         expected["SCCACHE_BASEDIRS"] = expected["SCCACHE_BASEDIRS"].removesuffix(earlier)
     assert {key: seen.get(key) for key in expected} == expected
+
+
+# --- the resumable path, end to end -----------------------------------------------------------------
+
+RESUMABLE_SETUP = """\
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+setup(name="wheelhouse-fixture", version="0.1.0", packages=["wheelhouse_fixture"],
+      ext_modules=[CppExtension("wheelhouse_fixture._C", ["csrc/quick.cpp", "csrc/held.cpp"], extra_compile_args=["-g0"])],
+      cmdclass={"build_ext": BuildExtension})
+"""
+# A compiler that stops on held.cpp while the file $WHEELHOUSE_TEST_HOLD exists (the build's timeout then
+# stops it) and logs each compile it makes; otherwise it is g++.
+HOLDING_CXX = """\
+#!/bin/sh
+case "$*" in *held.cpp*) while [ -e "$WHEELHOUSE_TEST_HOLD" ]; do sleep 1; done ;; esac
+case "$*" in *" -c "*) echo "$*" | grep -o '[a-z]*\\.cpp' >> "$WHEELHOUSE_TEST_COMPILES" ;; esac
+exec g++ "$@"
+"""
+
+
+def _resumable_source(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    (src / "csrc").mkdir(parents=True)
+    (src / "wheelhouse_fixture").mkdir()
+    (src / "wheelhouse_fixture" / "__init__.py").write_text("from . import _C  # noqa: F401\n")
+    (src / "setup.py").write_text(RESUMABLE_SETUP)
+    (src / "csrc" / "quick.cpp").write_text("int quick(int x) { return x + 1; }\n")
+    (src / "csrc" / "held.cpp").write_text(
+        "#include <Python.h>\nstatic PyModuleDef m = {PyModuleDef_HEAD_INIT, \"_C\", nullptr, -1, nullptr};\n"
+        "PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&m); }\n")
+    return src
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or shutil.which("ninja", path=str(Path(sys.executable).parent)) is None,
+                    reason="needs g++ and ninja")
+def test_a_build_stopped_at_its_timeout_resumes_on_a_fresh_machine_to_the_same_bytes(tmp_path, caplog):
+    """The resumable path as CI takes it: a build reaches its build_timeout; what _build.yml saves then
+    (ci.workflows.RESUME_PATHS: the build directories and the compiler cache) is all a fresh machine gets
+    back; the next run resumes there, compiles only what the first did not finish, and its wheel passes the
+    same checks as an uninterrupted build's and has the same bytes."""
+    import tarfile
+
+    from ci import workflows
+
+    caplog.set_level(logging.INFO, logger="wheelhouse")
+    src = _resumable_source(tmp_path)
+    cxx = tmp_path / "holding-cxx"
+    cxx.write_text(HOLDING_CXX)
+    cxx.chmod(0o755)
+    hold, compiles = tmp_path / "hold", tmp_path / "compiles"
+    environ = {**os.environ, "CXX": str(cxx), "WHEELHOUSE_TEST_HOLD": str(hold), "WHEELHOUSE_TEST_COMPILES": str(compiles)}
+
+    def versions_with(timeout: str):
+        path = tmp_path / f"versions-{timeout}.yaml"
+        path.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", f"max_jobs: 2\n    build_timeout: {timeout}"))
+        versions = load(path)
+        return versions, matrix.expand(versions)[0]
+
+    def build_into(cache: Path, versions, row, dist: Path):
+        options = build.BuildOptions(cache_dir=cache, dist_root=dist, reuse_env=True, source=src, environ=environ)
+        return build.run(versions, row, options)
+
+    def compiled() -> list[str]:
+        done = compiles.read_text().split() if compiles.exists() else []
+        compiles.unlink(missing_ok=True)
+        return sorted(done)
+
+    # an uninterrupted build, on a machine of its own
+    reference = build_into(tmp_path / "reference-cache", *versions_with("20m"), tmp_path / "reference-dist")
+    assert compiled() == ["held.cpp", "quick.cpp"]
+
+    # the interrupted one: held.cpp waits, build_timeout stops the build; quick.cpp was compiled
+    cache = tmp_path / "workspace" / ".cache"
+    hold.touch()
+    with pytest.raises(build.BuildTimedOut, match=r"did not finish within build_timeout 25s; run the same command"):
+        build_into(cache, *versions_with("25s"), tmp_path / "dist")
+    assert compiled() == ["quick.cpp"]
+    assert not (tmp_path / "dist").exists()
+    # what the job saves, and nothing else, is what the next machine starts from
+    saved = tmp_path / "saved.tar"
+    with tarfile.open(saved, "w") as archive:
+        for path in workflows.RESUME_PATHS:
+            archive.add(cache / path.removeprefix(".cache/").rstrip("/"), arcname=path.rstrip("/"))
+    shutil.rmtree(cache)
+    cache.mkdir()
+    with tarfile.open(saved) as archive:
+        archive.extractall(cache.parent, filter="fully_trusted")
+    (kept,) = (cache / "builds").iterdir()
+
+    hold.unlink()
+    caplog.clear()
+    resumed = build_into(cache, *versions_with("20m"), tmp_path / "dist")
+    assert f"resuming the interrupted build in {kept}" in caplog.messages
+    assert compiled() == ["held.cpp"]  # fewer steps: only what the first run did not finish
+    first, second = (BuildRecord.read(result.record) for result in (reference, resumed))
+    assert first.checks_passed and second.checks_passed
+    assert second.checks == first.checks
+    (wheel,), (same,) = reference.wheels, resumed.wheels
+    assert wheel.name == same.name and wheel.read_bytes() == same.read_bytes()

@@ -57,7 +57,7 @@ def test_a_record_round_trips(fixture, tmp_path):
 
 
 @pytest.mark.parametrize("field", ["schema", "row", "fingerprint", "build_config", "source", "toolchain",
-                                   "compiler_cache", "compiler_cache_stats", "durations", "checks", "wheels", "sbom",
+                                   "compiler_cache", "compiler_cache_stats", "compiler_cache_misses", "durations", "checks", "wheels", "sbom",
                                    "ninja_steps"])
 def test_a_record_missing_a_field_is_one_line_naming_it(fixture, field):
     _, row, _ = fixture
@@ -90,7 +90,7 @@ def test_a_record_missing_a_field_is_one_line_naming_it(fixture, field):
     (lambda raw: raw.update(wheels=[{"name": "a.tar.gz", "sha256": "0" * 64, "size": 1}]),
      "field 'wheels[0].name' is 'a.tar.gz', not a wheel file name"),
     (lambda raw: raw.update(wheel_count=1), "has an unknown field 'wheel_count' (a newer format?)"),
-    (lambda raw: raw.update(schema=2), "schema 2, but this checkout reads schema 1"),
+    (lambda raw: raw.update(schema=1), "schema 1, but this checkout reads schema 2"),
 ])
 def test_a_record_with_a_mistyped_field_is_one_line_naming_it(fixture, change, problem):
     _, row, _ = fixture

@@ -930,3 +930,77 @@ def test_nvshmem_in_the_row_venv_without_its_device_library_dies_in_one_line(tmp
     assert proc.stderr.strip().splitlines()[-1] == (
         f"[wheelhouse] error: NVSHMEM at {package.resolve()} has no lib/libnvshmem_device.a; "
         "the nvidia-nvshmem wheel layout changed")
+
+
+def _run_fast_hadamard_transform(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """The builder with a `python` that records what `setup.py bdist_wheel` would see."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    record = bin_dir / "setup.json"
+    (bin_dir / "python").write_text(f"""#!{sys.executable}
+import json, os, pathlib, sys
+args = sys.argv[1:]
+if args[:1] == ["-c"] or args[:3] == ["-m", "pip", "install"]:
+    print("torch 2.13.0 cuda 13.0 cxx11abi True")
+elif args[:2] == ["setup.py", "bdist_wheel"]:
+    pathlib.Path({str(record)!r}).write_text(json.dumps({{"args": args, "env": dict(os.environ)}}))
+    out = pathlib.Path(args[-1].split("=", 1)[1])
+    (out / "fast_hadamard_transform-1.1.0-cp312-cp312-linux_x86_64.whl").write_bytes(b"")
+else:
+    sys.exit("unexpected python call: " + " ".join(args))
+""")
+    (bin_dir / "python").chmod(0o755)
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DIST_DIR": str(tmp_path / "dist"), "MAX_JOBS": "2",
+               "CXX11_ABI": "TRUE", "NVCC_APPEND_FLAGS": "-frandom-seed=0x1", **env}
+    proc = subprocess.run(["bash", str(SCRIPTS / "fast_hadamard_transform.sh")], cwd=tmp_path, env=environ,
+                          capture_output=True, text=True, timeout=60, check=False)
+    return proc, (json.loads(record.read_text()) if record.is_file() else {})
+
+
+@pytest.mark.parametrize(("threads", "filtered", "append"), [
+    ("4", None, "-frandom-seed=0x1 --threads 4"),  # its setup.py's nine gencodes, four at a time
+    ("16", None, "-frandom-seed=0x1 --threads 9"),  # never more threads than gencodes
+    ("2", "9.0", "-frandom-seed=0x1"),  # the arch filter keeps one: nothing to run side by side
+    ("2", "9.0;10.0", "-frandom-seed=0x1 --threads 2"),
+])
+def test_fast_hadamard_transform_gives_nvcc_threads_for_its_gencodes(tmp_path, threads, filtered, append):
+    """Its one CUDA unit carries every gencode and setup.py gives nvcc no --threads: NVCC_THREADS reaches
+    nvcc through NVCC_APPEND_FLAGS, after the flags the build step set there."""
+    env = {"NVCC_THREADS": threads}
+    if filtered:  # what the build step sets with arch_filter (activate_arch_filter needs the link on PATH)
+        link = tmp_path / "filter" / "nvcc"
+        link.parent.mkdir()
+        link.symlink_to(SCRIPTS / "nvcc-arch-filter")
+        env |= {"WHEELHOUSE_NVCC_ARCHS": filtered, "WHEELHOUSE_REAL_NVCC": "/usr/local/cuda/bin/nvcc",
+                "PATH": f"{link.parent}:{tmp_path / 'bin'}:/usr/bin:/bin"}
+    proc, seen = _run_fast_hadamard_transform(tmp_path, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert seen["env"]["NVCC_APPEND_FLAGS"] == append
+
+
+@pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").is_file(), reason="needs nvcc 13.0 in /usr/local/cuda")
+def test_real_nvcc_takes_its_threads_from_the_builders_flags_through_the_arch_filter(tmp_path):
+    """nvcc reads NVCC_APPEND_FLAGS itself, so --threads reaches it through the arch filter (and through
+    sccache, which runs the same nvcc): four gencodes kept by the filter, one unit, every cubin there; a
+    flag nvcc does not know in the same variable fails the compile, so the variable is really read."""
+    source = tmp_path / "k.cu"
+    source.write_text("template <int N> __global__ void k(float* x) { x[threadIdx.x] *= N; }\n"
+                      "template __global__ void k<2>(float*);\n")
+    link = tmp_path / "filter" / "nvcc"
+    link.parent.mkdir()
+    link.symlink_to(SCRIPTS / "nvcc-arch-filter")
+    gencodes = [f for arch in ("75", "80", "90", "100", "120") for f in ("-gencode", f"arch=compute_{arch},code=sm_{arch}")]
+    env = {"PATH": "/usr/bin:/bin", "WHEELHOUSE_REAL_NVCC": "/usr/local/cuda/bin/nvcc",
+           "WHEELHOUSE_NVCC_ARCHS": "8.0;9.0;10.0;12.0", "NVCC_APPEND_FLAGS": "--threads 4"}
+    ok = subprocess.run([str(link), *gencodes, "-c", str(source), "-o", str(tmp_path / "k.o")], env=env,
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    from ci.wheels.elf import ElfFile
+    from ci.wheels.fatbin import scan_elf
+
+    with open(tmp_path / "k.o", "rb") as handle:  # our fatbin reader (this machine has no cuobjdump)
+        found = scan_elf("k.o", ElfFile(handle, "k.o"))
+    assert found is not None and sorted(a.major * 10 + a.minor for a in found.cubins) == [80, 90, 100, 120]
+    bad = subprocess.run([str(link), *gencodes, "-c", str(source), "-o", str(tmp_path / "bad.o")],
+                         env={**env, "NVCC_APPEND_FLAGS": "--threads 4 --no-such-flag"}, capture_output=True, text=True)
+    assert bad.returncode != 0 and "no-such-flag" in bad.stderr

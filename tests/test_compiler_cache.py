@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import build, toolchain
+from ci import build, cache_log, reproducible, toolchain
 
 PYTHONS = ("3.12", "3.11")
 _RESULT = re.compile(r"\[(?P<out>[^\]]+)\]: compile result: (?P<result>.+)$")
@@ -47,10 +47,12 @@ def test_object_with_python_headers_is_never_reused_across_pythons(tmp_path):
         pytest.skip(f"needs Pythons {', '.join(PYTHONS)} with headers")
     tool = _sccache()
     options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
-    results = {}
+    results, not_reused = {}, {}
+    sites = {version: tmp_path / "cache" / "venvs" / f"py{version}-torch2.13.0-abc" / "lib" / f"python{version}"
+             / "site-packages" for version in PYTHONS}
     for version in PYTHONS:
         build_dir = tmp_path / "cache" / "builds" / f"comp-x86_64-py{version}-torch2.13.0-0123"
-        site = tmp_path / "cache" / "venvs" / f"py{version}-torch2.13.0-abc" / "lib" / f"python{version}" / "site-packages"
+        site = sites[version]
         headers = site / "torch" / "include"
         headers.mkdir(parents=True)
         (headers / "kernel_dep.h").write_text("inline int scale(int x) { return 3 * x; }\n")
@@ -61,20 +63,27 @@ def test_object_with_python_headers_is_never_reused_across_pythons(tmp_path):
             "#include <Python.h>\n#include <kernel_dep.h>\nint binding(int x) { return scale(x) + PY_MINOR_VERSION; }\n"
         )
         _, cache_env = build._compiler_cache(options, build_dir, build._free_port(), [site])
-        log = tmp_path / f"sccache-{version}.log"
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env,
-               "SCCACHE_LOG": "debug", "SCCACHE_ERROR_LOG": str(log)}
+        # the server's log the build reads back for its record (ci/cache_log.py), where the build keeps it
+        log = Path(cache_env["SCCACHE_ERROR_LOG"])
+        assert log == build_dir / cache_log.LOG_NAME and cache_env["SCCACHE_LOG"] == cache_log.SERVER_LOG_FILTER
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env}
         try:
             for name in ("kernel", "binding"):
-                subprocess.run([tool, "g++", f"-I{headers}", f"-I{includes[version]}", "-c", f"{name}.cpp",
+                # with the prefix maps a reproducible build adds (the sources at their fixed path): every
+                # Python's site-packages of the group
+                maps = reproducible.prefix_maps(reproducible.canonical_dir("comp", "x86_64"), sites.values())
+                subprocess.run([tool, "g++", *maps, f"-I{headers}", f"-I{includes[version]}", "-c", f"{name}.cpp",
                                 "-o", f"{name}.o"], cwd=src, env=env, check=True, capture_output=True)
         finally:
             subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
         results[version] = _compile_results(log)
+        not_reused[version] = cache_log.not_reused(cache_log.read_results(log))
     assert results["3.12"] == {"kernel.o": "cache miss", "binding.o": "cache miss"}, results
     # the second Python: the kernel comes from the cache although every path differs; the binding,
     # which includes Python.h, is compiled again
     assert results["3.11"] == {"kernel.o": "cache hit", "binding.o": "cache miss"}, results
+    # and the build record names exactly that unit
+    assert not_reused == {"3.12": ["binding", "kernel"], "3.11": ["binding"]}
 
 
 def test_pythons_of_a_row_build_at_one_path_one_at_a_time(tmp_path):
@@ -201,6 +210,7 @@ def test_the_builds_sccache_server_does_not_stop_while_a_long_compile_runs(tmp_p
     tool = _sccache()
     options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
     envs = {}
+    (tmp_path / "build").mkdir()  # where the server writes its log, as in a build's directory
     for name, idle in (("build", None), ("control", "1")):
         _, cache_env = build._compiler_cache(options, tmp_path / "build", build._free_port())
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env}
@@ -249,3 +259,56 @@ def test_venvs_preprocess_torch_headers_alike_once_their_mtimes_are_one(tmp_path
     # unpacked within one second, the second header is skipped; a second apart, both are read
     assert outputs["fast"][0].count("namespace native") == 1 and outputs["slow"][0].count("namespace native") == 2
     assert outputs["fast"][1] == outputs["slow"][1]
+
+
+def test_a_unit_counts_as_reused_only_when_every_cached_step_of_it_hit():
+    """One nvcc compile is several cached steps and an outer object sccache cannot cache."""
+    nvcc_steps = [("k.module_id", "cache hit"), ("k.compute_90.ptx", "cache hit"), ("k.compute_90.cubin", "cache hit"),
+                  ("k.o", "cache hit"), ("k.o", "not cacheable")]
+    assert cache_log.not_reused(nvcc_steps) == []
+    assert cache_log.not_reused([*nvcc_steps[:2], ("k.compute_90.cubin", "cache miss"), *nvcc_steps[3:]]) == ["k"]
+    assert cache_log.not_reused([("link.so", "not cacheable")]) == ["link"]  # nothing of it came from a cache
+    assert cache_log.not_reused([("a.o", "cache miss (timed out)"), ("b.o", "cache hit")]) == ["a"]
+
+
+FIXTURE_TWO_PYTHONS = """\
+build_matrix:
+  - {arch: x86_64, cuda: "13.0.2", python: "3.12", torch: "2.13.0", cxx11_abi: "TRUE", torch_index: default}
+  - {arch: x86_64, cuda: "13.0.2", python: "3.11", torch: "2.13.0", cxx11_abi: "TRUE", torch_index: default}
+components:
+  wheelhouse-fixture:
+    source: {path: tests/fixtures/fixture_ext}
+    ref: "0.1.0"
+    builder: fixture
+    wheel_packages: [wheelhouse-fixture]
+    torch_cuda_arch_list: "9.0"
+    runs_on: ubuntu-24.04
+    max_jobs: 2
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.skipif(_sccache() is None or shutil.which("nvcc", path="/usr/local/cuda/bin") is None,
+                    reason="needs sccache and nvcc")
+def test_the_build_record_names_the_units_the_second_python_compiled_again(tmp_path):
+    """The fixture built for Python 3.12, then 3.11, into one compiler cache, through ``ci.build.run``: its
+    fixture.cpp includes Python's headers (torch/csrc/utils/pybind.h) and its fixture_cuda.cu does not. The
+    second build's record names fixture alone: never a false hit for the unit with Python.h."""
+    from benchmarks import cuda_torch
+    from ci import matrix
+    from ci.build_record import BuildRecord
+    from ci.versions import load
+
+    path = tmp_path / "versions.yaml"
+    path.write_text(FIXTURE_TWO_PYTHONS)
+    versions = load(path)
+    rows = {row.python: row for row in matrix.expand(versions)}
+    cache = tmp_path / "cache"
+    environ = cuda_torch.build_environ(rows.values(), cache)
+    misses = {}
+    for python in ("3.12", "3.11"):
+        options = build.BuildOptions(cache_dir=cache, dist_root=tmp_path / f"dist-{python}", environ=environ)
+        record = BuildRecord.read(build.run(versions, rows[python], options).record)
+        misses[python] = record.compiler_cache_misses
+    assert misses == {"3.12": ["fixture", "fixture_cuda"], "3.11": ["fixture"]}

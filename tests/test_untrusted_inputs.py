@@ -107,7 +107,7 @@ def _fixture_record(**changes) -> str:
     ("{}", "build record has no field 'schema'"),
     ("[]", "holds a JSON list, not a build record"),
     (_fixture_record(row={"component": 1}), "build record field 'row.component' is an integer, not a string"),
-    (_fixture_record(schema=0), "build record schema 0, but this checkout reads schema 1"),
+    (_fixture_record(schema=0), "build record schema 0, but this checkout reads schema 2"),
 ])
 def test_release_with_a_malformed_build_record(tmp_path, content, problem):
     record = tmp_path / "dist" / "cpu" / "torch2.13" / RECORD_NAME

@@ -7,6 +7,7 @@ ci/workflows.py that weakens one fails here even when actionlint is happy.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -306,6 +307,8 @@ def test_secrets_reach_only_the_steps_that_use_them(docs):
     assert proxy_steps == {
         ("_build.yml", "Restore the compiler cache"),
         ("_build.yml", "Save the compiler cache"),
+        ("_build.yml", "Restore an interrupted build"),
+        ("_build.yml", "Save the interrupted build"),
         ("_build.yml", "Upload wheel artifact"),
     }
 
@@ -371,24 +374,34 @@ def test_third_party_actions_are_pinned_to_commits(docs, generated):
 
 def test_caches_cannot_carry_one_builds_files_into_another(docs):
     """The build step runs upstream code, which can write into whatever it reaches (adversarial re-run N21):
-    no build directory is cached, and the compiler cache is restored only under its exact key (the component
-    and a hash of the build inputs; no prefix match), saved only by a successful build that found no entry.
-    Leftovers of an earlier job on a reused self-hosted workspace are removed before anything runs."""
+    the compiler cache is restored only under its exact key (the component and a hash of the build inputs; no
+    prefix match), saved only by a successful build that found no entry. A build directory is cached only
+    when its build stopped at build_timeout, and read back only by a re-run of the same row (component, arch,
+    CUDA, Python, torch) with the same inputs: its key's prefix names all of them. Leftovers of an earlier job
+    on a reused self-hosted workspace are removed before anything runs."""
     doc = docs[BUILD]
-    text = yaml.safe_dump(doc)
-    assert "restore-keys" not in text and ".cache/builds/" not in text and "build_cache.sh" not in text
     steps = {step["name"]: step for _, step in _steps(doc)}
     restore, save = steps["Restore the compiler cache"], steps["Save the compiler cache"]
-    assert [s for s in steps.values() if "cache" in s.get("uses", "")] == [restore, save]
+    resume, keep = steps["Restore an interrupted build"], steps["Save the interrupted build"]
+    assert [s for s in steps.values() if "cache" in s.get("uses", "")] == [restore, resume, save, keep]
+    inputs = "${{ hashFiles('build_scripts/**', 'patches/**', 'versions.yaml') }}"
     assert restore["with"] == save["with"] == {
         "path": ".cache/compiler-cache/",
         "key": "wheelhouse-cc-${{ inputs.component }}-${{ inputs.arch }}-cu${{ inputs.cuda }}-torch${{ inputs.torch }}-"
-               "${{ hashFiles('build_scripts/**', 'patches/**', 'versions.yaml') }}"}
+               + inputs}
     assert save["if"] == "steps.build.outcome == 'success' && steps.restore.outputs.cache-hit != 'true'"
     assert restore["id"] == "restore"
+    row = ("wheelhouse-resume-${{ inputs.component }}-${{ inputs.arch }}-cu${{ inputs.cuda }}-py${{ inputs.python }}-"
+           f"torch${{{{ inputs.torch }}}}-{inputs}-")
+    assert resume["with"] == {"path": ".cache/builds/\n.cache/compiler-cache/\n", "restore-keys": row,
+                              "key": row + "${{ github.run_id }}-${{ github.run_attempt }}"}
+    assert keep["with"] == {"path": resume["with"]["path"], "key": resume["with"]["key"]}
+    assert keep["if"] == "always() && steps.build.outputs.resumable == 'true'"
+    assert tuple(resume["with"]["path"].split()) == workflows.RESUME_PATHS
     names = list(steps)
     assert names.index("Remove the output of earlier jobs") < names.index("Restore the compiler cache") \
-        < names.index("Build wheel") < names.index("Save the compiler cache")
+        < names.index("Restore an interrupted build") < names.index("Build wheel") \
+        < names.index("Save the compiler cache") < names.index("Save the interrupted build")
     assert steps["Remove the output of earlier jobs"]["run"] == "rm -rf dist .cache/builds .cache/compiler-cache/\n"
 
 
@@ -488,7 +501,7 @@ def test_publish_triggers(docs, versions):
         for path in ("versions.yaml", "build_scripts/**", "patches/**", "ci/**", "requirements-tools.txt"):
             assert path in on["push"]["paths"]
         assert doc["jobs"]["publish"]["if"].endswith(" && github.event_name == 'push'")
-        assert doc["jobs"]["publish"]["needs"] == ["plan", "build"]
+        assert doc["jobs"]["publish"]["needs"] == ["plan", "build", "build-rest"]
         plan_steps = {step["id"]: step for step in doc["jobs"]["plan"]["steps"] if "id" in step}
         assert plan_steps["plan"]["run"] == f"invoke plan --component {name} --github-output\n"
         assert plan_steps["select"]["run"].startswith(f"invoke matrix --component {name} ")
@@ -496,7 +509,7 @@ def test_publish_triggers(docs, versions):
     assert _on(release) == {"push": {"tags": ["v*"]}}
     assert "github.event_name" not in release["jobs"]["publish"]["if"]
     every = docs[f"{WF}/build-all.yml"]
-    assert _on(every)["schedule"] and set(every["jobs"]) == {"plan", "build"}  # nothing is published
+    assert _on(every)["schedule"] and set(every["jobs"]) == {"plan", "build", "build-rest"}  # nothing is published
 
 
 def test_pages_deploy(docs):
@@ -545,20 +558,47 @@ def test_invoke_workflows_check_names_the_stale_file(tmp_path):
     assert len(stale.stderr.strip().splitlines()) == 1
 
 
-def test_sequential_pythons_builds_the_rows_of_a_component_one_at_a_time(tmp_path):
-    """sequential_pythons (one machine building a component's Pythons in sequence): its workflow runs
-    one row at a time, so each restores the compiler cache the one before it saved; others stay parallel."""
+def test_the_first_python_of_each_compile_group_builds_before_the_others(tmp_path, versions, docs):
+    """Two build stages: the first Python of each (component, arch, CUDA, torch) saves the compiler cache,
+    the other Pythons restore it; every arch and world of a stage runs at once."""
+    rows = [row for row in matrix.expand(versions) if row.component == "flash-mla"]
+    first, rest = matrix.stages(rows)
+    assert [(r.arch, r.python) for r in first] == [("x86_64", "3.11"), ("aarch64", "3.11")]
+    assert [(r.arch, r.python) for r in rest] == [("x86_64", "3.12"), ("aarch64", "3.12")]
+    jobs = docs[f"{WF}/build-flash-mla.yml"]["jobs"]
+    assert jobs["build"]["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.plan.outputs.first) }}"
+    assert jobs["build-rest"]["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.plan.outputs.rest) }}"
+    assert jobs["build-rest"]["needs"] == ["plan", "build"]
+    # a failed first row leaves its group's other Pythons to compile cold; only a cancelled run stops them
+    assert jobs["build-rest"]["if"] == ("always() && needs.plan.outputs.has_rest == 'true' && "
+                                        "needs.build.result != 'cancelled'")
+    assert jobs["publish"]["needs"] == ["plan", "build", "build-rest"]
+    assert "max-parallel" not in jobs["build"]["strategy"] and "max-parallel" not in jobs["build-rest"]["strategy"]
+    # a bundle row is one per group, a one-Python component has no second stage
+    assert matrix.stages([r for r in matrix.expand(versions) if r.component in ("deep-gemm", "flashinfer")])[1] == []
+
     data = _raw_versions()
-    data["components"]["flash-mla"]["arch_overrides"] = {"x86_64": {"sequential_pythons": True}}
-    generated = {path: yaml.safe_load(text) for path, text in workflows.generate(_write_versions(tmp_path, data)).items()}
-    strategy = generated[f"{WF}/build-flash-mla.yml"]["jobs"]["build"]["strategy"]
-    assert strategy["max-parallel"] == 1 and strategy["fail-fast"] is False
-    for path, doc in generated.items():
-        if path != f"{WF}/build-flash-mla.yml":
-            assert "max-parallel" not in doc["jobs"].get("build", {}).get("strategy", {}), path
-    data["components"]["flash-mla"]["sequential_pythons"] = "yes"
-    with pytest.raises(ConfigError, match=r"^versions\.yaml: components\.flash-mla\.sequential_pythons: "):
+    data["components"]["flash-mla"]["arch_overrides"] = {"x86_64": {"stage_pythons": False}}
+    changed = _write_versions(tmp_path, data)
+    first, rest = matrix.stages(r for r in matrix.expand(changed) if r.component == "flash-mla")
+    assert [(r.arch, r.python) for r in first] == [("x86_64", "3.11"), ("x86_64", "3.12"), ("aarch64", "3.11")]
+    assert [(r.arch, r.python) for r in rest] == [("aarch64", "3.12")]
+    data["components"]["flash-mla"]["stage_pythons"] = "yes"
+    with pytest.raises(ConfigError, match=r"^versions\.yaml: components\.flash-mla\.stage_pythons: "):
         _write_versions(tmp_path, data)
+
+
+def test_the_plan_job_writes_both_stages(tmp_path):
+    out = tmp_path / "gh_output"
+    result = subprocess.run([sys.executable, "-m", "invoke", "matrix", "--component", "flash-mla", "--arch", "x86_64",
+                             "--github-output"], cwd=REPO_ROOT, capture_output=True, text=True,
+                            env={**os.environ, "GITHUB_OUTPUT": str(out)})
+    assert result.returncode == 0, result.stderr
+    outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    assert [r["python"] for r in json.loads(outputs["matrix"])] == ["3.11", "3.12"]
+    assert [r["python"] for r in json.loads(outputs["first"])] == ["3.11"]
+    assert [r["python"] for r in json.loads(outputs["rest"])] == ["3.12"]
+    assert outputs["has_builds"] == outputs["has_rest"] == "true"
 
 
 # --- the scripts the steps call, run for real ----------------------------------------------------

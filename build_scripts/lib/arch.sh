@@ -91,3 +91,24 @@ activate_arch_filter() {
         || log_warn "ninja is not importable: torch's non-ninja build calls \$CUDA_HOME/bin/nvcc directly and bypasses the arch filter"
     log_info "nvcc arch filter active: keeping ${WHEELHOUSE_NVCC_ARCHS} (PYTORCH_NVCC=$PYTORCH_NVCC, real nvcc $WHEELHOUSE_REAL_NVCC)"
 }
+
+# nvcc_threads_for GENCODES: the nvcc --threads for a unit with GENCODES archs:
+# NVCC_THREADS (nvcc_threads in versions.yaml), at most one per gencode (more
+# would idle). Dies on a NVCC_THREADS that is not a positive integer.
+nvcc_threads_for() {
+    local threads="${NVCC_THREADS:-1}" gencodes="$1"
+    [[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "NVCC_THREADS must be a positive integer, got '$threads' (nvcc_threads in versions.yaml)"
+    printf '%s\n' "$((threads < gencodes ? threads : gencodes))"
+}
+
+# append_nvcc_threads GENCODES: for a setup.py that passes no --threads to
+# nvcc, hand it nvcc_threads_for GENCODES through NVCC_APPEND_FLAGS (which
+# nvcc reads itself, under sccache and the arch filter alike), so one unit's
+# gencodes compile side by side; nothing when that is one thread.
+append_nvcc_threads() {
+    local threads
+    threads="$(nvcc_threads_for "$1")" || exit 1
+    if ((threads > 1)); then
+        export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:+$NVCC_APPEND_FLAGS }--threads $threads"
+    fi
+}

@@ -11,7 +11,7 @@ The GPU machine then points git at it with its own ``url.<base>.insteadOf``
 (README, "Building offline or from a mirror").
 
 Snapshots are bare repositories of the upstream projects, found as
-``SNAPSHOTS/<owner>/<name>.git`` (or ``--snapshot owner/name=PATH``).
+``SNAPSHOTS/<owner>/<name>.git`` or ``SNAPSHOTS/<owner>+<name>/repo`` (or ``--snapshot owner/name=PATH``).
 
 Trimming. A repository listed in TRIM_RULES keeps only the paths a build reads
 (plus its top-level files): CUTLASS's full tree is 139 MB, its headers 27 MB,
@@ -107,7 +107,11 @@ class MirrorBuilder:
         self.done: dict[tuple[str, str], Served] = {}
 
     def snapshot(self, repo: str) -> Path:
-        path = self.snapshots.get(repo) or (self.snapshot_root / f"{repo}.git" if self.snapshot_root else None)
+        path = self.snapshots.get(repo)
+        if path is None and self.snapshot_root is not None:
+            # SNAPSHOTS/<owner>/<name>.git, or SNAPSHOTS/<owner>+<name>/repo
+            laid_out = [self.snapshot_root / f"{repo}.git", self.snapshot_root / repo.replace("/", "+") / "repo"]
+            path = next((candidate for candidate in laid_out if candidate.is_dir()), laid_out[0])
         if path is None or not path.is_dir():
             raise BundleError(f"no snapshot of {repo}: pass --snapshot {repo}=PATH or put it at SNAPSHOTS/{repo}.git")
         return path

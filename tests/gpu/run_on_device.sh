@@ -20,6 +20,12 @@
 #      passes both
 #
 #   run_on_device.sh two-venv-paths   only the compiler-cache figure (below)
+#   run_on_device.sh all-archs  each WHEELHOUSE_DEVICE_UPSTREAM component (default fast-hadamard-transform
+#                               flash-mla deep-ep) with versions.yaml's own arch lists: wall time, wheel
+#                               size, cuobjdump's archs against the list, the arch gate, the sm_90 kernel
+#                               tests, the time model's prediction: $OUT/all-archs.json
+#   run_on_device.sh one-unit   one flash-attention kernel unit for its four archs, nvcc --threads 1 and 4:
+#                               $OUT/one-unit.json
 #   run_on_device.sh rebuild    each WHEELHOUSE_DEVICE_UPSTREAM component (default here:
 #                               fast-hadamard-transform flash-mla) built twice by
 #                               `nox -s rebuild-check-<component>-3.12` in two fresh
@@ -88,7 +94,9 @@ WORLD="cu130/torch2.11"
 export CC="${WHEELHOUSE_DEVICE_CC:-/usr/bin/gcc}" CXX="${WHEELHOUSE_DEVICE_CXX:-/usr/bin/g++}"
 export CUDAHOSTCXX="$CXX"  # the machine sets it to the wrapper too; CMake builds pass it to nvcc
 mkdir -p "$WHEELHOUSE_CACHE/sources/sdist"
-cp .device/sdists/* "$WHEELHOUSE_CACHE/sources/sdist/"
+if compgen -G ".device/sdists/*" >/dev/null; then
+    cp .device/sdists/* "$WHEELHOUSE_CACHE/sources/sdist/"
+fi
 # The wheel names a component's build makes (its wheel_packages, as files name them).
 wheel_stems() {
     "$PY" -c 'import sys; from ci.versions import load; from packaging.utils import canonicalize_name
@@ -142,6 +150,58 @@ if [[ "$MODE" == rebuild ]]; then
     step "done"
     cat "$RESULTS/timings.txt"
     exit "$differ"
+fi
+
+if [[ "$MODE" == all-archs ]]; then
+    # versions.yaml's own arch lists (tests/gpu/full_archs.py variant), one component after the other:
+    # wall time, wheel size against GitHub's 2 GiB asset limit, cuobjdump's archs of every shared object
+    # against the requested list, our arch gate, the sm_90 kernel tests on that same wheel, and the time
+    # model's prediction beside the measured time, as rows of $RESULTS/all-archs.json
+    use_mirror
+    components="${WHEELHOUSE_DEVICE_UPSTREAM:-fast-hadamard-transform flash-mla deep-ep}"
+    export WHEELHOUSE_VERSIONS="$WORK/versions-all-archs.yaml"
+    "$PY" tests/gpu/full_archs.py variant --components "$components" --out "$WHEELHOUSE_VERSIONS"
+    cp "$WHEELHOUSE_VERSIONS" "$RESULTS/"
+    for component in $components; do
+        step "all archs: $component ($("$PY" tests/gpu/full_archs.py requested --versions "$WHEELHOUSE_VERSIONS" --component "$component"))"
+        start=$SECONDS
+        status=0
+        "$PY" -m nox -s "build-$component-3.12" -- --reuse-env --dist "$DIST" >"$RESULTS/all-archs-$component.log" 2>&1 || status=$?
+        wall=$((SECONDS - start))
+        echo "$component, all archs: $wall s, exit $status" | tee -a "$RESULTS/timings.txt"
+        [[ $status == 0 ]] || tail -5 "$RESULTS/all-archs-$component.log"
+        kernels="not run: the build failed"
+        if [[ $status == 0 ]]; then
+            rm -rf "$WORK/clean-$component"
+            # shellcheck disable=SC2046 # one wheel per package
+            "$PY" -m pip install -q --no-deps --target "$WORK/clean-$component" $(for stem in $(wheel_stems "$component"); do ls "$DIST/$WORLD/$stem"-*.whl; done)
+            (cd "$WORK" && PYTHONPATH="$WORK/clean-$component:$PYTHONPATH" "$PY" -m pytest "$ROOT/tests/gpu/test_upstream_kernels.py" \
+                "$ROOT/tests/gpu/test_transformer_engine.py" "$ROOT/tests/gpu/test_apex_deep_ep.py" \
+                -o addopts="" -p no:cacheprovider -q -rs --rootdir "$ROOT" >"$RESULTS/kernels-$component.txt" 2>&1) || true
+            kernels="$(tail -1 "$RESULTS/kernels-$component.txt")"
+        fi
+        "$PY" tests/gpu/full_archs.py result --component "$component" --versions "$WHEELHOUSE_VERSIONS" \
+            --dist "$DIST/$WORLD" --build-s "$wall" --status "$status" --kernels "$kernels" --python "$PY" \
+            --out "$RESULTS/all-archs.json" | tee -a "$RESULTS/all-archs-rows.txt"
+    done
+    step "done"
+    cat "$RESULTS/timings.txt"
+    exit 0
+fi
+
+if [[ "$MODE" == one-unit ]]; then
+    # one flash-attention kernel unit (tests/gpu/full_archs.py ONE_UNIT) for versions.yaml's four archs,
+    # through its real build's nvcc command, with nvcc --threads 1 and 4: the time model's unit cost
+    use_mirror
+    rm -rf "$WORK/fa-src"
+    git clone -q --depth 1 --no-checkout https://github.com/Dao-AILab/flash-attention.git "$WORK/fa-src"
+    ref="$("$PY" -c 'import sys; from ci.versions import load; print(load(sys.argv[1]).component("flash-attention").ref)' "$WHEELHOUSE_VERSIONS")"
+    git -C "$WORK/fa-src" fetch -q --depth 1 origin "$ref" && git -C "$WORK/fa-src" checkout -q FETCH_HEAD
+    git -C "$WORK/fa-src" submodule update -q --init --depth 1 csrc/cutlass
+    rm -rf "$WORK/fa-src/.git"  # clean sources, as a build gets them (with .git, setup.py fetches composable_kernel)
+    step "one flash-attention unit, archs 8.0;9.0;10.0;12.0"
+    "$PY" tests/gpu/full_archs.py one-unit --source "$WORK/fa-src" --python "$PY" --out "$RESULTS/one-unit.json"
+    exit 0
 fi
 
 if [[ "$MODE" == upstream ]]; then

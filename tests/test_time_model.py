@@ -1,0 +1,76 @@
+"""The build-time model: its predictions for the real rows, its inputs, and its error against timed builds."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+from ci import matrix, time_model
+from ci.versions import REPO_ROOT, load
+
+
+def _row(component: str, arch: str = "x86_64", python: str = "3.12"):
+    return next(r for r in matrix.expand(load()) if r.component == component and r.arch == arch and python in r.pythons)
+
+
+def test_the_rows_read_their_runner_archs_and_threads():
+    fa = time_model.predict(_row("flash-attention"))
+    assert (fa.runner, fa.conditions.cores, fa.conditions.archs, fa.conditions.threads) == ("ubuntu-24.04", 4, 4, 2)
+    assert fa.jobs == 1  # 16 GiB / (7 GiB x 2 archs at once)
+    assert time_model.predict(_row("transformer-engine")).conditions.threads == 4  # NVTE_BUILD_THREADS_PER_JOB
+    assert time_model.predict(_row("flash-mla")).conditions.archs == 2  # its setup.py's own sm_90a + sm_100f
+    assert time_model.predict(_row("fast-hadamard-transform")).conditions.archs == 9
+    assert time_model.predict(_row("apex")).runner == "self-hosted"
+
+
+def test_more_archs_cost_more_and_threads_win_it_back_on_the_critical_path():
+    base = time_model.Conditions(cores=16, memory_gib=128, max_jobs=16, threads=1, archs=1)
+    one = time_model.predict_seconds("fast-hadamard-transform", base)
+    nine = time_model.predict_seconds("fast-hadamard-transform", dataclasses.replace(base, archs=9))
+    threaded = time_model.predict_seconds("fast-hadamard-transform", dataclasses.replace(base, archs=9, threads=9))
+    assert one < nine and threaded < nine / 4  # nine archs on nine threads: near the one-arch time
+    # a 4-core runner: fewer cores in use than the reference, never faster
+    small = time_model.predict_seconds("apex", dataclasses.replace(base, cores=4, max_jobs=4))
+    assert small > time_model.predict_seconds("apex", base)
+
+
+def test_a_row_over_its_build_timeout_takes_the_resumable_path_in_runs():
+    row = _row("flash-attention")
+    prediction = time_model.predict(row)
+    assert not prediction.fits and prediction.runs == -(-int(prediction.seconds) // prediction.budget_s)
+    shorter = dataclasses.replace(row, settings=dataclasses.replace(row.settings, build_timeout="2h"))
+    assert time_model.predict(shorter).runs > prediction.runs
+    assert "resumable, " in prediction.short() and "the resumable path" in prediction.describe()
+    assert time_model.predict(_row("flash-mla")).fits
+
+
+def test_every_component_of_versions_yaml_is_calibrated():
+    assert set(load().components) <= set(time_model.CALIBRATION)
+    assert {o.component for o in time_model.OBSERVED if o.calibration} == set(time_model.CALIBRATION)
+
+
+def test_the_error_against_every_timed_build_is_printed():
+    checks = time_model.check()
+    assert len(checks) == len(time_model.OBSERVED)
+    for c in checks:
+        if c.observed.calibration:
+            # the calibration build is predicted as it was measured (its archs, one)
+            assert abs(c.error) < 0.01, c
+    result = subprocess.run([sys.executable, "-m", "invoke", "time-model"], cwd=REPO_ROOT, capture_output=True,
+                            text=True, env=dict(os.environ))
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"{sum(not c.observed.calibration for c in checks)} timed builds besides the ")
+    assert "mean |error|" in last
+
+
+def test_invoke_matrix_shows_the_stage_and_the_prediction():
+    result = subprocess.run([sys.executable, "-m", "invoke", "matrix", "--component", "flash-attention", "--arch",
+                             "x86_64"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert " first " in lines[0] and "(resumable, 2 runs)" in lines[0]
+    assert " then " in lines[1]
+    assert lines[-1].startswith("2 row(s); 2 predicted over build_timeout")
