@@ -25,6 +25,7 @@ from index_helpers import UV, client_env, file_fetch, publish_release_files, rel
 from stamp_helpers import fixture_facts, linked_shared_object, simple_index, torch_stand_in
 from wheel_factory import NVCC, build_wheel, cuda_shared_object
 
+from ci.catalog import Context
 from ci.digest import sha256_file
 from ci.pages import DirectoryTarget, publish_index
 from ci.stamp import stamp_wheel
@@ -112,10 +113,12 @@ def build_indexes(root: Path, **publish_options) -> Indexes:
     release = release_of(tag, title, copied, f"{store.as_uri()}/releases")
     site = store / "site"
     base_url = site.as_uri()
-    publish_index([release], DirectoryTarget(site), base_url=base_url, default_world=WORLD,
-                  fetch=file_fetch(store.as_uri(), store), **publish_options)
     torch_index = simple_index(root / "torch-index", [torch_stand_in(root / "torch-wheels", WORLD_TORCH)])
-    return Indexes(site, base_url, torch_index, package_index(root / "package-index"))
+    # the world's torch index as versions.yaml's build_matrix[].torch_index names it
+    context = Context(torch_indexes={WORLD: torch_index.rstrip("/")})
+    publish_index([release], DirectoryTarget(site), base_url=base_url, default_world=WORLD,
+                  fetch=file_fetch(store.as_uri(), store), context=context, **publish_options)
+    return Indexes(site, base_url, torch_index.rstrip("/"), package_index(root / "package-index"))
 
 
 def user_env(tmp: Path, indexes: Indexes) -> dict[str, str]:
@@ -194,3 +197,24 @@ def install_forms(page: str) -> dict[str, list[str]]:
                 forms.setdefault(key, lines)
                 break
     return forms
+
+
+def user_torch(out: Path, version: str, *, cuda: str | None, capabilities: tuple[tuple[int, int], ...] = (),
+               git_version: str = BUILT_WITH["git_version"], cxx11_abi: bool = True) -> Path:
+    """A stand-in of the torch a user has, as which-wheel reads it (version, CUDA, ABI, git, GPUs): a package
+    directory to put first on PYTHONPATH. There is no GPU here; the GPU machine runs the real one."""
+    package = out / "torch"
+    package.mkdir(parents=True, exist_ok=True)
+    names = [f"stand-in GPU {i}" for i in range(len(capabilities))]
+    (package / "__init__.py").write_text(
+        f"__version__ = {version!r}\n"
+        "class version:\n"
+        f"    cuda = {cuda!r}\n    hip = None\n    git_version = {git_version!r}\n"
+        f"def compiled_with_cxx11_abi():\n    return {cxx11_abi!r}\n"
+        "class cuda:\n"
+        f"    _names, _caps = {names!r}, {list(capabilities)!r}\n"
+        "    @staticmethod\n    def is_available():\n        return bool(cuda._caps)\n"
+        "    @staticmethod\n    def device_count():\n        return len(cuda._caps)\n"
+        "    @staticmethod\n    def get_device_name(i):\n        return cuda._names[i]\n"
+        "    @staticmethod\n    def get_device_capability(i):\n        return tuple(cuda._caps[i])\n")
+    return out
