@@ -63,7 +63,7 @@ def commands(world: WorldEntry, requirements: Sequence[str], *, lock_base: str, 
     torch = _q(world.torch_requirement)
     pip_torch = (f"pip install --index-url {world.torch_index} {torch}" if world.torch_index
                  else f"pip install {torch}")
-    uv_torch = (f"uv pip install --index-url {world.torch_index} {torch}" if world.torch_index
+    uv_torch = (f"uv pip install --index {world.torch_index} {torch}" if world.torch_index
                 else f"uv pip install {torch}")
     first = () if torch_installed else (pip_torch,)
     uv_first = () if torch_installed else (uv_torch,)
