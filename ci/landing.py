@@ -224,7 +224,7 @@ def render_landing(catalog: Catalog, *, base_url: str, site_name: str, link_coun
         served = [p for p in world.projects if p.status.value != ARCHIVED]
         body.append(
             f"<tr><td>{esc(world.path)}{esc(marker)}</td><td>{len(served)}</td><td>{link_counts.get(world.path, 0)}</td>"
-            f'<td><a href="{esc(world.path)}/simple/index.html">{esc(world.index_url)}</a></td>'
+            f'<td><a href="{esc(world.path)}/simple/index.html">{esc(world.path)}/simple/</a></td>'
             f"<td>{esc(world.status.value)}</td>"
             f'<td><a href="{esc(world.path)}/index.html">{esc(world.path)}</a></td></tr>')
     body.append("</table></div>")

@@ -103,21 +103,36 @@ def package_index(root: Path) -> str:
     return url
 
 
-def build_indexes(root: Path, **publish_options) -> Indexes:
-    """Our published world (``publish_options`` go to publish_index), the torch index and the package index."""
+RETIRED_WORLD = "cu129/torch2.13"
+
+
+def build_indexes(root: Path, *, retired_world: bool = False, public: tuple[str, str] | None = None) -> Indexes:
+    """Our published world, the torch index and the package index. With ``retired_world``, an earlier publish
+    also served the stand-in in cu129/torch2.13, whose release is gone since: that world is archived.
+    ``public``: the (site URL, torch index URL) the pages name instead of the local ones (for a screenshot
+    that shows what a published site shows; its commands then point elsewhere)."""
     wheel = flash_attn_stand_in(root / "built")
-    tag = f"flash-attention-v2.8.3-py{sys.version_info[0]}.{sys.version_info[1]}-torch2.13.0"
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
     store = root / "store"
-    copied = publish_release_files(store / "releases", tag, [wheel])
-    title = f"flash-attention v2.8.3 - cu13.0.2 py{sys.version_info[0]}.{sys.version_info[1]} torch2.13.0"
-    release = release_of(tag, title, copied, f"{store.as_uri()}/releases")
+    releases = []
+    for cuda in ("13.0.2", "12.9.1") if retired_world else ("13.0.2",):
+        tag = f"flash-attention-v2.8.3-py{py}-torch2.13.0" + ("" if cuda == "13.0.2" else "-cu129")
+        copied = publish_release_files(store / "releases", tag, [wheel])
+        releases.append(release_of(tag, f"flash-attention v2.8.3 - cu{cuda} py{py} torch2.13.0", copied,
+                                   f"{store.as_uri()}/releases"))
     site = store / "site"
     base_url = site.as_uri()
     torch_index = simple_index(root / "torch-index", [torch_stand_in(root / "torch-wheels", WORLD_TORCH)])
+    if public is not None:
+        base_url = public[0]
     # the world's torch index as versions.yaml's build_matrix[].torch_index names it
-    context = Context(torch_indexes={WORLD: torch_index.rstrip("/")})
-    publish_index([release], DirectoryTarget(site), base_url=base_url, default_world=WORLD,
-                  fetch=file_fetch(store.as_uri(), store), context=context, **publish_options)
+    context = Context(torch_indexes={WORLD: public[1] if public else torch_index.rstrip("/")})
+    fetch = file_fetch(store.as_uri(), store)
+    publish_index(releases, DirectoryTarget(site), base_url=base_url, default_world=WORLD, fetch=fetch,
+                  context=context)
+    if retired_world:  # the cu129 release was deleted (a prune): the next publish keeps its world, archived
+        publish_index(releases[:1], DirectoryTarget(site), base_url=base_url, default_world=WORLD, fetch=fetch,
+                      context=context, allow_shrink=True)
     return Indexes(site, base_url, torch_index.rstrip("/"), package_index(root / "package-index"))
 
 
