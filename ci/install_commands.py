@@ -12,7 +12,7 @@ nothing is built from source.
 - uv takes each name only from the first index that has it (its default ``first-index`` strategy),
   so one command with our index before the torch index does the same.
 - The verifiable form: ``<world>/pylock.<project>.toml`` (PEP 751) lists the project's newest wheels
-  with their sha256; pip (``-r``, pip 25.1 and later) and uv (``uv pip install -r``) install from it
+  with their sha256; pip (``-r``, pip 26.1 and later) and uv (``uv pip install -r``) install from it
   and refuse other bytes. It holds our wheels only (torch and the other dependencies come from their
   own indexes), so pip takes it with ``--no-deps`` and the dependencies follow as above.
 """

@@ -147,7 +147,7 @@ def _commands_html(world: WorldEntry, forms: InstallCommands, requirements: Sequ
             "<p>pip: torch from the world's torch index, our wheel from our index alone, then its other "
             "dependencies from your usual index (what is installed stays):</p>", _pre(forms.pip),
             "<p>uv:</p>", _pre(forms.uv),
-            "<p>Verifiable: a PEP 751 lock file of the newest wheels, by sha256 (pip 25.1 or later, uv); the last "
+            "<p>Verifiable: a PEP 751 lock file of the newest wheels, by sha256 (pip 26.1 or later, uv); the last "
             "line brings the other dependencies:</p>", _pre(forms.pip_locked), _pre(forms.uv_locked),
             '<p>In a uv project, these tables in pyproject.toml, with <code class="uv-dependencies">'
             + esc(", ".join(project_dependencies(world, requirements))) + "</code> among its dependencies:</p>",
