@@ -666,3 +666,24 @@ def verify_wheel(c: Context, wheel: str | None = None, manifest: str | None = No
     if not result.ok:
         raise Exit(code=2)
     print(result.summary)
+
+
+@task(
+    iterable=["package"],
+    help={
+        "index": "the published index: its directory (wheelhouse/site) or URL (https://<owner>.github.io/<repo>)",
+        "package": "a component to answer for (repeat for several); default: every one the matching world serves",
+    },
+)
+@reports_errors
+def which_wheel(c: Context, index: str | None = None, package: list[str] | None = None) -> None:
+    """Which world and wheels fit this interpreter's torch, Python, platform and GPUs, and how to install them."""
+    from ci import which_wheel as which
+
+    if not index:
+        raise UsageError("name the published index with --index DIR or --index URL (e.g. wheelhouse/site)")
+    catalog = which.read_index(index)
+    answer = which.which_wheel(catalog, which.read_environment(), location=index, packages=package or [])
+    print(answer.render())
+    if answer.exit_code:
+        raise Exit(code=answer.exit_code)

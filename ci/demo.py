@@ -53,7 +53,7 @@ def run(*, cache_dir: Path, store_root: Path = REPO_ROOT / "wheelhouse", dist_ro
     site = store_root / "site"
     _LOG.info(f"3/5 index every world of the store into {site}")
     where = pages.IndexWhere(pages.DirectoryTarget(site), site.as_uri(), row.world,
-                             wheel_packages.by_component(versions))
+                             wheel_packages.by_component(versions), pages.context_of(versions))
     outcome = pages.publish(store, where)
     for warning in outcome.warnings:
         _LOG.info(f"warning: {warning}")

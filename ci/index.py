@@ -78,10 +78,13 @@ Duplicates
     order); the warning names the kept and the dropped tag.
 Aliases and landing page
     ``simple/`` is a byte-for-byte copy of the default world's ``simple/`` tree
-    (an empty root page and a warning when that world has no packages);
-    ``index.html`` lists worlds with package and file counts and gives pip and uv
-    snippets against ``base_url``. Every page carries PEP 629's
-    ``pypi:repository-version`` 1.0; every attribute value and text is
+    (an empty root page and a warning when that world has no packages). The
+    landing page ``index.html``, each world's page ``<world>/index.html``, the JSON
+    records (``wheelhouse-index.json``, ``<world>/wheelhouse-world.json``) and each
+    project's lock file ``<world>/pylock.<project>.toml`` are made from one catalog
+    (ci/catalog.py, ci/landing.py, ci/install_commands.py). Every page carries PEP
+    629's ``pypi:repository-version`` 1.0, or 1.4 on a project page that carries a
+    PEP 792 status (``deprecated``, ``archived``); every attribute value and text is
     HTML-escaped. Output is sorted and carries no timestamps, so the same input
     gives the same bytes.
 """
@@ -110,10 +113,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ci import provenance, wheel_packages
+from ci import install_commands, landing, provenance, wheel_packages
+from ci.catalog import ARCHIVED, Catalog, Context, Status, WheelEntry, build_catalog, release_page
 from ci.errors import UsageError, WheelhouseError
 from ci.naming import parse_title, version_key, world_path
 from ci.store.model import Asset, Release, newest_by_name
+from ci.wheel_facts import WheelFacts, read_facts
 
 Fetch = Callable[[Asset], Iterable[bytes]]
 """Yields the bytes of one asset, in chunks; may raise on a failed download."""
@@ -205,12 +210,14 @@ class CoreMetadata:
 
 
 class DigestCache:
-    """sha256 of assets without a digest, parsed ``.metadata`` sidecars, and sidecars checked against wheels.
+    """sha256 of assets without a digest, parsed ``.metadata`` sidecars, sidecars checked against wheels,
+    and what each wheel says about itself.
 
     Keys: ``assets[url|size|id] = hex``, ``metadata[hex] = {name, version,
-    requires_python}`` and ``sidecars[wheel hex] = sidecar hex`` (the sidecar's
-    bytes are the wheel's own METADATA; both sides are content hashes, so an entry
-    never goes stale). :meth:`to_json` writes only the entries used since the
+    requires_python}``, ``sidecars[wheel hex] = sidecar hex`` (the sidecar's
+    bytes are the wheel's own METADATA) and ``wheels[wheel hex] = facts``
+    (:class:`ci.wheel_facts.WheelFacts`); both sides are content hashes, so an entry
+    never goes stale. :meth:`to_json` writes only the entries used since the
     cache was loaded, so entries of deleted assets fall out on the next run.
     """
 
@@ -219,13 +226,16 @@ class DigestCache:
         assets: Mapping[str, str] | None = None,
         metadata: Mapping[str, CoreMetadata] | None = None,
         sidecars: Mapping[str, str] | None = None,
+        wheels: Mapping[str, WheelFacts] | None = None,
     ) -> None:
         self._assets = dict(assets or {})
         self._metadata = dict(metadata or {})
         self._sidecars = dict(sidecars or {})
+        self._wheels = dict(wheels or {})
         self._used_assets: dict[str, str] = {}
         self._used_metadata: dict[str, CoreMetadata] = {}
         self._used_sidecars: dict[str, str] = {}
+        self._used_wheels: dict[str, WheelFacts] = {}
 
     @staticmethod
     def asset_key(asset: Asset) -> str:
@@ -251,11 +261,13 @@ class DigestCache:
                 for k, v in raw.get("sidecars", {}).items()
                 if _SHA256_HEX.match(str(k)) and _SHA256_HEX.match(str(v))
             }
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            wheels = {str(k): WheelFacts.from_json(v) for k, v in raw.get("wheels", {}).items()
+                      if _SHA256_HEX.match(str(k))}
+        except (ValueError, TypeError, KeyError, AttributeError, WheelhouseError) as exc:
             raise WheelhouseError(
                 f"{source} is not a digest cache ({_one_line(exc)}): delete it and publish again to rebuild it"
             ) from None
-        return cls(assets, metadata, sidecars)
+        return cls(assets, metadata, sidecars, wheels)
 
     @classmethod
     def load(cls, path: Path) -> DigestCache:
@@ -276,6 +288,8 @@ class DigestCache:
             },
             "sidecars": dict(sorted(self._used_sidecars.items())),
         }
+        if self._used_wheels:  # absent rather than empty: a site without wheel facts keeps its bytes
+            doc["wheels"] = {k: v.to_json() for k, v in sorted(self._used_wheels.items())}
         return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
     def asset_sha256(self, asset: Asset) -> str | None:
@@ -308,6 +322,16 @@ class DigestCache:
     def put_sidecar(self, wheel_hexdigest: str, sidecar_hexdigest: str) -> None:
         self._sidecars[wheel_hexdigest] = self._used_sidecars[wheel_hexdigest] = sidecar_hexdigest
 
+    def wheel_facts(self, wheel_hexdigest: str) -> WheelFacts | None:
+        """What the wheel of this sha256 says about itself, if it was read."""
+        found = self._wheels.get(wheel_hexdigest)
+        if found is not None:
+            self._used_wheels[wheel_hexdigest] = found
+        return found
+
+    def put_wheel_facts(self, wheel_hexdigest: str, facts: WheelFacts) -> None:
+        self._wheels[wheel_hexdigest] = self._used_wheels[wheel_hexdigest] = facts
+
 
 # --------------------------------------------------------------------------- site model
 
@@ -327,6 +351,9 @@ class IndexLink(NamedTuple):
     """None: not yanked; otherwise the reason (may be empty)."""
     provenance: str | None = None
     """The URL of the release's provenance statement that names this wheel."""
+    size: int = 0
+    facts: WheelFacts | None = None
+    """What the wheel says about itself (ci/wheel_facts.py); None when it was never read (no sidecar)."""
 
 
 @dataclass(frozen=True)
@@ -477,7 +504,9 @@ class _Builder:
                       " and is not advertised; upload it again")
             return False
         known = self._known_sha256(wheel)
-        if known is not None and self.cache.sidecar_of(known) == sidecar_sha:
+        # a cache from before the wheel facts were read downloads the wheel once more, once ever
+        if (known is not None and self.cache.sidecar_of(known) == sidecar_sha
+                and (self.cache.wheel_facts(known) is not None or self.fetch is None)):
             return True
         if self.fetch is None:
             self.warn(f"{where}: not advertised: nothing to download {wheel.name} with, to compare the sidecar"
@@ -503,6 +532,8 @@ class _Builder:
                     ValueError, NotImplementedError, zlib.error) as exc:
                 self.warn(f"{where}: not advertised: the METADATA of {wheel.name} cannot be read ({_one_line(exc)})")
                 return False
+            spool.seek(0)
+            self.cache.put_wheel_facts(wheel_sha, read_facts(spool, own))
         if hashlib.sha256(own).hexdigest() != sidecar_sha:
             self.warn(f"{where}: differs from the METADATA inside {wheel.name}, so it is not advertised (installers"
                       " would resolve what the wheel does not declare); upload the .metadata made from the wheel"
@@ -759,6 +790,8 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
             meta.requires_python if meta is not None else None,
             yanked.get(filename),
             cand.statement.url if cand.statement is not None else None,
+            cand.wheel.size,
+            builder.cache.wheel_facts(sha) if sha is not None else None,
         )
         packages.setdefault(world, {}).setdefault(cand.package, []).append(link)
 
@@ -788,13 +821,20 @@ def _replace_sha(link: IndexLink, sha: str | None) -> IndexLink:
 # --------------------------------------------------------------------------- rendering
 
 
-def _page(title: str, body: list[str]) -> bytes:
+def _page(title: str, body: list[str], status: Status | None = None) -> bytes:
+    # PEP 792: a page that carries a project status declares the API version that defines it
+    marked = status is not None and not status.active
     lines = [
         "<!DOCTYPE html>",
         "<html>",
         "<head>",
         '<meta charset="utf-8">',
-        '<meta name="pypi:repository-version" content="1.0">',
+        f'<meta name="pypi:repository-version" content="{"1.4" if marked else "1.0"}">',
+    ]
+    if marked and status is not None:
+        lines.append(f'<meta name="pypi:project-status" content="{_esc(status.value)}">')
+        lines.append(f'<meta name="pypi:project-status-reason" content="{_esc(status.reason)}">')
+    lines += [
         f"<title>{_esc(title)}</title>",
         "</head>",
         "<body>",
@@ -821,91 +861,77 @@ def _link_html(link: IndexLink) -> str:
     return "<a " + rendered + ">" + _esc(link.filename) + "</a><br>"
 
 
-def _root_page(packages: Iterable[PackagePage], *, label: str, site_name: str) -> bytes:
+def _root_page(names: Iterable[str], *, label: str, site_name: str) -> bytes:
     return _page(
         f"{site_name} {label} simple index",
-        [f"<h1>{_esc(site_name)} {_esc(label)}</h1>"]
-        + [f'<a href="{_esc(p.name)}/">{_esc(p.name)}</a><br>' for p in packages],
+        [f"<h1>{_esc(site_name)} {_esc(label)}</h1>"] + [f'<a href="{_esc(n)}/">{_esc(n)}</a><br>' for n in names],
     )
 
 
-def render_world(world: World | None, *, label: str, site_name: str) -> dict[str, bytes]:
-    """``simple/index.html`` and ``simple/<pkg>/index.html`` of one world, keyed by relative path."""
-    packages = world.packages if world is not None else ()
-    files = {"simple/index.html": _root_page(packages, label=label, site_name=site_name)}
-    for package in packages:
-        files[f"simple/{package.name}/index.html"] = _page(
-            f"Links for {package.name}",
-            [f"<h1>Links for {_esc(package.name)}</h1>"] + [_link_html(link) for link in package.links],
+def render_world(world: World | None, *, label: str, site_name: str,
+                 statuses: Mapping[str, Status] | None = None) -> dict[str, bytes]:
+    """``simple/index.html`` and ``simple/<pkg>/index.html`` of one world, keyed by relative path.
+
+    ``statuses``: each project's PEP 792 status; a project it names that has no files here (archived)
+    keeps a page without links."""
+    statuses = statuses or {}
+    packages = {p.name: p for p in (world.packages if world is not None else ())}
+    names = sorted(set(packages) | set(statuses))
+    files = {"simple/index.html": _root_page(names, label=label, site_name=site_name)}
+    for name in names:
+        links = packages[name].links if name in packages else ()
+        files[f"simple/{name}/index.html"] = _page(
+            f"Links for {name}",
+            [f"<h1>Links for {_esc(name)}</h1>"] + [_link_html(link) for link in links],
+            statuses.get(name),
         )
     return files
 
 
-def _uv_index_name(world: str) -> str:
-    return "wheelhouse-" + world.replace("/", "-")
+def site_catalog(site: Site, *, base_url: str, context: Context | None = None) -> Catalog:
+    """The catalog (ci/catalog.py) of a built site: what its pages and JSON records say."""
+    worlds = [
+        (world.path, {page.name: [WheelEntry(link.filename, link.url, link.sha256, link.size, link.tag,
+                                             release_page(link.url, link.tag), link.requires_python, link.yanked,
+                                             link.facts) for link in page.links] for page in world.packages})
+        for world in site.worlds
+    ]
+    return build_catalog(worlds, base_url=base_url, default_world=site.default_world, context=context or Context())
 
 
-def render_landing(site: Site, *, base_url: str, site_name: str) -> bytes:
-    body = [f"<h1>{_esc(site_name)}</h1>"]
-    body.append(
-        "<p>Prebuilt wheels, one package index per CUDA/torch world. Pick the world that matches your torch build"
-        " (a wheel from another world may import and then crash).</p>"
-    )
-    if not site.worlds:
-        body.append("<p>No wheels are published yet.</p>")
-    body.append("<table>")
-    body.append("<tr><th>world</th><th>packages</th><th>files</th><th>index</th></tr>")
-    for world in site.worlds:
-        marker = " (also served at /simple/)" if world.path == site.default_world else ""
-        url = f"{base_url}/{world.path}/simple/"
-        body.append(
-            f"<tr><td>{_esc(world.path)}{_esc(marker)}</td><td>{len(world.packages)}</td><td>{world.link_count}</td>"
-            f'<td><a href="{_esc(world.path)}/simple/">{_esc(url)}</a></td></tr>'
-        )
-    body.append("</table>")
-    for world in site.worlds:
-        url = f"{base_url}/{world.path}/simple/"
-        name = _uv_index_name(world.path)
-        example = world.packages[0].name if world.packages else "<package>"
-        names = ", ".join(p.name for p in world.packages)
-        uv = "\n".join(
-            [
-                "[[tool.uv.index]]",
-                f'name = "{name}"',
-                f'url = "{url}"',
-                "explicit = true",
-                "",
-                "[tool.uv.sources]",
-                f'{example} = {{ index = "{name}" }}',
-            ]
-        )
-        body.append(f'<h2 id="{_esc(world.path)}">{_esc(world.path)}</h2>')
-        body.append(f"<p>Packages: {_esc(names)}</p>")
-        body.append(f"<pre>pip install --extra-index-url {_esc(url)} {_esc(example)}</pre>")
-        body.append(f"<pre>{_esc(uv)}</pre>")
-    return _page(f"{site_name} package indexes", body)
-
-
-def render_site(site: Site, *, base_url: str, site_name: str = "wheelhouse") -> dict[str, bytes]:
-    """Every file of the site (without the digest cache), keyed by POSIX relative path, sorted."""
+def render_site(site: Site, *, base_url: str, site_name: str = "wheelhouse",
+                context: Context | None = None) -> dict[str, bytes]:
+    """Every file of the site (without the digest cache), keyed by POSIX relative path, sorted: the PEP 503
+    pages, the landing page and each world's page (ci/landing.py), the JSON records and lock files."""
     base_url = check_base_url(base_url)
+    catalog = site_catalog(site, base_url=base_url, context=context)
+    counts = {world.path: world.link_count for world in site.worlds}
     files: dict[str, bytes] = {
         ".nojekyll": b"",
-        "index.html": render_landing(site, base_url=base_url, site_name=site_name),
+        "index.html": landing.render_landing(catalog, base_url=base_url, site_name=site_name, link_counts=counts),
+        **catalog.files(),
     }
-    for world in site.worlds:
-        for rel, data in render_world(world, label=world.path, site_name=site_name).items():
-            files[f"{world.path}/{rel}"] = data
+    for entry in catalog.worlds:
+        files[f"{entry.path}/index.html"] = landing.render_world_page(entry, base_url=base_url, site_name=site_name)
+        for project in entry.projects:
+            lock = install_commands.pylock(project, entry) if project.status.value != ARCHIVED else None
+            if lock is not None:
+                files[f"{entry.path}/{install_commands.lock_name(project.name)}"] = lock
+        statuses = {project.name: project.status for project in entry.projects}
+        for rel, data in render_world(site.world(entry.path), label=entry.path, site_name=site_name,
+                                      statuses=statuses).items():
+            files[f"{entry.path}/{rel}"] = data
     if site.default_world is not None:
         alias = f"(alias of {site.default_world})"
-        default = site.world(site.default_world)
+        default = catalog.world(site.default_world)
         if default is None:
             files.update(render_world(None, label=alias, site_name=site_name))
         else:
             # Package pages do not name their world: the alias reuses the world's bytes, only its root page differs.
-            files["simple/index.html"] = _root_page(default.packages, label=alias, site_name=site_name)
-            for package in default.packages:
-                rel = f"simple/{package.name}/index.html"
+            files["simple/index.html"] = _root_page([p.name for p in default.projects], label=alias,
+                                                    site_name=site_name)
+            for project in default.projects:
+                rel = f"simple/{project.name}/index.html"
                 files[rel] = files[f"{default.path}/{rel}"]
     return dict(sorted(files.items()))
 
@@ -969,14 +995,16 @@ def site_files(
     yanked: Mapping[str, str] | None = None,
     site_name: str = "wheelhouse",
     projects: Mapping[str, frozenset[str]] | None = None,
+    context: Context | None = None,
 ) -> tuple[Site, dict[str, bytes]]:
-    """The model and every file of the site, including ``digests.json``."""
+    """The model and every file of the site, including ``digests.json``; ``context``: what versions.yaml and
+    the earlier publish say about worlds and projects (ci/catalog.py)."""
     base_url = check_base_url(base_url)
     cache = cache if cache is not None else DigestCache()
     with _cyclic_gc_paused():
         site = build_site(releases, default_world=default_world, fetch=fetch, cache=cache, yanked=yanked,
                           projects=projects)
-        files = render_site(site, base_url=base_url, site_name=site_name)
+        files = render_site(site, base_url=base_url, site_name=site_name, context=context)
     files[CACHE_FILE] = cache.to_json()
     return site, dict(sorted(files.items()))
 

@@ -41,12 +41,13 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from ci import log, matrix, wheel_packages
+from ci import log, matrix, toolchain, wheel_packages
+from ci.catalog import INDEX_RECORD, Context, parse_previous
 from ci.errors import RemoteError, UsageError, WheelhouseError
 from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, site_files, summarize
 from ci.site_marker import MARKER_FILE, SiteMarker, is_digest_cache, landing_links, legacy_files
@@ -121,6 +122,8 @@ class LiveSite:
     links: int | None = None
     """The wheel links it serves: its marker's count, or its landing page's for a site from before the marker."""
     warning: str | None = None
+    record: bytes | None = None
+    """Its ``wheelhouse-index.json``: the worlds and projects a publish carries over as retired."""
 
 
 class PagesTarget(Protocol):
@@ -684,12 +687,25 @@ def index_target(*, store_root: Path | None, github_repo: str | None, out: str |
 @dataclass(frozen=True)
 class IndexWhere:
     """Where an index goes and what it serves: the target, the public URL its pages are read at, the world
-    served at ``/simple/``, and what each component may publish (:func:`ci.wheel_packages.by_component`)."""
+    served at ``/simple/``, what each component may publish (:func:`ci.wheel_packages.by_component`), and
+    what versions.yaml says about the worlds (:func:`context_of`)."""
 
     target: PagesTarget
     base_url: str
     default_world: str | None
     projects: Mapping[str, frozenset[str]] | None = None
+    context: Context | None = None
+
+
+def context_of(versions: Versions) -> Context:
+    """Each world's torch index (its first build_matrix row's), the worlds the rows build and the projects the
+    components publish: what the pages and records say beside the releases (ci/catalog.py)."""
+    rows = matrix.expand(versions)
+    indexes: dict[str, str | None] = {}
+    for row in rows:
+        indexes.setdefault(row.world, toolchain.torch_index(row))
+    projects = frozenset(p for names in wheel_packages.by_component(versions).values() for p in names)
+    return Context(indexes, frozenset(indexes), projects)
 
 
 def index_where(store: ReleaseStore, versions: Versions, *, github_repo: str | None, chosen_world: str | None = None,
@@ -704,7 +720,8 @@ def index_where(store: ReleaseStore, versions: Versions, *, github_repo: str | N
         raise UsageError(f"{store.description} keeps no site of its own: name where the index goes (--out, "
                          "--pages-artifact or --push-branch)")
     target, url = found
-    return IndexWhere(target, url, default_world(versions, chosen_world), wheel_packages.by_component(versions))
+    return IndexWhere(target, url, default_world(versions, chosen_world), wheel_packages.by_component(versions),
+                      context_of(versions))
 
 
 def publish(store: ReleaseStore, where: IndexWhere, *, releases: Iterable[Release] | None = None,
@@ -722,7 +739,7 @@ def publish(store: ReleaseStore, where: IndexWhere, *, releases: Iterable[Releas
         return publish_index(store.list_releases() if releases is None else releases, target,
                              base_url=where.base_url, default_world=where.default_world, fetch=store.fetch,
                              dry_run=dry_run, allow_shrink=allow_shrink, store=store.description, live=live,
-                             force=force, shrink_flag=shrink_flag, projects=where.projects)
+                             force=force, shrink_flag=shrink_flag, projects=where.projects, context=where.context)
     finally:
         target.close()
 
@@ -744,6 +761,7 @@ def publish_index(
     force: bool = False,
     shrink_flag: str = "--allow-shrink",
     projects: Mapping[str, frozenset[str]] | None = None,
+    context: Context | None = None,
 ) -> PublishOutcome:
     """Build the index of ``releases`` in memory and publish it, with its marker, to ``target``.
 
@@ -754,6 +772,9 @@ def publish_index(
     ``shrink_flag`` in the refusal), a site that drops all, or more than :data:`MAX_DROPPED_SHARE`, of
     the wheel links the target, or else the ``live`` site, published before is refused. ``projects``
     (:func:`ci.wheel_packages.by_component`) leaves out a wheel its release's component does not publish.
+    ``context`` (:func:`context_of`) gives the worlds' torch indexes and what is current; the worlds and
+    projects the earlier publish served (its ``wheelhouse-index.json``, the target's, else the live
+    site's) that have no wheels now stay on the site, marked archived.
     """
     warnings: list[str] = [live.warning] if live is not None and live.warning else []
     previous = target.previous_site()
@@ -771,6 +792,15 @@ def publish_index(
     except WheelhouseError as exc:
         warnings.append(str(exc))
         cache = DigestCache()
+    record = target.read(INDEX_RECORD) if previous is not None else None
+    if record is None and live is not None:
+        record = live.record
+    try:
+        earlier = parse_previous(record, source=f"{INDEX_RECORD} of {target.description}")
+    except WheelhouseError as exc:
+        warnings.append(str(exc))
+        earlier = None
+    context = replace(context or Context(), previous=earlier)
     site, files = site_files(
         releases,
         base_url=base_url,
@@ -780,6 +810,7 @@ def publish_index(
         yanked=yanked,
         site_name=site_name,
         projects=projects,
+        context=context,
     )
     links = _wheel_links(files)
     files[MARKER_FILE] = SiteMarker(store, len(links), frozenset(files)).to_json()
@@ -809,12 +840,13 @@ def read_live_site(base_url: str, get: Callable[[str], bytes | None]) -> LiveSit
         marker = get(f"{url}/{MARKER_FILE}")
         cache = get(f"{url}/{CACHE_FILE}")
         landing = get(f"{url}/index.html") if marker is None and is_digest_cache(cache) else None
+        record = get(f"{url}/{INDEX_RECORD}") if marker is not None else None
     except Exception as exc:  # unreachable: the publish goes on, as it did before the site existed
         return LiveSite(url, warning=f"could not read the live site at {url} ({exc}); hashing without its "
                                      f"{CACHE_FILE}, and the drop in wheel links is not measured against it")
     if marker is not None:
         parsed = SiteMarker.parse(marker, source=f"{MARKER_FILE} of the live site at {url} (check --base-url)")
-        return LiveSite(url, cache, True, parsed.store, parsed.links)
+        return LiveSite(url, cache, True, parsed.store, parsed.links, record=record)
     if is_digest_cache(cache):
         return LiveSite(url, cache, True, None, landing_links(landing))
     return LiveSite(url, cache)

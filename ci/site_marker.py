@@ -7,8 +7,9 @@ replace or remove only the files it lists, and compares its link count with the 
 only the live site can be read (a Pages artifact is built on a fresh runner).
 
 Sites published before the marker existed hold ``digests.json`` alone. Such a site is adopted when
-its ``digests.json`` is a digest cache of ours and every file in it has the path of an index page
-(``.nojekyll``, ``index.html``, ``[<world>/]simple/[<package>/]index.html``); with ``adopt``, one
+its ``digests.json`` is a digest cache of ours and every file in it has the path of an index file
+(``.nojekyll``, ``index.html``, ``wheelhouse-index.json``, ``[<world>/]simple/[<package>/]index.html``, a
+world's ``index.html``, ``wheelhouse-world.json`` and ``pylock.<project>.toml``); with ``adopt``, one
 that also holds other files is adopted too, and those files are kept. Any other ``digests.json``
 (e.g. ``{}``) proves nothing.
 """
@@ -20,14 +21,18 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ci.catalog import INDEX_RECORD, WORLD_RECORD
 from ci.errors import WheelhouseError
 from ci.index import CACHE_FILE, CACHE_VERSION, DigestCache
 
 MARKER_FILE = "wheelhouse-site.json"
 _FORMAT = "wheelhouse-site"
 _VERSION = 1
-_PAGE = re.compile(r"^(?:(?:cpu|cu\d{2,4})/torch\d+\.\d+/)?simple/(?:[a-z0-9][a-z0-9._-]*/)?index\.html$")
-_ROOT_FILES = frozenset({".nojekyll", "index.html", CACHE_FILE, MARKER_FILE})
+_WORLD = r"(?:cpu|cu\d{2,4})/torch\d+\.\d+/"
+_PAGE = re.compile(rf"^(?:{_WORLD})?simple/(?:[a-z0-9][a-z0-9._-]*/)?index\.html$"
+                   rf"|^{_WORLD}(?:index\.html|{re.escape(WORLD_RECORD)}|pylock\.[a-z0-9][a-z0-9-]*\.toml)$")
+"""A PEP 503 page, or a world's page, record or lock file (ci/catalog.py, ci/install_commands.py)."""
+_ROOT_FILES = frozenset({".nojekyll", "index.html", CACHE_FILE, MARKER_FILE, INDEX_RECORD})
 _LANDING_ROW = re.compile(r"<tr><td>[^<]*</td><td>\d+</td><td>(\d+)</td>")
 
 
@@ -84,7 +89,7 @@ def is_digest_cache(data: bytes | None) -> bool:
         DigestCache.from_json(data)
     except (ValueError, WheelhouseError):
         return False
-    return doc.get("version") == CACHE_VERSION and set(doc) <= {"version", "assets", "metadata", "sidecars"}
+    return doc.get("version") == CACHE_VERSION and set(doc) <= {"version", "assets", "metadata", "sidecars", "wheels"}
 
 
 def legacy_files(files: Iterable[str]) -> tuple[frozenset[str], tuple[str, ...]]:

@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from ci import demo
+from ci import demo, which_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,3 +29,9 @@ def test_demo_installs_from_the_index_it_wrote(tmp_path, caplog):
     # the wheel it publishes links torch: it and the index's metadata file pin the row's torch line
     (sidecar,) = (releases[0] / "assets").glob("*.whl.metadata")
     assert "\nRequires-Dist: torch==2.13.*\n" in sidecar.read_text()
+    # which-wheel, in this interpreter (torch 2.13 CPU), finds the demo's world and its wheel in the site it wrote
+    answer = which_wheel.which_wheel(which_wheel.read_index(str(site)), which_wheel.read_environment(),
+                                     location=str(site))
+    assert answer.world.path == "cpu/torch2.13" and answer.exit_code == 0
+    assert f"  pip install --no-deps --index-url {site.as_uri()}/cpu/torch2.13/simple/ wheelhouse-fixture==0.1.0" in (
+        answer.render().splitlines())

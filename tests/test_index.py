@@ -215,10 +215,17 @@ def test_landing_page_counts_and_snippets():
     ]
     _, files = site_files(rels, base_url="http://127.0.0.1:8000/", default_world="cu130/torch2.13")
     landing = files["index.html"].decode()
-    assert "pip install --extra-index-url http://127.0.0.1:8000/cu130/torch2.13/simple/ flash-attn" in landing
+    # pip: torch, then our wheel from our index alone, then its other dependencies (never --extra-index-url)
+    assert ("<pre>pip install --index-url https://download.pytorch.org/whl/cu130 &#x27;torch==2.13.*&#x27;\n"
+            "pip install --no-deps --index-url http://127.0.0.1:8000/cu130/torch2.13/simple/ flash-attn==2.8.3\n"
+            "pip install flash-attn==2.8.3</pre>") in landing
+    assert "--extra-index-url" not in landing
+    assert ("<pre>uv pip install --index http://127.0.0.1:8000/cu130/torch2.13/simple/ --index "
+            "https://download.pytorch.org/whl/cu130 flash-attn==2.8.3</pre>") in landing
     assert "[[tool.uv.index]]" in landing and "explicit = true" in landing and "[tool.uv.sources]" in landing
     assert "url = &quot;http://127.0.0.1:8000/cu129/torch2.13/simple/&quot;" in landing
     assert "apex = { index = &quot;wheelhouse-cu129-torch2.13&quot; }" in landing
+    assert "torch = { index = &quot;pytorch-cu129&quot; }" in landing
     assert "<td>cu129/torch2.13</td><td>2</td><td>2</td>" in landing
     assert "cu130/torch2.13 (also served at /simple/)</td><td>1</td>" in landing
     assert files[".nojekyll"] == b""
@@ -257,7 +264,7 @@ def _assert_refused(name: str, url: str | None = None):
     body = b"".join(files.values())
     if url is None:
         assert name.encode() not in body
-    assert sorted(f for f in files if f.endswith("/index.html")) == [
+    assert sorted(f for f in files if f.endswith("/index.html") and "/simple/" in f) == [
         "cu130/torch2.13/simple/index.html",
         "cu130/torch2.13/simple/ok/index.html",
     ]

@@ -27,6 +27,9 @@ from ci.store.model import Asset, Release
 BASE = "https://owner.github.io/repo"
 DL = "https://example.invalid/releases/download"
 DEFAULT = "cu130/torch2.13"
+CU129_CHANGED = ("cu129/torch2.13/index.html", "cu129/torch2.13/pylock.flash-attn.toml",
+                 "cu129/torch2.13/simple/flash-attn/index.html", "cu129/torch2.13/wheelhouse-world.json")
+"""What one more wheel in cu129/torch2.13 changes there: its package page, the world's page, record and lock."""
 
 
 def _asset(tag: str, name: str, *, digest: bool = True, aid: int = 1) -> Asset:
@@ -111,7 +114,7 @@ def test_git_change_in_one_world_touches_only_that_world(bare):
     assert outcome.result.commit and _count(remote) == 2
     changed = git("--git-dir", str(remote), "diff", "--name-only", "gh-pages~1", "gh-pages").split()
     # the package page of that world, and the landing page and the marker whose link counts moved
-    assert changed == ["cu129/torch2.13/simple/flash-attn/index.html", "index.html", MARKER_FILE]
+    assert changed == [*CU129_CHANGED, "index.html", MARKER_FILE]
 
 
 def test_git_dry_run_reports_and_writes_nothing(bare):
@@ -119,7 +122,7 @@ def test_git_dry_run_reports_and_writes_nothing(bare):
     _publish_git(url, releases())
     plan = _publish_git(url, releases(extra_cu129=True), dry_run=True)
     assert plan.result.dry_run and plan.result.commit is None
-    assert plan.result.changes.changed == ("cu129/torch2.13/simple/flash-attn/index.html", "index.html", MARKER_FILE)
+    assert plan.result.changes.changed == (*CU129_CHANGED, "index.html", MARKER_FILE)
     assert plan.result.changes.added == () and plan.result.changes.removed == ()
     assert _count(remote) == 1
 
@@ -204,19 +207,20 @@ def test_directory_target_rewrites_only_changed_files(tmp_path):
     plan = publish_index(
         releases(extra_cu129=True), DirectoryTarget(dest), base_url=dest.as_uri(), default_world=DEFAULT, dry_run=True
     )
-    assert set(plan.result.changes.changed) == {"cu129/torch2.13/simple/flash-attn/index.html", "index.html",
-                                                MARKER_FILE}
+    assert set(plan.result.changes.changed) == {*CU129_CHANGED, "index.html", MARKER_FILE}
     assert _snapshot(dest) == before
 
     publish_index(releases(extra_cu129=True), DirectoryTarget(dest), base_url=dest.as_uri(), default_world=DEFAULT)
     after = _snapshot(dest)
     touched = {rel for rel in before if after[rel] != before[rel]}
-    assert touched == {"cu129/torch2.13/simple/flash-attn/index.html", "index.html", MARKER_FILE}
+    assert touched == {*CU129_CHANGED, "index.html", MARKER_FILE}
 
-    # a world that disappears is removed, with its empty directories
+    # a world that disappears stays, archived (PEP 792): its pages without links, its lock files gone
     publish_index(releases()[:1], DirectoryTarget(dest), base_url=dest.as_uri(), default_world=DEFAULT,
                   allow_shrink=True)
-    assert not (dest / "cu129").exists()
+    archived = (dest / "cu129" / "torch2.13" / "simple" / "flash-attn" / "index.html").read_text()
+    assert '<meta name="pypi:project-status" content="archived">' in archived and "<a " not in archived
+    assert not (dest / "cu129" / "torch2.13" / "pylock.flash-attn.toml").exists()
 
 
 def test_artifact_target_swaps_whole_tree_and_keeps_unchanged_files(tmp_path):
@@ -235,7 +239,7 @@ def test_artifact_target_swaps_whole_tree_and_keeps_unchanged_files(tmp_path):
     touched = {rel for rel in before if after[rel] != before[rel]}
     assert (
         touched == set(changed.result.changes.changed)
-        == {"cu129/torch2.13/simple/flash-attn/index.html", "index.html", MARKER_FILE}
+        == {*CU129_CHANGED, "index.html", MARKER_FILE}
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["_site"]  # no staging or backup left behind
 

@@ -134,7 +134,8 @@ def test_an_index_that_loses_most_links_needs_allow_shrink(tmp_path: Path) -> No
     assert page.read_bytes() == before
     result = _invoke("publish-index", "--store", str(store.root), "--out", str(site), "--allow-shrink")
     assert result.returncode == 0, result.stderr
-    assert not page.exists()
+    # the world and its component stay on the site, archived (PEP 792), without a link
+    assert '<meta name="pypi:project-status" content="archived">' in page.read_text() and "<a " not in page.read_text()
 
 
 def _releases(prefix: str, n: int) -> list[Release]:
@@ -218,13 +219,15 @@ def test_a_stray_digests_json_does_not_make_a_directory_ours(tmp_path: Path) -> 
 
 
 def test_a_publish_removes_only_files_an_earlier_publish_wrote(tmp_path: Path) -> None:
-    """A nested .git, and any file the marker does not list, stay; a removed world's pages go."""
+    """A nested .git, and any file the marker does not list, stay; a removed world's lock file goes (its pages
+    stay, archived)."""
     store = _store_with_one_wheel(tmp_path / "store", tmp_path)
     site = tmp_path / "site"
     assert _invoke("publish-index", "--store", str(store.root), "--out", str(site)).returncode == 0
     marker = json.loads((site / "wheelhouse-site.json").read_text())
     assert marker["store"] == str(store.root) and marker["links"] == 1
     assert sorted(marker["files"]) == sorted(set(_tree(site)) - {"wheelhouse-site.json"})
+    assert (site / WORLD / "pylock.wheelhouse-fixture.toml").is_file()
     mine = {"docs/.git/config": b"[core]\n", "docs/notes.md": b"notes\n", "CNAME": b"wheels.example\n",
             f"{WORLD}/simple/README.txt": b"mine\n"}
     for rel, data in mine.items():
@@ -235,7 +238,8 @@ def test_a_publish_removes_only_files_an_earlier_publish_wrote(tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     left = _tree(site)
     assert {rel: left.get(rel) for rel in mine} == mine
-    assert not (site / WORLD / "simple" / "wheelhouse-fixture").exists()
+    assert not (site / WORLD / "pylock.wheelhouse-fixture.toml").exists()
+    assert "<a " not in (site / WORLD / "simple" / "wheelhouse-fixture" / "index.html").read_text()
     assert json.loads((site / "wheelhouse-site.json").read_text())["links"] == 0
 
 

@@ -37,7 +37,8 @@
 # mirror in .device/mirror (tests/gpu/make_source_bundles.py), which git's own
 # url.<mirror>.insteadOf puts in GitHub's place. Each is built, its cubins
 # listed, the ten slowest steps of its ninja logs printed, released, indexed
-# and installed from the index; then tests/gpu/test_upstream_kernels.py and
+# and installed from the index (after publish-index, `invoke which-wheel --index $WORK/store/site` with
+# the machine's torch writes $RESULTS/which-wheel.txt); then tests/gpu/test_upstream_kernels.py and
 # test_transformer_engine.py and test_apex_deep_ep.py compare their kernels with references
 # (tests/gpu/test_pure_python.py checks what a pure-Python one installed).
 # Sdist sources (flashinfer's) are carried in .device/sdists/.
@@ -232,6 +233,12 @@ if [[ "$MODE" == upstream ]]; then
         "$PY" -m invoke release --component "$component" --python 3.12 --torch 2.11.0 --arch x86_64 --dist "$DIST"
     done
     "$PY" -m invoke publish-index
+    # which world and wheels fit this machine (its torch 2.11.0+cu130, its GPU's sm_90), read from the index
+    # just published: the records its fatbin scans wrote; exit 1 names a component that does not fit
+    which_status=0
+    "$PY" -m invoke which-wheel --index "$WORK/store/site" >"$RESULTS/which-wheel.txt" 2>&1 || which_status=$?
+    echo "which-wheel exit status: $which_status" >>"$RESULTS/which-wheel.txt"
+    cat "$RESULTS/which-wheel.txt"
     INDEX="file://$WORK/store/site/$WORLD/simple/"
     # shellcheck disable=SC2046,SC2086 # one package name per wheel
     env -u PIP_NO_INDEX -u PIP_FIND_LINKS "$PY" -m pip install --no-deps --target "$WORK/clean" \

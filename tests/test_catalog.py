@@ -1,0 +1,105 @@
+"""The catalog behind the pages and records: statuses from versions.yaml and the earlier publish, torch
+indexes, wheel facts kept in digests.json, and which GPUs a wheel's device code runs on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from index_helpers import wheel_bytes
+from test_index import BASE, DL, MemoryFetch, meta_bytes, sha, wheel_asset
+
+from ci.catalog import DEPRECATED, INDEX_RECORD, WORLD_RECORD, Context, Previous, Status, parse_previous
+from ci.errors import WheelhouseError
+from ci.index import CACHE_FILE, DigestCache, site_files
+from ci.pages import DirectoryTarget, context_of, publish_index
+from ci.store.model import Asset, Release
+from ci.versions import REPO_ROOT, load
+from ci.wheel_facts import WheelFacts
+from ci.wheels.archs import CudaArch, parse_arch_list
+from ci.which_wheel import _runs_on
+
+TITLE = "comp v1 - cu13.0.2 py3.11 torch2.13.0"
+
+
+def _release(tag: str = "t", title: str = TITLE, name: str = "comp-1.0-py3-none-any.whl") -> Release:
+    return Release(tag, title, assets=(wheel_asset(name, tag),))
+
+
+def test_a_world_and_a_project_versions_yaml_no_longer_builds_are_deprecated():
+    context = Context(current_worlds=frozenset({"cu129/torch2.13"}), current_projects=frozenset({"other"}))
+    _, files = site_files([_release()], base_url=BASE, default_world=None, context=context)
+    record = json.loads(files[f"cu130/torch2.13/{WORLD_RECORD}"])
+    assert record["status"] == DEPRECATED and "no build_matrix row" in record["status_reason"]
+    assert record["projects"][0]["status"] == DEPRECATED
+    page = files["cu130/torch2.13/simple/comp/index.html"].decode()
+    assert '<meta name="pypi:project-status" content="deprecated">' in page and "<a href=" in page  # still served
+    assert "The world cu130/torch2.13 is deprecated" in files["cu130/torch2.13/index.html"].decode()
+
+
+def test_an_archived_project_comes_back_active_when_a_release_holds_it_again():
+    previous = Previous({"cu130/torch2.13": Status()}, {"cu130/torch2.13": {"comp": Status("archived", "gone")}})
+    _, files = site_files([_release()], base_url=BASE, default_world=None, context=Context(previous=previous))
+    assert json.loads(files[INDEX_RECORD])["worlds"][0]["projects"] == [
+        {"name": "comp", "status": "active", "status_reason": ""}]
+
+
+def test_the_fixture_worlds_torch_comes_from_the_installers_own_index():
+    """torch_index: default (the demo's world): the torch step names no index, and uv gets ours only."""
+    context = context_of(load(REPO_ROOT / "tests" / "fixtures" / "versions.yaml"))
+    assert context.torch_indexes == {"cpu/torch2.13": None} and context.current_projects == {"wheelhouse-fixture"}
+    rel = _release("f", "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0", "wheelhouse_fixture-0.1.0-py3-none-any.whl")
+    _, files = site_files([rel], base_url=BASE, default_world=None, context=context)
+    page = files["cpu/torch2.13/index.html"].decode()
+    assert "<pre>pip install &#x27;torch==2.13.*&#x27;\npip install --no-deps --index-url " in page
+    assert f"<pre>uv pip install --index {BASE}/cpu/torch2.13/simple/ wheelhouse-fixture==0.1.0</pre>" in page
+    assert json.loads(files[INDEX_RECORD])["worlds"][0]["torch_index"] is None
+
+
+def test_a_cache_from_before_the_wheel_facts_downloads_each_wheel_once_more_then_never():
+    meta = meta_bytes("pkg", "1.0")
+    data = wheel_bytes("pkg-1.0-py3-none-any.whl", meta)
+    whl = Asset("pkg-1.0-py3-none-any.whl", len(data), f"{DL}/t/pkg-1.0-py3-none-any.whl", f"sha256:{sha(data)}", id=1)
+    side = Asset(whl.name + ".metadata", len(meta), whl.url + ".metadata", f"sha256:{sha(meta)}", id=2)
+    release = Release("t", TITLE, assets=(whl, side))
+    old = {"version": 1, "assets": {}, "metadata": {sha(meta): {"name": "pkg", "version": "1.0", "requires_python": None}},
+           "sidecars": {sha(data): sha(meta)}}  # what a publish wrote before the facts existed
+    fetch = MemoryFetch({whl.url: data, side.url: meta})
+    _, files = site_files([release], base_url=BASE, default_world=None, fetch=fetch,
+                          cache=DigestCache.from_json(json.dumps(old)))
+    assert fetch.calls == [whl.name]
+    facts = json.loads(files[CACHE_FILE])["wheels"][sha(data)]
+    assert facts["archs_known"] is False and facts["torch_pin"] is None  # no SBOM: not recorded, and said so
+    again = MemoryFetch({whl.url: data, side.url: meta})
+    site_files([release], base_url=BASE, default_world=None, fetch=again, cache=DigestCache.from_json(files[CACHE_FILE]))
+    assert again.calls == []
+
+
+def test_an_earlier_record_that_is_not_ours_is_a_warning_and_the_site_is_published(tmp_path):
+    site = tmp_path / "site"
+    publish_index([_release()], DirectoryTarget(site), base_url=BASE, default_world=None)
+    (site / INDEX_RECORD).write_text('{"format": "something else"}')
+    outcome = publish_index([_release()], DirectoryTarget(site), base_url=BASE, default_world=None)
+    assert any(f"{INDEX_RECORD} of directory" in w and "is not an index record this tool wrote" in w
+               for w in outcome.warnings), outcome.warnings
+    assert json.loads((site / INDEX_RECORD).read_text())["format"] == "wheelhouse-index"
+    with pytest.raises(WheelhouseError, match="not carried over"):
+        parse_previous(b"[]", source="x")
+
+
+def _facts(cubins: str = "", ptx: str = "") -> WheelFacts:
+    return WheelFacts(True, parse_arch_list(cubins).archs, parse_arch_list(ptx).archs)
+
+
+@pytest.mark.parametrize(("facts", "gpu", "runs"), [
+    (_facts("8.0;9.0"), CudaArch(8, 6), True),  # same major, a higher minor runs the older cubin
+    (_facts("8.0;9.0"), CudaArch(12, 0), False),
+    (_facts("9.0a"), CudaArch(9, 0), True),
+    (_facts("10.0a"), CudaArch(10, 3), False),  # arch-specific: only its own arch
+    (_facts("10.0f"), CudaArch(10, 3), True),  # family: the higher minors of its major
+    (_facts("8.0", ptx="9.0"), CudaArch(12, 0), True),  # PTX the driver compiles for a newer GPU
+    (_facts("8.0", ptx="9.0a"), CudaArch(12, 0), False),
+    (_facts("9.0", ptx="10.0"), CudaArch(8, 9), False),  # PTX does not run on an older GPU
+])
+def test_which_gpus_a_wheels_device_code_runs_on(facts, gpu, runs):
+    assert _runs_on(facts, gpu) is runs
