@@ -117,11 +117,16 @@ def reports_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 
 
 def _write_github_output(entries: list[dict[str, Any]]) -> None:
-    """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool>."""
+    """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool>, then the shard jobs'
+    shards=<json> and has_shards=<bool> (ci/shards.py: one entry per shard of each row split into several)."""
+    from ci import shards
+
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
         raise Exit("error: --github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)", code=2)
+    split = shards.matrix_entries(entries)
     text = f"matrix={json.dumps(entries, separators=(',', ':'))}\nhas_builds={'true' if entries else 'false'}\n"
+    text += f"shards={json.dumps(split, separators=(',', ':'))}\nhas_shards={'true' if split else 'false'}\n"
     _write_text(Path(target), text, "$GITHUB_OUTPUT", append=True)
 
 
@@ -149,7 +154,8 @@ def _write_text(path: Path, text: str, what: str, *, append: bool = False) -> No
         "python": "X.Y (default: all)",
         "torch": "torch version (default: all)",
         "json": "print the rows as a JSON list (the GitHub Actions matrix)",
-        "github_output": "append matrix=<json> and has_builds=<bool> to $GITHUB_OUTPUT",
+        "github_output": "append matrix=<json>, has_builds=<bool>, shards=<json> and has_shards=<bool> to "
+                         "$GITHUB_OUTPUT",
     }
 )
 @reports_errors
@@ -400,6 +406,46 @@ def _check_index_options(store: str | None, *, out: str | None, pages_artifact: 
         check_world(default_world)
     if not named and _env(store).github_repo:
         raise UsageError(missing_target)
+
+
+@task(
+    help={
+        "component": "component whose row to assemble (required)",
+        "python": "the row's Python (X.Y)",
+        "torch": "the row's torch version",
+        "arch": "the row's arch (default: this machine's)",
+        "dist": "where the shards are (<dist>/<world>/shards/<release tag>-<arch>/) and the wheels go (default: dist/)",
+        "shards": "take the shards from this directory instead",
+        "reuse_env": "build in the current interpreter (verified), as the build session's --reuse-env",
+        "source": "a local checkout instead of the ref, as the build session's --source",
+    }
+)
+@reports_errors
+def assemble_shards(c: Context, component: str | None = None, python: str | None = None, torch: str | None = None,
+                    arch: str | None = None, dist: str = "dist", shards: str | None = None, reuse_env: bool = False,
+                    source: str | None = None) -> None:
+    """Assemble a row's wheels from every shard of it (nox -s build-... -- --shard I/N), check them, and put them
+    in dist/<world>/ with their .metadata and build record, as a build does."""
+    from ci import build
+
+    if not component:
+        raise Exit("error: assemble-shards: name --component C (invoke matrix lists the components)", code=2)
+    env = _env()
+    versions = load(env.versions_path)
+    row = _release_row(versions, component, python, torch, arch)
+    dist_root = Path(dist).resolve()
+    checkout = Path(source).resolve() if source else None
+    if checkout is not None and not checkout.is_dir():
+        raise UsageError(f"--source {source}: not a directory; pass the path of a source checkout")
+    options = build.BuildOptions(
+        cache_dir=env.cache_dir, dist_root=dist_root, reuse_env=reuse_env, source=checkout,
+        torch_index=env.torch_index, max_jobs=env.max_jobs,
+        assemble=Path(shards).resolve() if shards else build.shard_directory(row, dist_root),
+    )
+    result = build.run(versions, row, options)
+    for wheel in result.wheels:
+        print(f"built {wheel}")
+    print(f"build record {result.record}")
 
 
 @task(help={"check": "change nothing; list the files that differ from versions.yaml and fail if any do"})
