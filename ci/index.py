@@ -66,6 +66,9 @@ Provenance
     point to a PEP 740 provenance object of signed attestation bundles, and our statement is unsigned
     (GitHub's attestation store holds the signed one); a client that reads ``data-provenance`` would
     be promised a format it cannot read.
+Rehosted wheels
+    A wheel of a project its component rehosts (versions.yaml ``rehost``: upstream's wheel, downloaded and
+    checked, not built from the sources) carries ``data-wheelhouse-rehosted="upstream"``.
 Yanking (PEP 592)
     ``yanked`` maps a wheel filename to a reason (``""`` for none); listed files
     get ``data-yanked``. A name in the list that no index holds gives a warning.
@@ -327,6 +330,8 @@ class IndexLink(NamedTuple):
     """None: not yanked; otherwise the reason (may be empty)."""
     provenance: str | None = None
     """The URL of the release's provenance statement that names this wheel."""
+    rehosted: bool = False
+    """Upstream's wheel, rehosted unchanged (versions.yaml ``rehost``), not built from the sources."""
 
 
 @dataclass(frozen=True)
@@ -371,6 +376,7 @@ class _Candidate(NamedTuple):
     sidecar: Asset | None
     torch: str
     statement: Asset | None = None
+    rehosted: bool = False
 
 
 class _Builder:
@@ -666,17 +672,19 @@ def build_site(
     cache: DigestCache | None = None,
     yanked: Mapping[str, str] | None = None,
     projects: Mapping[str, frozenset[str]] | None = None,
+    rehosted: Mapping[str, frozenset[str]] | None = None,
 ) -> Site:
     """The index model of ``releases`` (the module docstring states the rules).
 
     ``cache`` is read and updated in place; write ``cache.to_json()`` next to
     the site so that the next run does not download anything again. ``projects``
-    maps each component to the projects it publishes (see "Projects").
+    maps each component to the projects it publishes (see "Projects"); ``rehosted`` to those it rehosts
+    from upstream, whose links say so (``data-wheelhouse-rehosted="upstream"``).
     """
     if default_world is not None:
         check_world(default_world)
     builder = _Builder(fetch, cache if cache is not None else DigestCache())
-    return _build_site(builder, releases, default_world, dict(yanked or {}), projects)
+    return _build_site(builder, releases, default_world, dict(yanked or {}), projects, rehosted or {})
 
 
 def _build_site(  # noqa: C901 - three passes whose rules interact; the module docstring is their spec
@@ -685,6 +693,7 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
     default_world: str | None,
     yanked: dict[str, str],
     projects: Mapping[str, frozenset[str]] | None,
+    rehosted: Mapping[str, frozenset[str]],
 ) -> Site:
 
     chosen: dict[tuple[str, str], _Candidate] = {}
@@ -724,7 +733,8 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
             if statement is not None and _url_problem(statement.url):  # the same URL rule as a wheel's link
                 statement = None
             for world in derived.worlds:
-                candidate = _Candidate(world, package, release, wheel, sidecar, derived.torch[world], statement)
+                candidate = _Candidate(world, package, release, wheel, sidecar, derived.torch[world], statement,
+                                       package in rehosted.get(derived.component, ()))
                 key = (world, wheel.name)
                 previous = chosen.get(key)
                 if previous is None:
@@ -759,6 +769,7 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
             meta.requires_python if meta is not None else None,
             yanked.get(filename),
             cand.statement.url if cand.statement is not None else None,
+            cand.rehosted,
         )
         packages.setdefault(world, {}).setdefault(cand.package, []).append(link)
 
@@ -818,6 +829,8 @@ def _link_html(link: IndexLink) -> str:
         rendered += ' data-yanked="' + _esc(link.yanked) + '"'
     if link.provenance:
         rendered += ' data-wheelhouse-provenance="' + _esc(link.provenance) + '"'
+    if link.rehosted:
+        rendered += ' data-wheelhouse-rehosted="upstream"'
     return "<a " + rendered + ">" + _esc(link.filename) + "</a><br>"
 
 
@@ -969,13 +982,14 @@ def site_files(
     yanked: Mapping[str, str] | None = None,
     site_name: str = "wheelhouse",
     projects: Mapping[str, frozenset[str]] | None = None,
+    rehosted: Mapping[str, frozenset[str]] | None = None,
 ) -> tuple[Site, dict[str, bytes]]:
     """The model and every file of the site, including ``digests.json``."""
     base_url = check_base_url(base_url)
     cache = cache if cache is not None else DigestCache()
     with _cyclic_gc_paused():
         site = build_site(releases, default_world=default_world, fetch=fetch, cache=cache, yanked=yanked,
-                          projects=projects)
+                          projects=projects, rehosted=rehosted)
         files = render_site(site, base_url=base_url, site_name=site_name)
     files[CACHE_FILE] = cache.to_json()
     return site, dict(sorted(files.items()))

@@ -690,6 +690,8 @@ class IndexWhere:
     base_url: str
     default_world: str | None
     projects: Mapping[str, frozenset[str]] | None = None
+    rehosted: Mapping[str, frozenset[str]] | None = None
+    """What each component rehosts from upstream (:func:`ci.wheel_packages.rehosted_by_component`)."""
 
 
 def index_where(store: ReleaseStore, versions: Versions, *, github_repo: str | None, chosen_world: str | None = None,
@@ -704,7 +706,8 @@ def index_where(store: ReleaseStore, versions: Versions, *, github_repo: str | N
         raise UsageError(f"{store.description} keeps no site of its own: name where the index goes (--out, "
                          "--pages-artifact or --push-branch)")
     target, url = found
-    return IndexWhere(target, url, default_world(versions, chosen_world), wheel_packages.by_component(versions))
+    return IndexWhere(target, url, default_world(versions, chosen_world), wheel_packages.by_component(versions),
+                      wheel_packages.rehosted_by_component(versions))
 
 
 def publish(store: ReleaseStore, where: IndexWhere, *, releases: Iterable[Release] | None = None,
@@ -722,7 +725,8 @@ def publish(store: ReleaseStore, where: IndexWhere, *, releases: Iterable[Releas
         return publish_index(store.list_releases() if releases is None else releases, target,
                              base_url=where.base_url, default_world=where.default_world, fetch=store.fetch,
                              dry_run=dry_run, allow_shrink=allow_shrink, store=store.description, live=live,
-                             force=force, shrink_flag=shrink_flag, projects=where.projects)
+                             force=force, shrink_flag=shrink_flag, projects=where.projects,
+                             rehosted=where.rehosted)
     finally:
         target.close()
 
@@ -744,6 +748,7 @@ def publish_index(
     force: bool = False,
     shrink_flag: str = "--allow-shrink",
     projects: Mapping[str, frozenset[str]] | None = None,
+    rehosted: Mapping[str, frozenset[str]] | None = None,
 ) -> PublishOutcome:
     """Build the index of ``releases`` in memory and publish it, with its marker, to ``target``.
 
@@ -780,6 +785,7 @@ def publish_index(
         yanked=yanked,
         site_name=site_name,
         projects=projects,
+        rehosted=rehosted,
     )
     links = _wheel_links(files)
     files[MARKER_FILE] = SiteMarker(store, len(links), frozenset(files)).to_json()
