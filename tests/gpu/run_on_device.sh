@@ -19,6 +19,9 @@
 #      missing symbol) and imported (undefined symbol); the wheel built here
 #      passes both
 #
+#   run_on_device.sh jit-cache  flashinfer-jit-cache built here for sm_90a (a subset, two shards),
+#                               installed from our index, a kernel loaded from it with nothing
+#                               compiled (tests/gpu/flashinfer_jit_cache.sh says each step)
 #   run_on_device.sh two-venv-paths   only the compiler-cache figure (below)
 #   run_on_device.sh rebuild    each WHEELHOUSE_DEVICE_UPSTREAM component (default here:
 #                               fast-hadamard-transform flash-mla) built twice by
@@ -142,6 +145,13 @@ if [[ "$MODE" == rebuild ]]; then
     step "done"
     cat "$RESULTS/timings.txt"
     exit "$differ"
+fi
+
+if [[ "$MODE" == jit-cache ]]; then
+    use_mirror
+    # shellcheck source=tests/gpu/flashinfer_jit_cache.sh
+    source "$ROOT/tests/gpu/flashinfer_jit_cache.sh"
+    exit 0
 fi
 
 if [[ "$MODE" == upstream ]]; then
