@@ -24,7 +24,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import build, credentials, log, matrix, naming, rebuild
+from ci import build, credentials, log, matrix, naming, rebuild, shards
 from ci.environment import Environment, on_github_actions
 from ci.errors import WheelhouseError
 from ci.versions import load
@@ -73,6 +73,9 @@ def _build_parser(name: str) -> argparse.ArgumentParser:
     parser.add_argument("--torch", help="torch version, when the matrix has several for this Python")
     parser.add_argument("--no-checks", action="store_true", help="skip the wheel checks (never for publishing)")
     parser.add_argument("--dist", type=Path, default=Path("dist"), help="where checked wheels land (default: dist/)")
+    parser.add_argument("--shard", metavar="I/N",
+                        help="build only shard I of N of the row's modules (ci/shards.py); it goes to "
+                             "dist/<world>/shards/, and `invoke assemble-shards` makes the wheel from all of them")
     return parser
 
 
@@ -97,9 +100,10 @@ def _row_and_options(name: str, component: str, python: str,
 
 
 def _options(args: argparse.Namespace) -> build.BuildOptions:
+    shard = shards.ShardSpec.parse(args.shard) if getattr(args, "shard", None) else None
     return build.BuildOptions(
         cache_dir=ENV.cache_dir, dist_root=args.dist.resolve(), reuse_env=args.reuse_env, source=args.source,
-        torch_index=ENV.torch_index, run_checks=not args.no_checks, max_jobs=ENV.max_jobs,
+        torch_index=ENV.torch_index, run_checks=not args.no_checks, max_jobs=ENV.max_jobs, shard=shard,
     )
 
 
@@ -119,6 +123,9 @@ def _register_build(component: str, python: str) -> None:
             _fail(session, error)
         except WheelhouseError as error:
             _fail(session, error)
+        if options.shard is not None:
+            session.log(f"shard {options.shard} of {row.label}: {result.record}")
+            return
         for wheel in result.wheels:
             session.log(f"built {wheel}")
         session.log(f"build record {result.record}")
@@ -139,6 +146,8 @@ def _register_rebuild_check(component: str, python: str) -> None:
         args = parser.parse_args(session.posargs)
         if args.dry_run:
             session.error("rebuild-check has no --dry-run; the build session's dry run prints the plan")
+        if args.shard:
+            session.error("rebuild-check builds whole rows; --shard is the build session's")
         try:
             row, options = _row_and_options(name, component, python, args)
             work = args.work.resolve()
@@ -212,7 +221,7 @@ def lint(session: nox.Session) -> None:
     session.run(sys.executable, "-m", "mypy", external=True)  # what it checks: [tool.mypy] in pyproject.toml
     # The build helpers run under the row's interpreter, outside these packages; nvcc-arch-filter has no .py
     # suffix, so ruff only reads it when named.
-    build_python = ["build_scripts/lib/bundle_pythons.py", "build_scripts/nvcc-arch-filter",
+    build_python = [*sorted(str(p) for p in Path("build_scripts/lib").glob("*.py")), "build_scripts/nvcc-arch-filter",
                     *sorted(str(p) for p in Path("patches").glob("*.py"))]
     session.run(sys.executable, "-m", "ruff", "check", "ci", "tests", "benchmarks", "noxfile.py", "tasks.py",
                 *build_python, external=True)

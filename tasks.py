@@ -117,9 +117,12 @@ def reports_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 
 
 def _write_github_output(rows: list[MatrixRow]) -> None:
-    """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool> for every row, and
+    """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool> for every row;
     first= / rest= / has_rest= for the two build stages (ci.matrix.stages: the first Python of each compile
-    group, then the others, which start from the compiler cache it saved)."""
+    group, then the others, which start from the compiler cache it saved); and the shard jobs' shards=<json>
+    and has_shards=<bool> (ci/shards.py: one entry per shard of each row split into several)."""
+    from ci import shards
+
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
         raise Exit("error: --github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)", code=2)
@@ -128,8 +131,10 @@ def _write_github_output(rows: list[MatrixRow]) -> None:
     def entries(selected: list[MatrixRow]) -> str:
         return json.dumps([row.to_json() for row in selected], separators=(",", ":"))
 
+    split = shards.matrix_entries([row.to_json() for row in rows])
     text = (f"matrix={entries(rows)}\nhas_builds={'true' if rows else 'false'}\n"
-            f"first={entries(first)}\nrest={entries(rest)}\nhas_rest={'true' if rest else 'false'}\n")
+            f"first={entries(first)}\nrest={entries(rest)}\nhas_rest={'true' if rest else 'false'}\n"
+            f"shards={json.dumps(split, separators=(',', ':'))}\nhas_shards={'true' if split else 'false'}\n")
     _write_text(Path(target), text, "$GITHUB_OUTPUT", append=True)
 
 
@@ -157,7 +162,8 @@ def _write_text(path: Path, text: str, what: str, *, append: bool = False) -> No
         "python": "X.Y (default: all)",
         "torch": "torch version (default: all)",
         "json": "print the rows as a JSON list (the GitHub Actions matrix)",
-        "github_output": "append matrix=<json> and has_builds=<bool> to $GITHUB_OUTPUT",
+        "github_output": "append matrix=<json>, has_builds=<bool>, shards=<json> and has_shards=<bool> to "
+                         "$GITHUB_OUTPUT",
     }
 )
 @reports_errors
@@ -465,6 +471,46 @@ def device_bundle(c: Context, snapshots: str | None = None, components: str | No
         raise Exit(f"error: {error}", code=2) from None
     print(f"bundle for {', '.join(chosen)}: .device/ and .whl/")
     print(bundle.describe(parts, max_mib))
+
+
+@task(
+    help={
+        "component": "component whose row to assemble (required)",
+        "python": "the row's Python (X.Y)",
+        "torch": "the row's torch version",
+        "arch": "the row's arch (default: this machine's)",
+        "dist": "where the shards are (<dist>/<world>/shards/<release tag>-<arch>/) and the wheels go (default: dist/)",
+        "shards": "take the shards from this directory instead",
+        "reuse_env": "build in the current interpreter (verified), as the build session's --reuse-env",
+        "source": "a local checkout instead of the ref, as the build session's --source",
+    }
+)
+@reports_errors
+def assemble_shards(c: Context, component: str | None = None, python: str | None = None, torch: str | None = None,
+                    arch: str | None = None, dist: str = "dist", shards: str | None = None, reuse_env: bool = False,
+                    source: str | None = None) -> None:
+    """Assemble a row's wheels from every shard of it (nox -s build-... -- --shard I/N), check them, and put them
+    in dist/<world>/ with their .metadata and build record, as a build does."""
+    from ci import build
+
+    if not component:
+        raise Exit("error: assemble-shards: name --component C (invoke matrix lists the components)", code=2)
+    env = _env()
+    versions = load(env.versions_path)
+    row = _release_row(versions, component, python, torch, arch)
+    dist_root = Path(dist).resolve()
+    checkout = Path(source).resolve() if source else None
+    if checkout is not None and not checkout.is_dir():
+        raise UsageError(f"--source {source}: not a directory; pass the path of a source checkout")
+    options = build.BuildOptions(
+        cache_dir=env.cache_dir, dist_root=dist_root, reuse_env=reuse_env, source=checkout,
+        torch_index=env.torch_index, max_jobs=env.max_jobs,
+        assemble=Path(shards).resolve() if shards else build.shard_directory(row, dist_root),
+    )
+    result = build.run(versions, row, options)
+    for wheel in result.wheels:
+        print(f"built {wheel}")
+    print(f"build record {result.record}")
 
 
 @task(help={"check": "change nothing; list the files that differ from versions.yaml and fail if any do"})

@@ -42,18 +42,21 @@ from ci import (
     cache_log,
     credentials,
     fingerprint,
+    jit_cache,
     log,
     matrix,
     ninja_log,
     reproducible,
     sbom,
+    shard_model,
+    shards,
     sources,
     stamp,
     toolchain,
 )
 from ci.build_record import BuildRecord
 from ci.digest import sha256_file
-from ci.errors import WheelhouseError
+from ci.errors import UsageError, WheelhouseError
 from ci.manifest import WheelEntry
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT, Versions
@@ -78,6 +81,10 @@ class BuildOptions:
     run_checks: bool = True
     max_jobs: int | None = None
     """This machine's build jobs (WHEELHOUSE_MAX_JOBS), in place of the component's max_jobs."""
+    shard: shards.ShardSpec | None = None
+    """Build only this shard of the row (ci/shards.py): its modules go to dist/<world>/shards/, no wheel."""
+    assemble: Path | None = None
+    """Build the row's wheels from the shards in this directory (every one of them), compiling none."""
     environ: dict = field(default_factory=lambda: dict(os.environ), repr=False)
 
 
@@ -94,6 +101,11 @@ class BuildPlan:
     timeout_s: int
     compiler_cache: str | None
     bundle_interpreters: tuple[str, ...] = ()
+    shard: shards.ShardSpec | None = None
+    """The one shard this build compiles (--shard); it leaves no wheel."""
+    shards: str = ""
+    """How the row is split (versions.yaml's shards, this build's --shard or --assemble) and what the time model
+    says it needs; empty for a row that is not split."""
 
     def render(self) -> str:
         lines = [
@@ -111,6 +123,8 @@ class BuildPlan:
             lines.append(f"  bundle:         one wheel for Pythons {', '.join(self.row.bundle_pythons)}")
         if self.row.settings.arch_filter:
             lines.append(f"  arch filter:    nvcc compiles only {self.row.settings.torch_cuda_arch_list}")
+        if self.shards:
+            lines.append(f"  shards:         {self.shards}")
         lines.append("  environment:")
         lines += [f"    {key}={value}" for key, value in sorted(self.env.items())]
         lines.append(f"  command:        {shlex.join(self.command)}  (cwd: build dir/src, moved to "
@@ -119,6 +133,10 @@ class BuildPlan:
         checks = ["torch ABI", "Python coverage"]
         if self.row.settings.verify_wheel_archs and self.row.settings.torch_cuda_arch_list and self.row.cuda != "cpu":
             checks.append(f"CUDA archs {self.row.settings.torch_cuda_arch_list}")
+        if self.shard is not None:
+            lines.append(f"  then:           the shard's modules, each checked for a cubin of every arch it compiles for, "
+                         f"and its manifest (sha256 and compile seconds of each) to dist/{self.row.world}/shards/")
+            return log.redact("\n".join(lines))
         lines.append(f"  then:           {stamp.describe_plan(self.row)}")
         lines.append(f"                  wheel checks ({', '.join(checks)}), .metadata files, build record")
         return log.redact("\n".join(lines))  # an index URL may carry its password
@@ -135,6 +153,7 @@ def _predicted(row: MatrixRow) -> str:
 class BuildResult:
     wheels: tuple[Path, ...]
     record: Path
+    """The build record; for a shard build (no wheel), the shard's manifest."""
 
 
 def host_arch() -> str:
@@ -266,7 +285,8 @@ def _build_dir(options: BuildOptions, row: MatrixRow, config: dict) -> Path:
     build resumes only its own Python's interrupted build."""
     shared = {key: value for key, value in config.items() if key not in ("python", "pythons")}
     digest = fingerprint.fingerprint(shared)
-    return options.cache_dir / "builds" / f"{row.component}-{row.arch}-torch{row.torch}-{digest[:16]}"
+    split = f"-{options.shard.dir_name}" if options.shard is not None else ("-assembly" if options.assemble else "")
+    return options.cache_dir / "builds" / f"{row.component}-{row.arch}-torch{row.torch}-{digest[:16]}{split}"
 
 
 def _claim(build_dir: Path, row: MatrixRow) -> tuple[Path, IO[str]]:
@@ -354,6 +374,12 @@ def _contract(row: MatrixRow, python: str, dist: Path, options: BuildOptions, bu
         "PYTHONNOUSERSITE": "1",
         "PYTHONDONTWRITEBYTECODE": "1",  # a build leaves its interpreter's site-packages as they are
     }
+    if s.rehost:
+        env["REHOST_PACKAGES"] = " ".join(s.rehost)
+    if options.shard is not None:
+        env["WHEELHOUSE_SHARD"] = str(options.shard)
+    if options.assemble is not None:
+        env["WHEELHOUSE_ASSEMBLE"] = "1"
     env.update(s.extra_env)  # each key exported as itself: builders need no jq
     if bundle:
         env["WHEELHOUSE_BUNDLE_PYTHONS"] = " ".join(row.pythons)
@@ -404,7 +430,27 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
         timeout_s=parse_timeout(row.settings.build_timeout),
         compiler_cache=environment.compiler_cache,
         bundle_interpreters=bundle,
+        shard=options.shard,
+        shards=_describe_shards(row, options),
     )
+
+
+def _describe_shards(row: MatrixRow, options: BuildOptions) -> str:
+    """The plan's shards line: the split, and the time model's count from the row's recorded module times."""
+    if options.shard is None and options.assemble is None and row.settings.shards == 1:
+        return ""
+    if options.shard is not None:
+        what = f"this build compiles shard {options.shard} only; it leaves no wheel but {shard_directory(row, options.dist_root)}/"
+    elif options.assemble is not None:
+        what = f"this build assembles the wheels from every shard in {options.assemble}, compiling none"
+    else:
+        what = f"versions.yaml splits the row into {row.settings.shards} (a build without --shard compiles all of them)"
+    return f"{what}; {shard_model.plan_line(row, options.dist_root)}"
+
+
+def shard_directory(row: MatrixRow, dist_root: Path) -> Path:
+    """Where the shards of ``row`` built into ``dist_root`` go: ``dist/<world>/shards/<release tag>-<arch>``."""
+    return dist_root / row.world / "shards" / f"{row.release_tag}-{row.arch}"
 
 
 def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResult:
@@ -421,6 +467,8 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResul
 
 def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.Steps) -> BuildResult:
     index = _torch_index(row, options)
+    # an incomplete set of shards is refused before anything is installed or fetched
+    shard_set = shards.collect(options.assemble, how_to_build=_how_to_build_shard(row)) if options.assemble else None
 
     reused = " (this interpreter)" if options.reuse_env else ""
     steps.start(f"toolchain: Python {row.python}, torch {row.torch}{reused}", key="toolchain")
@@ -438,6 +486,8 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
         epoch = reproducible.source_date_epoch(checkout, options.cache_dir)  # the sources' own time
         build_dir, lock = _prepare_build_dir(options, row, checkout, config, epoch)
+        if shard_set is not None:
+            _take_shards(row, shard_set, fingerprint.fingerprint(config), build_dir / "shards")
 
         environment = builder_environment(
             versions, row, options, index=index, python=python, build_dir=build_dir,
@@ -454,7 +504,14 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         builder_environ.update(reproducible.build_variables(builder_environ, epoch=epoch, source_dir=canonical,
                                                             site_packages=sites))
         with reproducible.canonical_source(build_dir / "src", row.component, row.arch) as src:
-            wheels, cache_stats, cache_misses = _run_builder(row, environment, builder_environ, build_dir, src)
+            wheels, cache_stats, cache_misses = _run_builder(row, environment, builder_environ, build_dir, src,
+                                                             want_wheels=options.shard is None)
+        if options.shard is not None:
+            result = _place_shard(row, options.shard, build_dir / "shards", fingerprint.fingerprint(config),
+                                  steps.durations(), cache_stats, options.dist_root)
+            shutil.rmtree(build_dir, ignore_errors=True)
+            lock.close()
+            return result
         _check_projects(row, wheels)
         # what is published and checked: the torch pin and the SBOM written into each wheel
         facts = sbom.build_facts(versions, row, checkout, interpreter, builder_environ)
@@ -487,6 +544,8 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         wheels=tuple(WheelEntry(w.name, sha256_file(w), w.stat().st_size) for w in wheels),
         sbom=facts,
         ninja_steps=dict(ninja_steps),
+        # a whole build's own shard records no cache counts: this build's stand for it
+        modules=jit_cache.record_modules(build_dir / "shards", cache=cache_stats),
     )
     result = _place(row, wheels, record, options.dist_root)
     shutil.rmtree(build_dir, ignore_errors=True)
@@ -538,11 +597,11 @@ def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.
     return build_dir, lock
 
 
-def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict, build_dir: Path,
-                 src: Path) -> tuple[list[Path], dict[str, int] | None, list[str] | None]:
+def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict, build_dir: Path, src: Path, *,
+                 want_wheels: bool = True) -> tuple[list[Path], dict[str, int] | None, list[str] | None]:
     """Run build_scripts/<builder>.sh in ``src`` (the sources of ``build_dir``, moved to their canonical
     directory) under the contract; (its wheels, compiler cache counts, the translation units it could not
-    reuse)."""
+    reuse). A shard build (``want_wheels`` false) leaves its shard in ``build_dir/shards/`` instead."""
     if environment.filter_bin is not None:
         _install_arch_filter(environment.filter_bin)
     cache_tool = environment.compiler_cache
@@ -579,6 +638,8 @@ def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict
         )
     dist = build_dir / "dist"
     wheels = sorted(dist.glob("*.whl"))
+    if not want_wheels:
+        return wheels, cache_stats, cache_misses
     if not wheels:
         raise WheelhouseError(f"{row.label}: build_scripts/{row.settings.builder}.sh wrote no wheel to DIST_DIR")
     if row.settings.repair:
@@ -599,6 +660,57 @@ def _place(row: MatrixRow, wheels: list[Path], record: BuildRecord, dist_root: P
         _write_metadata(target)
     record.write(record_path)
     return BuildResult(tuple(placed), record_path)
+
+
+def _how_to_build_shard(row: MatrixRow) -> str:
+    return f"nox -s {row.session} -- --arch {row.arch} --torch {row.torch} --shard {{shard}}"
+
+
+def _take_shards(row: MatrixRow, shard_set: shards.ShardSet, own: str, target: Path) -> None:
+    """Copy (hard-link where possible) every shard into the build's ``shards/``, once they are shards of this
+    very build: the same build inputs (fingerprint) as the assembly's own."""
+    if shard_set.fingerprint != own:
+        raise UsageError(f"{row.label}: the shards in {shard_set.directory} were built from other build inputs "
+                         f"(fingerprint {str(shard_set.fingerprint)[:12]}, this build {own[:12]}): other sources, "
+                         f"settings or builder; build them again ({_how_to_build_shard(row).format(shard='I/N')})")
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for path, _manifest in shard_set.shards:
+        shutil.copytree(path, target / path.name, copy_function=_link_or_copy)
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+
+
+def _place_shard(row: MatrixRow, spec: shards.ShardSpec, built: Path, own: str, durations: dict[str, float],
+                 cache: dict[str, int] | None, dist_root: Path) -> BuildResult:
+    """Move the shard the builder left in ``built`` to dist/<world>/shards/<tag>-<arch>/, its manifest
+    completed with the build's fingerprint and durations: whole, or not at all (a partial directory is
+    renamed into place)."""
+    source = built / spec.dir_name
+    if not (source / shards.MANIFEST).is_file():
+        raise WheelhouseError(f"{row.label}: build_scripts/{row.settings.builder}.sh left no shard {spec} in {built}; "
+                              "does its builder build by shards? (versions.yaml shards: 1 builds it whole)")
+    manifest = shards.ShardManifest.read(source)
+    if manifest.spec != spec:
+        raise WheelhouseError(f"{row.label}: the builder left shard {manifest.spec}, not {spec}")
+    complete = shards.ShardManifest(spec, manifest.modules_sha256, manifest.modules, own,
+                                    {f"{phase}_s": round(seconds, 1) for phase, seconds in durations.items()},
+                                    cache)
+    complete.write(source)
+    parent = shard_directory(row, dist_root)
+    parent.mkdir(parents=True, exist_ok=True)
+    target, partial = parent / spec.dir_name, parent / f"{spec.dir_name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.move(str(source), partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    _LOG.info(f"shard {spec}: {len(manifest.modules)} modules in {target}")
+    return BuildResult((), target / shards.MANIFEST)
 
 
 def _marked_config(marker: Path) -> dict | None:

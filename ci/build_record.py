@@ -39,6 +39,8 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "compiler_cache_misses": (list, type(None)),
     "durations": (dict,), "checks": (dict,), "wheels": (list,), "sbom": (dict,), "ninja_steps": (dict,),
 }
+# Fields only some builds write: a builder that compiles modules by shards (flashinfer's jit-cache)
+_OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {"modules": (dict,)}
 _ROW_FIELDS: dict[str, tuple[type, ...]] = {
     "component": (str,), "ref": (str,), "release_tag": (str,), "arch": (str,), "cuda": (str,), "python": (str,),
     "bundle_pythons": (list,), "torch": (str,), "world": (str,), "session": (str,),
@@ -73,6 +75,8 @@ class BuildRecord:
     wheels: tuple[WheelEntry, ...]
     sbom: dict[str, Any]
     ninja_steps: dict[str, Any]
+    modules: dict[str, Any] | None = None
+    """Per-module compile seconds of a build by shards (ci/jit_cache.py ``record_modules``), else None."""
 
     @property
     def checks_passed(self) -> bool:
@@ -97,8 +101,10 @@ class BuildRecord:
         )
 
     def to_json(self) -> str:
+        optional = {"modules": self.modules} if self.modules is not None else {}
         return json.dumps(
             {
+                **optional,
                 "schema": SCHEMA,
                 "row": self.row,
                 "fingerprint": self.fingerprint,
@@ -158,6 +164,7 @@ class BuildRecord:
             wheels=tuple(WheelEntry(w["name"], w["sha256"], w["size"]) for w in raw["wheels"]),
             sbom=raw["sbom"],
             ninja_steps=raw["ninja_steps"],
+            modules=raw.get("modules"),
         )
 
 
@@ -165,7 +172,7 @@ def _problem(raw: dict[str, Any]) -> str | None:
     """What is wrong with a parsed record, naming the field; None when it is a whole record of this schema."""
     if "schema" in raw and isinstance(raw["schema"], int) and raw["schema"] != SCHEMA:
         return f"build record schema {raw['schema']!r}, but this checkout reads schema {SCHEMA}"
-    unknown = sorted(set(raw) - set(_FIELDS))
+    unknown = sorted(set(raw) - set(_FIELDS) - set(_OPTIONAL_FIELDS))
     if unknown:
         return f"build record has an unknown field {unknown[0]!r} (a newer format?)"
     # in order, each only once the one before found nothing: a later check indexes what an earlier one checked
@@ -179,7 +186,8 @@ def _problem(raw: dict[str, Any]) -> str | None:
             or _first_of(_type_problem(v, f"durations.{k}", int, float) for k, v in raw["durations"].items())
             or _checks_problem(raw["checks"])
             or _first_of(_wheel_problem(w, f"wheels[{i}]") for i, w in enumerate(raw["wheels"]))
-            or _fields_problem(raw["ninja_steps"], {"steps": (int,), "slowest": (list,)}, "ninja_steps."))
+            or _fields_problem(raw["ninja_steps"], {"steps": (int,), "slowest": (list,)}, "ninja_steps.")
+            or _first_of(_type_problem(raw[k], k, *types) for k, types in _OPTIONAL_FIELDS.items() if k in raw))
 
 
 def _first_of(problems: Iterable[str | None]) -> str | None:

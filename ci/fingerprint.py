@@ -26,7 +26,7 @@ from typing import Any
 
 from ci.digest import sha256_file
 from ci.matrix import MatrixRow
-from ci.versions import BUILD_INPUT_SETTINGS, REPO_ROOT, Versions
+from ci.versions import BUILD_INPUT_SETTINGS, REPO_ROOT, SETTING_DEFAULTS, Versions
 
 FINGERPRINT_SCHEMA = 2
 SHARED_INPUTS = ("build_scripts/lib", "build_scripts/provision", "build_scripts/nvcc-arch-filter")
@@ -46,7 +46,10 @@ def shared_inputs(repo_root: Path = REPO_ROOT) -> list[Path]:
 FILE_SETTINGS = frozenset({"patches"})
 """Build-input settings that name repository files: :func:`build_inputs` hashes each file's path and bytes, which
 is all the list says, so the settings block leaves them out."""
-UNORDERED_SETTINGS = frozenset({"wheel_packages"})
+UNORDERED_SETTINGS = frozenset({"wheel_packages", "rehost"})
+LEFT_OUT_AT_DEFAULT = frozenset({"rehost"})
+"""Build inputs added after releases were published: at their default, which is what every build before them did,
+they stay out of the settings block, so the fingerprints those releases recorded still hold."""
 """List settings whose order means nothing (which distributions a build keeps): hashed sorted."""
 
 
@@ -62,7 +65,8 @@ def _canonical(name: str, value: Any) -> Any:
 def settings_block(row: MatrixRow) -> dict[str, Any]:
     """The row's build-input settings (:data:`ci.versions.BUILD_INPUT_SETTINGS`) but those hashed as files."""
     return {name: _canonical(name, getattr(row.settings, name)) for name in BUILD_INPUT_SETTINGS
-            if name not in FILE_SETTINGS}
+            if name not in FILE_SETTINGS
+            and not (name in LEFT_OUT_AT_DEFAULT and getattr(row.settings, name) == SETTING_DEFAULTS[name])}
 
 
 def build_inputs(row: MatrixRow, repo_root: Path = REPO_ROOT) -> list[dict]:

@@ -66,6 +66,9 @@ Provenance
     point to a PEP 740 provenance object of signed attestation bundles, and our statement is unsigned
     (GitHub's attestation store holds the signed one); a client that reads ``data-provenance`` would
     be promised a format it cannot read.
+Rehosted wheels
+    A wheel of a project its component rehosts (versions.yaml ``rehost``: upstream's wheel, downloaded and
+    checked, not built from the sources) carries ``data-wheelhouse-rehosted="upstream"``.
 Yanking (PEP 592)
     ``yanked`` maps a wheel filename to a reason (``""`` for none); listed files
     get ``data-yanked``. A name in the list that no index holds gives a warning.
@@ -354,6 +357,8 @@ class IndexLink(NamedTuple):
     size: int = 0
     facts: WheelFacts | None = None
     """What the wheel says about itself (ci/wheel_facts.py); None when it was never read (no sidecar)."""
+    rehosted: bool = False
+    """Upstream's wheel, rehosted unchanged (versions.yaml ``rehost``), not built from the sources."""
 
 
 @dataclass(frozen=True)
@@ -398,6 +403,7 @@ class _Candidate(NamedTuple):
     sidecar: Asset | None
     torch: str
     statement: Asset | None = None
+    rehosted: bool = False
 
 
 class _Builder:
@@ -697,17 +703,19 @@ def build_site(
     cache: DigestCache | None = None,
     yanked: Mapping[str, str] | None = None,
     projects: Mapping[str, frozenset[str]] | None = None,
+    rehosted: Mapping[str, frozenset[str]] | None = None,
 ) -> Site:
     """The index model of ``releases`` (the module docstring states the rules).
 
     ``cache`` is read and updated in place; write ``cache.to_json()`` next to
     the site so that the next run does not download anything again. ``projects``
-    maps each component to the projects it publishes (see "Projects").
+    maps each component to the projects it publishes (see "Projects"); ``rehosted`` to those it rehosts
+    from upstream, whose links say so (``data-wheelhouse-rehosted="upstream"``).
     """
     if default_world is not None:
         check_world(default_world)
     builder = _Builder(fetch, cache if cache is not None else DigestCache())
-    return _build_site(builder, releases, default_world, dict(yanked or {}), projects)
+    return _build_site(builder, releases, default_world, dict(yanked or {}), projects, rehosted or {})
 
 
 def _build_site(  # noqa: C901 - three passes whose rules interact; the module docstring is their spec
@@ -716,6 +724,7 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
     default_world: str | None,
     yanked: dict[str, str],
     projects: Mapping[str, frozenset[str]] | None,
+    rehosted: Mapping[str, frozenset[str]],
 ) -> Site:
 
     chosen: dict[tuple[str, str], _Candidate] = {}
@@ -755,7 +764,8 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
             if statement is not None and _url_problem(statement.url):  # the same URL rule as a wheel's link
                 statement = None
             for world in derived.worlds:
-                candidate = _Candidate(world, package, release, wheel, sidecar, derived.torch[world], statement)
+                candidate = _Candidate(world, package, release, wheel, sidecar, derived.torch[world], statement,
+                                       package in rehosted.get(derived.component, ()))
                 key = (world, wheel.name)
                 previous = chosen.get(key)
                 if previous is None:
@@ -792,6 +802,7 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
             cand.statement.url if cand.statement is not None else None,
             cand.wheel.size,
             builder.cache.wheel_facts(sha) if sha is not None else None,
+            cand.rehosted,
         )
         packages.setdefault(world, {}).setdefault(cand.package, []).append(link)
 
@@ -858,6 +869,8 @@ def _link_html(link: IndexLink) -> str:
         rendered += ' data-yanked="' + _esc(link.yanked) + '"'
     if link.provenance:
         rendered += ' data-wheelhouse-provenance="' + _esc(link.provenance) + '"'
+    if link.rehosted:
+        rendered += ' data-wheelhouse-rehosted="upstream"'
     return "<a " + rendered + ">" + _esc(link.filename) + "</a><br>"
 
 
@@ -996,6 +1009,7 @@ def site_files(
     site_name: str = "wheelhouse",
     projects: Mapping[str, frozenset[str]] | None = None,
     context: Context | None = None,
+    rehosted: Mapping[str, frozenset[str]] | None = None,
 ) -> tuple[Site, dict[str, bytes]]:
     """The model and every file of the site, including ``digests.json``; ``context``: what versions.yaml and
     the earlier publish say about worlds and projects (ci/catalog.py)."""
@@ -1003,7 +1017,7 @@ def site_files(
     cache = cache if cache is not None else DigestCache()
     with _cyclic_gc_paused():
         site = build_site(releases, default_world=default_world, fetch=fetch, cache=cache, yanked=yanked,
-                          projects=projects)
+                          projects=projects, rehosted=rehosted)
         files = render_site(site, base_url=base_url, site_name=site_name, context=context)
     files[CACHE_FILE] = cache.to_json()
     return site, dict(sorted(files.items()))

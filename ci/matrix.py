@@ -87,6 +87,7 @@ class MatrixRow:
             "max_jobs": s.max_jobs,
             "build_timeout": s.build_timeout,
             "job_timeout_minutes": s.job_timeout_minutes,
+            "shards": s.shards,
             "wheel_packages": list(s.wheel_packages),
             "extra_env": json.dumps(dict(s.extra_env), sort_keys=True),
         }

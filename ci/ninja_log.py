@@ -43,6 +43,19 @@ def step_seconds(log: Path) -> dict[str, float]:
     return steps
 
 
+def seconds_by_directory(log: Path) -> dict[str, float]:
+    """Seconds per directory of outputs in one ninja log: each step's (its last run) under the name of the
+    directory its output is in. flashinfer's ahead-of-time build writes each module's objects and shared
+    object into a directory named after the module (``cached_ops/<module>/``), so this is each module's
+    compile time: the sum of its steps, as one core spends it."""
+    totals: dict[str, float] = {}
+    for output, seconds in step_seconds(log).items():
+        directory = Path(output).parent.name
+        if directory:
+            totals[directory] = round(totals.get(directory, 0.0) + seconds, 3)
+    return totals
+
+
 def slowest_steps(root: Path, limit: int = 10) -> Steps:
     """The ``limit`` longest steps of every ninja log under ``root``, longest first, with the total count.
 

@@ -695,6 +695,8 @@ class IndexWhere:
     default_world: str | None
     projects: Mapping[str, frozenset[str]] | None = None
     context: Context | None = None
+    rehosted: Mapping[str, frozenset[str]] | None = None
+    """What each component rehosts from upstream (:func:`ci.wheel_packages.rehosted_by_component`)."""
 
 
 def context_of(versions: Versions) -> Context:
@@ -721,7 +723,7 @@ def index_where(store: ReleaseStore, versions: Versions, *, github_repo: str | N
                          "--pages-artifact or --push-branch)")
     target, url = found
     return IndexWhere(target, url, default_world(versions, chosen_world), wheel_packages.by_component(versions),
-                      context_of(versions))
+                      context_of(versions), wheel_packages.rehosted_by_component(versions))
 
 
 def publish(store: ReleaseStore, where: IndexWhere, *, releases: Iterable[Release] | None = None,
@@ -739,7 +741,8 @@ def publish(store: ReleaseStore, where: IndexWhere, *, releases: Iterable[Releas
         return publish_index(store.list_releases() if releases is None else releases, target,
                              base_url=where.base_url, default_world=where.default_world, fetch=store.fetch,
                              dry_run=dry_run, allow_shrink=allow_shrink, store=store.description, live=live,
-                             force=force, shrink_flag=shrink_flag, projects=where.projects, context=where.context)
+                             force=force, shrink_flag=shrink_flag, projects=where.projects, context=where.context,
+                             rehosted=where.rehosted)
     finally:
         target.close()
 
@@ -762,6 +765,7 @@ def publish_index(
     shrink_flag: str = "--allow-shrink",
     projects: Mapping[str, frozenset[str]] | None = None,
     context: Context | None = None,
+    rehosted: Mapping[str, frozenset[str]] | None = None,
 ) -> PublishOutcome:
     """Build the index of ``releases`` in memory and publish it, with its marker, to ``target``.
 
@@ -811,6 +815,7 @@ def publish_index(
         site_name=site_name,
         projects=projects,
         context=context,
+        rehosted=rehosted,
     )
     links = _wheel_links(files)
     files[MARKER_FILE] = SiteMarker(store, len(links), frozenset(files)).to_json()

@@ -74,7 +74,17 @@ def notes(row: MatrixRow) -> str:
         f"Prebuilt CUDA wheel(s) for {row.component} on Python {pythons} / torch {row.torch}, pinned to `{row.ref}`. "
         "Each arch's wheelhouse-build-manifest-<arch>.json records the source revision, the build-input "
         "fingerprint and the sha256 of every wheel that passed the checks.\n"
+        + _rehosted_note(row)
     )
+
+
+def _rehosted_note(row: MatrixRow) -> str:
+    """What the release holds that was not built here: the wheels versions.yaml's ``rehost`` names."""
+    if not row.settings.rehost:
+        return ""
+    names = ", ".join(row.settings.rehost)
+    return (f"\n{names}: upstream's wheel(s), rehosted unchanged (versions.yaml `rehost`): downloaded from "
+            "upstream's index and checked here, not built from the sources; every other wheel is.\n")
 
 
 def read_record(row: MatrixRow, dist_root: Path) -> tuple[Path, BuildRecord]:

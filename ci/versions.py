@@ -27,6 +27,7 @@ from typing import Any
 
 import jsonschema
 import yaml
+from packaging.utils import canonicalize_name
 
 from ci.errors import ConfigError
 from ci.naming import cuda_label, ref_format_problem, tag_problem, version_key
@@ -107,11 +108,15 @@ class Settings:
     builder: str
     runs_on: str | tuple[str, ...]
     wheel_packages: tuple[str, ...]
+    rehost: tuple[str, ...]
+    """wheel_packages downloaded from upstream's index instead of built from the sources."""
     torch_cuda_arch_list: str | None
     arch_filter: bool
     requires_cudnn: bool
     max_jobs: int
     nvcc_threads: int
+    shards: int
+    """Parallel jobs the row's build is split into (ci/shards.py), assembled into one wheel by one more."""
     extra_env: Mapping[str, str]
     patches: tuple[str, ...]
     verify_wheel_archs: bool
@@ -537,6 +542,8 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:  # noq
             arch_list_key = (f"arch_overrides.{arch}.torch_cuda_arch_list" if "torch_cuda_arch_list" in override
                              else "torch_cuda_arch_list")
             _check_arch_list(f"{where}.{arch_list_key}", settings.torch_cuda_arch_list)
+            rehost_key = f"arch_overrides.{arch}.rehost" if "rehost" in override else "rehost"
+            _check_rehost(f"{where}.{rehost_key}", settings, component.name)
             patches_key = f"arch_overrides.{arch}.patches" if "patches" in override else "patches"
             for index, patch in enumerate(settings.patches):
                 _check_inside_repository(f"{where}.{patches_key}[{index}]", patch, repo_root)
@@ -618,6 +625,15 @@ def _check_inside_repository(where: str, value: str, repo_root: Path | None) -> 
         outside = not (repo_root / path).resolve().is_relative_to(repo_root.resolve())
     if outside:
         raise ConfigError(f"{where}: {value} is outside the repository; give a path relative to the repository root")
+
+
+def _check_rehost(where: str, settings: Settings, component: str) -> None:
+    """Only a wheel the component publishes can be rehosted: a name outside wheel_packages is a typo."""
+    published = settings.wheel_packages or (component,)
+    for index, name in enumerate(settings.rehost):
+        if canonicalize_name(name) not in {canonicalize_name(p) for p in published}:
+            raise ConfigError(f"{where}[{index}]: {name} is not one of the wheels the component publishes "
+                              f"({', '.join(published)}); rehost only one of them, or add it to wheel_packages")
 
 
 def _check_arch_list(where: str, value: str | None) -> None:

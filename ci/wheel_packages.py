@@ -40,6 +40,14 @@ def by_component(versions: Versions) -> dict[str, frozenset[str]]:
     }
 
 
+def rehosted_by_component(versions: Versions) -> dict[str, frozenset[str]]:
+    """Every component's projects that versions.yaml's ``rehost`` downloads from upstream (any arch)."""
+    return {
+        name: frozenset(canonicalize_name(p) for arch in ARCHES for p in component.settings_for(arch).rehost)
+        for name, component in versions.components.items()
+    }
+
+
 def refusal(component: str, project: str, projects: Collection[str]) -> str | None:
     """Why ``component`` may not publish ``project`` (PEP 503 normalised), or None when it may."""
     if project in projects:
@@ -68,4 +76,4 @@ def check_all(wheels: Iterable[Path], component: str, projects: Collection[str])
     return {wheel.name: checked_metadata(wheel, component, projects) for wheel in wheels}
 
 
-__all__ = ["ARCHES", "allowed", "by_component", "check_all", "checked_metadata", "refusal"]
+__all__ = ["ARCHES", "allowed", "by_component", "check_all", "checked_metadata", "refusal", "rehosted_by_component"]

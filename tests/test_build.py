@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -71,9 +72,12 @@ def _normalise(text: str) -> str:
 
 
 def _plan_text(versions, row) -> str:
+    """The plan as in a fresh checkout: an empty dist/ (a local build's record would feed the time model)."""
     environ = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "CUDA_HOME": "/usr/local/cuda"}
-    options = build.BuildOptions(cache_dir=REPO / ".cache", dist_root=REPO / "dist", environ=environ)
-    return _normalise(build.plan(versions, row, options).render()) + "\n"
+    with tempfile.TemporaryDirectory() as empty:
+        options = build.BuildOptions(cache_dir=REPO / ".cache", dist_root=Path(empty) / "dist", environ=environ)
+        text = build.plan(versions, row, options).render().replace(str(Path(empty) / "dist"), str(REPO / "dist"))
+    return _normalise(text) + "\n"
 
 
 def _real_rows():

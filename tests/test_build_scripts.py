@@ -589,6 +589,67 @@ def test_wheel_package_wanted():
     assert bash(script, env={"WHEEL_PACKAGES": "flashinfer-python flashinfer-jit-cache"}).stdout == "flashinfer-python\n"
 
 
+@pytest.mark.parametrize(("given", "flashinfer"), [
+    ("8.0 9.0a 10.0a 12.0f", "8.0 9.0a 10.0a 12.0f"),  # versions.yaml's, as flashinfer writes it
+    ("8.0;9.0a,10.0a  12.0f", "8.0 9.0a 10.0a 12.0f"),
+    ("90 100a", "9.0 10.0a"),
+    ("sm_90a compute_120f", "9.0a 12.0f"),
+    ("9.0", "9.0"),  # flashinfer itself makes 9.0 into 9.0a
+])
+def test_flashinfer_arch_list_is_space_separated_major_dot_minor(given, flashinfer):
+    proc = bash(source("flashinfer.sh") + f'flashinfer_arch_list "{given}"', env={"COMPONENT": "flashinfer"})
+    assert (proc.returncode, proc.stdout) == (0, f"{flashinfer}\n"), proc.stderr
+
+
+@pytest.mark.parametrize(("given", "error"), [
+    ("9.0a+PTX", "TORCH_CUDA_ARCH_LIST '9.0a+PTX': flashinfer's ahead-of-time compile writes cubins only, no PTX; "
+                 "drop +PTX from components.flashinfer.torch_cuda_arch_list"),
+    ("9.0 hopper", "cannot read CUDA arch 'hopper' of TORCH_CUDA_ARCH_LIST '9.0 hopper' (expected e.g. 8.0, 9.0a, "
+                   "12.0f or 90)"),
+    ("", "TORCH_CUDA_ARCH_LIST is empty: flashinfer-jit-cache needs the archs to compile for; set "
+         "components.flashinfer.torch_cuda_arch_list"),
+])
+def test_flashinfer_arch_list_refuses_what_flashinfer_cannot_take(given, error):
+    proc = bash(source("flashinfer.sh") + f'flashinfer_arch_list "{given}"', env={"COMPONENT": "flashinfer"})
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == f"[wheelhouse] error: {error}"
+
+
+def test_wheel_rehosted():
+    script = source("flashinfer.sh") + "for p in flashinfer-cubin flashinfer-jit-cache flashinfer; do " \
+        "if wheel_rehosted $p; then echo $p; fi; done"
+    assert bash(script, env={"REHOST_PACKAGES": "flashinfer-cubin"}).stdout == "flashinfer-cubin\n"
+    assert bash(script).stdout == ""
+
+
+def _flashinfer_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"COMPONENT": "flashinfer", "TARGET_ARCH": "x86_64", "CUDA_VERSION": "13.0.2", "DIST_DIR": str(tmp_path / "dist"),
+            "SOURCE_REVISION": "5" * 40, "REF": "v0.6.13", "TORCH_CUDA_ARCH_LIST": "9.0a", **extra}
+
+
+def test_flashinfer_cubin_is_built_nowhere_but_rehosted(tmp_path):
+    """Upstream's build of flashinfer-cubin only downloads NVIDIA's kernels: without rehost, no build can make it."""
+    tree = _flashinfer_tree(tmp_path / "src")
+    (tree / "version.txt").write_text("0.6.13\n")
+    proc = bash(f'bash "{SCRIPTS / "flashinfer.sh"}"', cwd=tree,
+                env=_flashinfer_env(tmp_path, WHEEL_PACKAGES="flashinfer-cubin"))
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == (
+        "[wheelhouse] error: flashinfer-cubin cannot be built from the sources (upstream's build only downloads "
+        "NVIDIA's prebuilt kernels from its artifact server); list it in components.flashinfer.rehost")
+
+
+def test_a_flashinfer_shard_of_a_jit_cache_not_built_here_is_refused(tmp_path):
+    tree = _flashinfer_tree(tmp_path / "src")
+    (tree / "version.txt").write_text("0.6.13\n")
+    proc = bash(f'bash "{SCRIPTS / "flashinfer.sh"}"', cwd=tree,
+                env=_flashinfer_env(tmp_path, WHEEL_PACKAGES="flashinfer-python flashinfer-jit-cache",
+                                    REHOST_PACKAGES="flashinfer-jit-cache", WHEELHOUSE_SHARD="2/4"))
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == (
+        "[wheelhouse] error: WHEELHOUSE_SHARD=2/4: a shard is a share of flashinfer-jit-cache's modules, which this "
+        "build does not compile (rehosted); build the row without --shard")
+
+
 def _fake_python(directory: Path, fail_times: int) -> Path:
     """A `python` whose `-m pip download` fails ``fail_times`` times, then writes a wheel."""
     directory.mkdir(parents=True, exist_ok=True)

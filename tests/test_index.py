@@ -730,3 +730,16 @@ def test_a_wheel_of_a_project_its_component_does_not_publish_is_left_out_with_a_
             ("torch-99.0-py3-none-any.whl", fixture.tag, "torch", "wheelhouse-fixture"),
         ]
     ]
+
+
+def test_a_rehosted_projects_links_say_the_wheel_is_upstreams():
+    """versions.yaml's rehost: flashinfer-cubin is upstream's wheel, the jit-cache beside it is built here."""
+    release = Release("flashinfer-v0.6.13-py3.12-torch2.13.0", "flashinfer v0.6.13 - cu13.0.2 py3.12 torch2.13.0",
+                      assets=(wheel_asset("flashinfer_cubin-0.6.13-py3-none-any.whl", aid=1),
+                              wheel_asset("flashinfer_jit_cache-0.6.13-cp39-abi3-linux_x86_64.whl", aid=2)))
+    _, files = site_files([release], base_url=BASE, default_world=None,
+                          rehosted={"flashinfer": frozenset({"flashinfer-cubin"})})
+    cubin = files["cu130/torch2.13/simple/flashinfer-cubin/index.html"].decode()
+    built_here = files["cu130/torch2.13/simple/flashinfer-jit-cache/index.html"].decode()
+    assert 'data-wheelhouse-rehosted="upstream">flashinfer_cubin-0.6.13-py3-none-any.whl</a>' in cubin
+    assert "data-wheelhouse-rehosted" not in built_here

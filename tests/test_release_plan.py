@@ -168,3 +168,15 @@ def test_wheel_arch_coverage_rule():
     assert plan.wheel_covers_arch("x-1.0-cp312-cp312-manylinux_2_28_aarch64.whl", "aarch64")
     assert not plan.wheel_covers_arch("x-1.0-cp312-cp312-linux_x86_64.whl", "aarch64")
     assert not plan.wheel_covers_arch("not-a-wheel.whl", "x86_64")
+
+
+def test_release_notes_say_which_wheels_are_upstreams():
+    """versions.yaml's rehost names them; a component that rehosts nothing gets no such line."""
+    from ci import wheel_packages
+
+    versions = load()
+    rows = {row.component: row for row in matrix.expand(versions) if row.arch == "x86_64"}
+    assert "flashinfer-cubin: upstream's wheel(s), rehosted unchanged (versions.yaml `rehost`)" in release.notes(
+        rows["flashinfer"])
+    assert "rehosted" not in release.notes(rows["flash-attention"])
+    assert wheel_packages.rehosted_by_component(versions)["flashinfer"] == frozenset({"flashinfer-cubin"})

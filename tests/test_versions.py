@@ -104,6 +104,11 @@ MALFORMED = [
     ("override-arch-not-in-matrix", mutated(lambda d: (d["build_matrix"].pop(2), None)), None),
     ("arches-not-in-matrix", mutated(lambda d: (d["build_matrix"].pop(2), d["components"]["demo"].pop("arch_overrides"),
                                                 d["components"]["demo"].__setitem__("arches", ["aarch64"]))), None),
+    ("rehost-not-published", mutated(_set(["components", "demo", "rehost"], ["flashinfer-cubin"])),
+     "versions.yaml: components.demo.rehost[0]: flashinfer-cubin is not one of the wheels the component publishes "
+     "(demo); rehost only one of them, or add it to wheel_packages"),
+    ("shards-zero", mutated(_set(["components", "demo", "shards"], 0)),
+     "versions.yaml: components.demo.shards: 0 is too small; the minimum is 1"),
     ("python-not-in-matrix", mutated(_set(["components", "demo", "python_versions"], ["3.13"])),
      "versions.yaml: components.demo.python_versions[0]: Python '3.13' is not in build_matrix (3.11, 3.12); "
      "remove it or add a build_matrix row for it"),

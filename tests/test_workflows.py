@@ -7,6 +7,7 @@ ci/workflows.py that weakens one fails here even when actionlint is happy.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import os
 import re
@@ -27,7 +28,8 @@ from ci.versions import DEFAULT_VERSIONS, REPO_ROOT, load
 WF = workflows.WORKFLOWS_DIR
 BUILD = f"{WF}/_build.yml"
 PUBLISH = f"{WF}/_publish.yml"
-REUSABLE = (BUILD, PUBLISH)
+SHARD = f"{WF}/_build_shard.yml"
+REUSABLE = (BUILD, PUBLISH, SHARD)
 PUBLISH_INDEX = f"{WF}/publish-index.yml"
 
 
@@ -118,6 +120,7 @@ def test_output_is_stable_and_marked(versions, generated):
 def test_one_workflow_per_component(versions, generated):
     expected = {f"{WF}/build-{name}.yml" for name in versions.components}
     fixed = {BUILD, PUBLISH, PUBLISH_INDEX, f"{WF}/build-all.yml", f"{WF}/release.yml", f"{WF}/plan.yml"}
+    fixed.add(SHARD)  # versions.yaml splits flashinfer's rows into shards
     assert set(generated) == expected | fixed
 
 
@@ -279,7 +282,7 @@ def test_secrets_reach_only_the_steps_that_use_them(docs):
             outside_steps = {key: value for key, value in job.items() if key not in ("steps", "secrets")}
             assert not re.search(r"secrets\.|GITHUB_TOKEN|github\.token", _text(outside_steps)), (path, job_id)
             if "secrets" in job:
-                assert job["uses"] == f"./{BUILD}", f"{path}: {job_id} passes secrets to {job['uses']}"
+                assert job["uses"] in (f"./{BUILD}", f"./{SHARD}"), f"{path}: {job_id} passes secrets to {job['uses']}"
                 assert job["secrets"] == {"EGRESS_PROXY": "${{ secrets.EGRESS_PROXY }}"}
         for _job_id, step in _steps(doc):
             text = _text(step)
@@ -292,7 +295,7 @@ def test_secrets_reach_only_the_steps_that_use_them(docs):
                                 step["run"]), where
             if "EGRESS_PROXY" in text:
                 proxy_steps.add((path.split("/")[-1], step["name"]))
-                assert path == BUILD, where
+                assert path in (BUILD, SHARD), where
                 for key, value in step["env"].items():
                     if "EGRESS_PROXY" in value:
                         assert key in ("HTTP_PROXY", "HTTPS_PROXY"), where
@@ -310,6 +313,10 @@ def test_secrets_reach_only_the_steps_that_use_them(docs):
         ("_build.yml", "Restore an interrupted build"),
         ("_build.yml", "Save the interrupted build"),
         ("_build.yml", "Upload wheel artifact"),
+        ("_build.yml", "Download the shards"),
+        ("_build_shard.yml", "Restore the compiler cache"),
+        ("_build_shard.yml", "Save the compiler cache"),
+        ("_build_shard.yml", "Upload the shard artifact"),
     }
 
 
@@ -320,7 +327,7 @@ def test_self_hosted_is_detected_one_way(generated):
             before = text[max(0, match.start() - 30):match.start()]
             assert re.search(r"runner\.environment [!=]= $", before), f"{path}: {before}{match.group(0)}"
         assert "contains(" not in text, path
-        assert text.count("inputs.runs_on") == (1 if path == BUILD else 0), path
+        assert text.count("inputs.runs_on") == (1 if path in (BUILD, SHARD) else 0), path
 
 
 def test_run_scripts_take_values_from_env_only(docs):
@@ -439,9 +446,68 @@ def test_build_job_runs_the_local_commands(docs, versions):
                 callers += 1
                 assert set(job["with"]) == set(inputs), (path, job_id)
                 assert job["strategy"]["fail-fast"] is False
+                shard_keys = {"shard", "shard_index"} if reusable == SHARD else set()  # ci/shards.py matrix_entries
                 for name, value in job["with"].items():
-                    assert re.search(r"matrix\.(\w+)", value).group(1) in row_keys, (path, name)
+                    assert re.search(r"matrix\.(\w+)", value).group(1) in row_keys | shard_keys, (path, name)
         assert callers, reusable
+
+
+def test_a_row_split_into_shards_is_built_by_shard_jobs_then_assembled(docs, versions):
+    """flashinfer's rows (versions.yaml shards): one _build_shard.yml job per shard, each uploading its modules;
+    the row's build job then downloads them all and assembles and checks the wheels; publish is unchanged."""
+    doc = docs[f"{WF}/build-flashinfer.yml"]
+    assert list(doc["jobs"]) == ["plan", "shards", "build", "publish", "publish-index"]
+    plan, shard_jobs, build = doc["jobs"]["plan"], doc["jobs"]["shards"], doc["jobs"]["build"]
+    assert plan["outputs"]["shards"] == "${{ steps.plan.outputs.shards || steps.select.outputs.shards }}"
+    assert shard_jobs["uses"] == f"./{SHARD}" and shard_jobs["needs"] == "plan"
+    assert shard_jobs["if"] == "needs.plan.outputs.has_shards == 'true'"
+    assert shard_jobs["strategy"]["matrix"] == {"include": "${{ fromJSON(needs.plan.outputs.shards) }}"}
+    assert shard_jobs["with"]["shard"] == "${{ matrix.shard }}" and shard_jobs["permissions"] == {"contents": "read"}
+    # a failed shard still lets the build job run: its assembly names the missing shard, other rows build
+    assert build["needs"] == ["plan", "shards"] and build["with"]["shards"] == "${{ matrix.shards }}"
+    assert build["if"].startswith("always() && needs.plan.result == 'success' && ")
+    assert build["if"].endswith("&& needs.shards.result != 'cancelled'")
+    assert "shards" not in docs[f"{WF}/build-apex.yml"]["jobs"]  # a row not split: as before
+
+    steps = {step["name"]: step for step in docs[BUILD]["jobs"]["build"]["steps"]}
+    row = [f"${{{{ inputs.{f} }}}}" for f in ("component", "arch", "cuda", "python", "torch")]
+    download = steps["Download the shards"]
+    assert download["if"] == "inputs.shards > 1" and download["with"] == {
+        "pattern": workflows.shard_artifact_name(*row, "*"), "merge-multiple": True,
+        "path": "dist/${{ inputs.world }}/shards/"}
+    assert steps["Build wheel"]["if"] == "inputs.shards <= 1"
+    assert steps["Assemble the wheels from the shards"]["if"] == "inputs.shards > 1"
+    assert steps["Assemble the wheels from the shards"]["run"] == (
+        'invoke assemble-shards --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH" --arch "$ARCH"\n')
+    shard_steps = {step["name"]: step for step in docs[SHARD]["jobs"]["build"]["steps"]}
+    assert "Download the shards" not in shard_steps and "Assemble the wheels from the shards" not in shard_steps
+    assert shard_steps["Build wheel"]["run"] == 'nox -s "$SESSION" -- --arch "$ARCH" --torch "$TORCH" --shard "$SHARD"\n'
+    assert shard_steps["Build wheel"]["env"]["SHARD"] == "${{ inputs.shard }}"
+    upload = shard_steps["Upload the shard artifact"]["with"]
+    assert upload["name"] == workflows.shard_artifact_name(*row, "${{ inputs.shard_index }}")
+    assert upload["path"] == "dist/${{ inputs.world }}/shards/" and upload["if-no-files-found"] == "error"
+    for name in ("Restore the compiler cache", "Save the compiler cache"):
+        assert shard_steps[name]["with"]["key"].endswith("-shard${{ inputs.shard_index }}of${{ inputs.shards }}")
+    # the pattern the assembly downloads takes every shard of its row and nothing else
+    assert fnmatch.fnmatchcase(workflows.shard_artifact_name("flashinfer", "x86_64", "13.0.2", "3.12", "2.13.0", "7"),
+                               workflows.shard_artifact_name("flashinfer", "x86_64", "13.0.2", "3.12", "2.13.0", "*"))
+    assert not fnmatch.fnmatchcase(naming.artifact_name("flashinfer", "x86_64", "13.0.2", "3.12", "2.13.0"),
+                                   workflows.shard_artifact_name("flashinfer", "x86_64", "13.0.2", "3.12", "2.13.0", "*"))
+
+
+def test_the_matrix_output_has_one_entry_per_shard(tmp_path):
+    out = tmp_path / "github_output"
+    subprocess.run([sys.executable, "-m", "invoke", "matrix", "--component", "flashinfer", "--github-output"],
+                   cwd=REPO_ROOT, env={**os.environ, "GITHUB_OUTPUT": str(out)}, check=True, capture_output=True)
+    lines = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    rows = json.loads(lines["matrix"])
+    split = json.loads(lines["shards"])
+    assert lines["has_shards"] == "true" and len(split) == sum(row["shards"] for row in rows)
+    first = next(row for row in rows if row["arch"] == "x86_64")
+    mine = [entry for entry in split if entry["arch"] == "x86_64"]
+    assert [(e["shard"], e["shard_index"]) for e in mine] == [(f"{i}/{first['shards']}", i)
+                                                              for i in range(1, first["shards"] + 1)]
+    assert {k: v for k, v in mine[0].items() if k not in ("shard", "shard_index")} == first
 
 
 def test_publish_runs_no_upstream_code_and_checks_the_wheels_again(docs):
@@ -509,7 +575,7 @@ def test_publish_triggers(docs, versions):
     assert _on(release) == {"push": {"tags": ["v*"]}}
     assert "github.event_name" not in release["jobs"]["publish"]["if"]
     every = docs[f"{WF}/build-all.yml"]
-    assert _on(every)["schedule"] and set(every["jobs"]) == {"plan", "build", "build-rest"}  # nothing is published
+    assert _on(every)["schedule"] and set(every["jobs"]) == {"plan", "shards", "build", "build-rest"}  # nothing is published
 
 
 def test_pages_deploy(docs):

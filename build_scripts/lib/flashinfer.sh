@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
-# flashinfer: flashinfer-python is built here; flashinfer-cubin (NVIDIA's
-# prebuilt kernels, which only flashinfer's artifact server holds) and
-# flashinfer-jit-cache (flashinfer's ahead-of-time compile of every kernel)
-# are rehosted from the indexes that publish them.
+# flashinfer: flashinfer-python and flashinfer-jit-cache (flashinfer's
+# ahead-of-time compile of its kernels, by shards) are built here;
+# flashinfer-cubin (NVIDIA's prebuilt kernels, which only flashinfer's artifact
+# server holds) and, where versions.yaml's rehost says so, the jit-cache are
+# rehosted from the indexes that publish them.
 
 # shellcheck source=env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+# shellcheck source=arch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/arch.sh"
+# shellcheck source=cuda_paths.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cuda_paths.sh"
 
 # flashinfer_jit_cache_cu_index 13.0.2 -> cu130 (the index path segment).
 flashinfer_jit_cache_cu_index() {
@@ -97,3 +102,150 @@ download_prebuilt_wheel() {
     done
     die "could not download $pkg==$version from $where after $attempts attempts; it holds $what, which cannot be built here: reach that index, or drop $pkg from components.$COMPONENT.wheel_packages"
 }
+
+# wheel_rehosted NAME: whether REHOST_PACKAGES (the component's rehost,
+# space-separated) lists NAME: downloaded from upstream, not built.
+wheel_rehosted() {
+    [[ " ${REHOST_PACKAGES:-} " == *" $1 "* ]]
+}
+
+# flashinfer_arch_list LIST: TORCH_CUDA_ARCH_LIST as flashinfer's
+# FLASHINFER_CUDA_ARCH_LIST takes it: space-separated major.minor, suffixes
+# kept ("8.0;9.0a,10.0a 12.0f" -> "8.0 9.0a 10.0a 12.0f", "90" -> "9.0",
+# "sm_100a" -> "10.0a"). Its AOT compiles cubins only, so +PTX is refused.
+flashinfer_arch_list() {
+    local token out=() major minor suffix
+    while IFS= read -r token; do
+        [[ -n "$token" ]] || continue
+        if [[ "$token" == *+[Pp][Tt][Xx] ]]; then
+            die "TORCH_CUDA_ARCH_LIST '$1': flashinfer's ahead-of-time compile writes cubins only, no PTX; drop +PTX from components.$COMPONENT.torch_cuda_arch_list"
+        fi
+        token="${token#sm_}"
+        token="${token#compute_}"
+        if [[ "$token" =~ ^([0-9]+)\.([0-9])([af]?)$ ]] || [[ "$token" =~ ^([0-9]+)([0-9])([af]?)$ ]]; then
+            major="${BASH_REMATCH[1]}" minor="${BASH_REMATCH[2]}" suffix="${BASH_REMATCH[3]}"
+            out+=("$((10#$major)).$minor$suffix")
+        else
+            die "cannot read CUDA arch '$token' of TORCH_CUDA_ARCH_LIST '$1' (expected e.g. 8.0, 9.0a, 12.0f or 90)"
+        fi
+    done < <(arch_list_tokens "$1")
+    ((${#out[@]})) || die "TORCH_CUDA_ARCH_LIST is empty: flashinfer-jit-cache needs the archs to compile for; set components.$COMPONENT.torch_cuda_arch_list"
+    printf '%s\n' "${out[*]}"
+}
+
+# The modules flashinfer's AOT imports beyond torch, with the requirement that
+# provides each (flashinfer-jit-cache/pyproject.toml's build requirements;
+# apache-tvm-ffi's pin is read from the sources' requirements.txt).
+FLASHINFER_AOT_IMPORTS=(tvm_ffi:apache-tvm-ffi pynvml:nvidia-ml-py requests:requests tqdm:tqdm numpy:numpy)
+
+# flashinfer_aot_deps DIR [MODULE:REQUIREMENT...]: install what the row's
+# interpreter cannot import of FLASHINFER_AOT_IMPORTS (and the pairs given)
+# into DIR (pip --target), and print DIR for PYTHONPATH. Into a directory
+# inside the sources, not the row's venv: a build must leave its interpreter's
+# site-packages as they are, and the sources' path is mapped out of what the
+# compiled modules record. flashinfer-cubin comes without its requirements
+# (flashinfer's own).
+flashinfer_aot_deps() {
+    local dir="$1" pair module requirement pin
+    local -a missing=() data=()
+    shift
+    for pair in "${FLASHINFER_AOT_IMPORTS[@]}" "$@"; do
+        module="${pair%%:*}" requirement="${pair#*:}"
+        if PYTHONPATH="$dir" row_python -c "import $module" 2>/dev/null; then
+            continue
+        fi
+        if [[ "$requirement" == apache-tvm-ffi && -f requirements.txt ]]; then
+            pin="$(grep -E '^apache-tvm-ffi' requirements.txt | head -1 | tr -d '[:space:]' || true)"
+            requirement="${pin:-$requirement}"
+        fi
+        if [[ "$requirement" == flashinfer-cubin* ]]; then
+            data+=("$requirement")
+        else
+            missing+=("$requirement")
+        fi
+    done
+    if ((${#missing[@]} + ${#data[@]})); then
+        log_info "flashinfer's AOT needs ${missing[*]} ${data[*]}: installing into $dir (not the row's venv)"
+    fi
+    if ((${#missing[@]})); then
+        row_python -m pip install -q --disable-pip-version-check --target "$dir" "${missing[@]}" >&2 \
+            || die "could not install ${missing[*]} for flashinfer's ahead-of-time compile; make them installable (PIP_FIND_LINKS, an index) or install them into the row's interpreter"
+    fi
+    if ((${#data[@]})); then
+        row_python -m pip install -q --disable-pip-version-check --no-deps --target "$dir" "${data[@]}" >&2 \
+            || die "could not install ${data[*]}: flashinfer's AOT reads NVIDIA's kernels and headers from it for Blackwell archs; make it installable (pip's index, PIP_FIND_LINKS)"
+    fi
+    printf '%s\n' "$dir"
+}
+
+# wheelhouse_jit_cache ARGS...: python -m ci.jit_cache ARGS under
+# WHEELHOUSE_PYTHON, from the wheelhouse root (flashinfer's checkout has a ci/
+# of its own); paths in ARGS must be absolute.
+wheelhouse_jit_cache() {
+    require_env WHEELHOUSE_ROOT
+    (
+        cd "$WHEELHOUSE_ROOT" || exit 1
+        PYTHONPATH="$WHEELHOUSE_ROOT" "${WHEELHOUSE_PYTHON:-python}" -m ci.jit_cache "$@"
+    )
+}
+
+# flashinfer_jit_cache_build VERSION: flashinfer-jit-cache from the sources
+# (the current directory) through flashinfer's own AOT entry point
+# (lib/flashinfer_aot.py), for TORCH_CUDA_ARCH_LIST. Shards live in
+# WHEELHOUSE_SHARDS_DIR (default: shards/ beside DIST_DIR). Three modes:
+#   WHEELHOUSE_SHARD=I/N     compile shard I of N into its directory there; no wheel
+#   WHEELHOUSE_ASSEMBLE=1    compile nothing: the wheel from the shards there
+#   neither                  every module as shard 1/1, then the wheel
+# WHEELHOUSE_JIT_CACHE_MODULES (globs of module names, from extra_env)
+# narrows the module list to a subset.
+flashinfer_jit_cache_build() {
+    local version="$1" aot deps shards_dir spec shard_dir lib
+    local -a common
+    lib="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+    aot="$PWD/build/aot"
+    shards_dir="${WHEELHOUSE_SHARDS_DIR:-$(dirname "$DIST_DIR")/shards}"
+    mkdir -p "$aot" "$shards_dir"
+    FLASHINFER_CUDA_ARCH_LIST="$(flashinfer_arch_list "${TORCH_CUDA_ARCH_LIST:-}")" || exit 1
+    export FLASHINFER_CUDA_ARCH_LIST FLASHINFER_NVCC_THREADS="${NVCC_THREADS:-1}"
+    if [[ -n "${SCCACHE_DIR:-}" ]] && command -v sccache >/dev/null 2>&1; then
+        export FLASHINFER_NVCC_LAUNCHER=sccache FLASHINFER_CXX_LAUNCHER=sccache
+    fi
+    # the sources' .cc files compile with flashinfer's own flags: give them the build's prefix maps too
+    export FLASHINFER_EXTRA_CFLAGS="${FLASHINFER_EXTRA_CFLAGS:-${CXXFLAGS:-}}"
+    # NVIDIA's artifacts (trtllm-gen kernels and their headers) come from the flashinfer-cubin wheel,
+    # never downloaded; Blackwell's modules (10.x, 11.x) read them while the module list is made
+    export FLASHINFER_NO_DOWNLOAD=1
+    local -a extra=()
+    if [[ " $FLASHINFER_CUDA_ARCH_LIST" =~ \ 1[01]\. ]]; then
+        extra=("flashinfer_cubin:flashinfer-cubin==$version")
+    fi
+    # headers and libraries some modules use (cublasLt.h, -lcublas, -lnvrtc; the sm_120 fmha generator
+    # compiles a host program with nvcc from PATH), from the row venv's CUDA wheels where the toolkit lacks them
+    ensure_torch_cuda_headers
+    ensure_cuda_libraries cublas cublasLt nvrtc
+    [[ -n "${CUDA_HOME:-}" ]] && append_path PATH "$CUDA_HOME/bin"
+    deps="$(flashinfer_aot_deps "$PWD/build/aot-deps" "${extra[@]}")" || exit 1
+    log_info "flashinfer-jit-cache: FLASHINFER_CUDA_ARCH_LIST=$FLASHINFER_CUDA_ARCH_LIST, modules ${WHEELHOUSE_JIT_CACHE_MODULES:-all}"
+    PYTHONPATH="$deps" row_python "$lib/flashinfer_aot.py" list --project . --build-dir "$aot" --out "$aot/modules.json"
+    common=(--modules "$aot/modules.json" --patterns "${WHEELHOUSE_JIT_CACHE_MODULES:-}")
+    if [[ "${WHEELHOUSE_ASSEMBLE:-}" != 1 ]]; then
+        if [[ -z "${WHEELHOUSE_SHARD:-}" ]]; then
+            rm -rf "$shards_dir" && mkdir -p "$shards_dir"  # one shard of all: no shard of an earlier split stays
+        fi
+        spec="${WHEELHOUSE_SHARD:-1/1}"
+        shard_dir="$(wheelhouse_jit_cache select "${common[@]}" --shard "$spec" --shards-dir "$shards_dir" \
+            --out "$aot/shard-modules.txt")" || exit 1
+        PYTHONPATH="$deps" row_python "$lib/flashinfer_aot.py" compile --project . --build-dir "$aot" \
+            --modules "$aot/shard-modules.txt" --out "$shard_dir/jit_cache"
+        wheelhouse_jit_cache finish-shard "${common[@]}" --shard "$spec" --dir "$shard_dir" \
+            --ninja-log "$aot/cached_ops/.ninja_log"
+        if [[ -n "${WHEELHOUSE_SHARD:-}" ]]; then
+            return 0
+        fi
+    fi
+    wheelhouse_jit_cache pack "${common[@]}" --shards "$shards_dir" \
+        --package-dir "$PWD/flashinfer-jit-cache/flashinfer_jit_cache" --version "$version" \
+        --git-version "${SOURCE_REVISION:-unknown}" --arch "$TARGET_ARCH" --dist "$DIST_DIR" \
+        --how-to-build "nox -s build-$COMPONENT-${PYTHON_VERSION:-3} -- --shard {shard}"
+}
+

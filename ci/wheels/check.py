@@ -206,7 +206,6 @@ def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None,
             coverage = check_coverage(archive, pythons, requires_python)
             problems.extend(coverage.problems)
             problems.extend(check_record(archive))
-            problems.extend(content_problems(archive))
             machine = _platform_machine(archive.wheel_name.tags)
             needs: list[ElfNeeds] = []
             device: list[MemberArchs] = []
@@ -239,6 +238,7 @@ def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None,
                 except CheckFailed as exc:
                     problems.append(f"{path.name}: {exc}")
             archs = ArchScan(path.name, tuple(device))
+            problems.extend(content_problems(archive, device))
             if required is not None:
                 problems.extend(arch_problems(archs, required))
             if exports is not None:

@@ -17,9 +17,14 @@ when a model first runs:
     time, and its own wheels do not carry them.
 ``flashinfer-jit-cache``
     flashinfer's ahead-of-time compile of its kernels, one shared object per
-    module; which modules exist is decided by flashinfer's ``aot.py`` for the
-    arch list, so the check asks for at least one and leaves the archs to the
-    CUDA arch check.
+    module (``flashinfer_jit_cache/jit_cache/<module>/<module>.so``); which
+    modules exist is decided by flashinfer's ``aot.py`` for the arch list. A
+    wheel built here (ci/jit_cache.py) names them in its dist-info
+    (``wheelhouse-jit-cache.json``: the list ``gen_all_modules`` gave at build
+    time, and the archs each module's ninja file compiled for): each must be in
+    the wheel, with a cubin for each of its archs (the fatbin scan of the wheel
+    checks), and no other module may be. Upstream's own wheel names none, so a
+    rehosted one is asked for at least one module.
 
 :func:`content_problems` returns one line per problem, naming the member.
 """
@@ -27,10 +32,12 @@ when a model first runs:
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ci.wheels.archive import WheelArchive
+from ci.wheels.fatbin import MemberArchs
 
 FLASHINFER_HEADERS = (
     "flashinfer/data/include/flashinfer/attention/decode.cuh",
@@ -96,24 +103,51 @@ def _flashinfer_cubin(archive: WheelArchive) -> list[str]:
     return problems
 
 
-def _flashinfer_jit_cache(archive: WheelArchive) -> list[str]:
-    if any(n.startswith(JIT_CACHE_ROOT) and n.endswith(".so") for n in archive.names()):
-        return []
-    return [f"{archive.path.name}: has no compiled module under {JIT_CACHE_ROOT}; "
-            "its ahead-of-time compile produced nothing: rebuild or rehost the wheel"]
+def _flashinfer_jit_cache(archive: WheelArchive, device: Sequence[MemberArchs]) -> list[str]:
+    from ci import jit_cache
+
+    label = archive.path.name
+    names = archive.names()
+    modules = sorted(n for n in names if n.startswith(JIT_CACHE_ROOT) and n.endswith(".so"))
+    manifest_name = f"{archive.dist_info}/{jit_cache.WHEEL_MANIFEST}"
+    if manifest_name not in names:  # upstream's wheel, rehosted: it says nothing of what it should hold
+        if modules:
+            return []
+        return [f"{label}: has no compiled module under {JIT_CACHE_ROOT}; "
+                "its ahead-of-time compile produced nothing: rebuild or rehost the wheel"]
+    try:
+        manifest = json.loads(archive.read_small(manifest_name))
+        listed = {name: tuple(entry["archs"]) for name, entry in manifest["modules"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return [f"{label}: {manifest_name} is not a module list this checkout reads; rebuild the wheel"]
+    cubins = {scan.member: scan.cubins for scan in device}
+    problems = []
+    for name, archs in sorted(listed.items()):
+        member = f"{JIT_CACHE_ROOT}{name}/{name}.so"
+        if member not in names:
+            problems.append(f"{label}: lacks module {name} ({member}), which flashinfer's AOT list names for "
+                            f"{manifest.get('cuda_arch_list')}; its shard was incomplete: assemble the wheel again")
+            continue
+        problem = jit_cache.arch_problem(name, archs, cubins.get(member, ()))
+        if problem:
+            problems.append(f"{label}: {problem}; rebuild its shard")
+    unlisted = [m for m in modules if m.removeprefix(JIT_CACHE_ROOT).split("/")[0] not in listed]
+    problems += [f"{label}: {member} is no module of {manifest_name}; rebuild the wheel" for member in unlisted]
+    return problems
 
 
-RULES: dict[str, Callable[[WheelArchive], list[str]]] = {
-    "flashinfer-python": _flashinfer_python,
-    "flashinfer-cubin": _flashinfer_cubin,
+RULES: dict[str, Callable[[WheelArchive, Sequence[MemberArchs]], list[str]]] = {
+    "flashinfer-python": lambda archive, _device: _flashinfer_python(archive),
+    "flashinfer-cubin": lambda archive, _device: _flashinfer_cubin(archive),
     "flashinfer-jit-cache": _flashinfer_jit_cache,
 }
 
 
-def content_problems(archive: WheelArchive) -> list[str]:
-    """What the wheel lacks of what its package must hold (nothing for packages without a rule)."""
+def content_problems(archive: WheelArchive, device: Sequence[MemberArchs] = ()) -> list[str]:
+    """What the wheel lacks of what its package must hold (nothing for packages without a rule); ``device``:
+    the fatbin scan of its members (ci/wheels/fatbin.py), for the rules that look at archs."""
     rule = RULES.get(archive.wheel_name.name)
-    return rule(archive) if rule else []
+    return rule(archive, device) if rule else []
 
 
 __all__ = ["RULES", "content_problems"]

@@ -30,6 +30,12 @@ versions-file ref is the id of its trimmed rewrite; the script checks that the
 rewrite it makes has exactly that id, so the versions file and the mirror
 cannot drift apart. The last lines printed are one row per component: its
 upstream commit, the commit the mirror serves, and the submodules.
+
+``--stand-in OWNER/NAME@COMMIT=ARCHIVE:PREFIX`` serves a submodule commit that
+no snapshot has as a commit of the files under PREFIX of a tar archive (an
+upstream sdist that carries that submodule's tree, say), with trailers naming
+both; the commits pointing to it are rewritten as for a trim. ``--component``
+(repeatable) limits the mirror to those components.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +64,10 @@ TRIM_RULES: dict[str, tuple[str, ...]] = {
     "NVIDIA/cudnn-frontend": ("include", "cmake"),
     # its wheel is src/megatron/bridge; the snapshot lacks a blob under docs/ (a 4 MiB gif)
     "NVIDIA-NeMo/Megatron-Bridge": ("src",),
+    # what flashinfer's wheels and its ahead-of-time compile read (its docs, tests and benchmarks are most of it)
+    "flashinfer-ai/flashinfer": ("flashinfer", "flashinfer-jit-cache", "csrc", "include", "licenses", "3rdparty"),
+    # the three trees flashinfer includes (cub, libcu++, thrust), 418 MB of history and tests besides
+    "NVIDIA/cccl": ("cub/cub", "libcudacxx/include", "thrust/thrust"),
 }
 
 _GITHUB = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
@@ -69,12 +80,15 @@ class BundleError(WheelhouseError):
     pass
 
 
-def git(*args: str, git_dir: Path, env: dict | None = None, stdin: str | None = None) -> str:
-    result = subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, text=True, input=stdin,
+def git(*args: str, git_dir: Path, env: dict | None = None, stdin: str | None = None,
+        stdin_bytes: bytes | None = None) -> str:
+    data = stdin_bytes if stdin_bytes is not None else (stdin.encode() if stdin is not None else None)
+    result = subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, input=data,
                             env={**os.environ, **_PLAIN_GIT, **(env or {})})
     if result.returncode != 0:
-        raise BundleError(f"git {' '.join(args[:3])} in {git_dir}: {result.stderr.strip().splitlines()[-1:]}")
-    return result.stdout
+        error = result.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        raise BundleError(f"git {' '.join(args[:3])} in {git_dir}: {error}")
+    return result.stdout.decode()
 
 
 def repo_name(url: str) -> str:
@@ -99,11 +113,21 @@ class Served:
         return text
 
 
+@dataclass(frozen=True)
+class StandIn:
+    """The files under ``prefix`` of a tar ``archive``, served for a commit no snapshot has."""
+
+    archive: Path
+    prefix: str
+
+
 class MirrorBuilder:
-    def __init__(self, snapshots: dict[str, Path], snapshot_root: Path | None, out: Path):
+    def __init__(self, snapshots: dict[str, Path], snapshot_root: Path | None, out: Path,
+                 stand_ins: dict[tuple[str, str], StandIn] | None = None):
         self.snapshots = snapshots
         self.snapshot_root = snapshot_root
         self.out = out
+        self.stand_ins = stand_ins or {}
         self.done: dict[tuple[str, str], Served] = {}
 
     def snapshot(self, repo: str) -> Path:
@@ -126,8 +150,13 @@ class MirrorBuilder:
             # Trimming reads objects straight from the snapshot; `finish` packs
             # what is reachable and drops this link.
             alternates = path / "objects" / "info" / "alternates"
-            alternates.write_text(str((self.snapshot(repo) / "objects").resolve()) + "\n")
+            if self._has_snapshot(repo):  # a repository only stood in for has none
+                alternates.write_text(str((self.snapshot(repo) / "objects").resolve()) + "\n")
         return path
+
+    def _has_snapshot(self, repo: str) -> bool:
+        path = self.snapshots.get(repo) or (self.snapshot_root / f"{repo}.git" if self.snapshot_root else None)
+        return path is not None and path.is_dir()
 
     def resolve(self, repo: str, ref: str) -> str:
         snapshot = self.snapshot(repo)
@@ -142,6 +171,11 @@ class MirrorBuilder:
         named) into the mirror; return what is served."""
         if (repo, commit) in self.done:
             return self.done[(repo, commit)]
+        if (repo, commit) in self.stand_ins:
+            served = Served(repo, commit, self._stand_in(repo, commit, self.stand_ins[(repo, commit)]))
+            git("update-ref", f"refs/heads/wheelhouse/{commit}", served.commit, git_dir=self.mirror(repo))
+            self.done[(repo, commit)] = served
+            return served
         snapshot = self.snapshot(repo)
         mirror = self.mirror(repo)
         submodules = []
@@ -188,9 +222,39 @@ class MirrorBuilder:
             # pack of the mirror's own: no reference to the snapshot remains.
             objects = git("rev-list", "--objects", "--no-object-names", *(c for _, c in served), git_dir=mirror)
             git("pack-objects", "-q", str(mirror / "objects" / "pack" / "pack"), git_dir=mirror, stdin=objects)
-            (mirror / "objects" / "info" / "alternates").unlink()
+            (mirror / "objects" / "info" / "alternates").unlink(missing_ok=True)
             shutil.rmtree(mirror / "hooks", ignore_errors=True)
             git("fsck", "--connectivity-only", "--no-dangling", git_dir=mirror)
+
+    def _stand_in(self, repo: str, commit: str, stand_in: StandIn) -> str:
+        """A commit of the archive's files under its prefix (dated at the newest of them), standing for ``commit``."""
+        mirror = self.mirror(repo)
+        prefix = stand_in.prefix.rstrip("/") + "/"
+        entries, newest = [], 0
+        with tarfile.open(stand_in.archive) as archive:
+            for member in sorted(archive.getmembers(), key=lambda m: m.name):
+                if not member.isfile() or not member.name.startswith(prefix):
+                    continue
+                data = archive.extractfile(member).read()  # type: ignore[union-attr]
+                sha = git("hash-object", "-w", "--stdin", git_dir=mirror, stdin_bytes=data).strip()
+                mode = "100755" if member.mode & 0o111 else "100644"
+                entries.append(f"{mode} {sha}\t{member.name[len(prefix):]}\0")
+                newest = max(newest, int(member.mtime))
+        if not entries:
+            raise BundleError(f"{stand_in.archive}: holds no file under {prefix}; name the prefix of the submodule's tree")
+        index = {"GIT_INDEX_FILE": str(mirror / "wheelhouse-index")}
+        git("read-tree", "--empty", git_dir=mirror, env=index)
+        git("update-index", "-z", "--index-info", git_dir=mirror, env=index, stdin="".join(entries))
+        tree = git("write-tree", git_dir=mirror, env=index).strip()
+        (mirror / "wheelhouse-index").unlink()
+        date = f"{newest} +0000"
+        identity = {"GIT_AUTHOR_NAME": "wheelhouse mirror", "GIT_AUTHOR_EMAIL": "mirror@wheelhouse.invalid",
+                    "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_NAME": "wheelhouse mirror",
+                    "GIT_COMMITTER_EMAIL": "mirror@wheelhouse.invalid", "GIT_COMMITTER_DATE": date}
+        body = (f"{repo}@{commit[:12]}, from {stand_in.archive.name}\n\n"
+                f"Wheelhouse-stand-in-for: {repo}@{commit}\n"
+                f"Wheelhouse-tree-from: {stand_in.archive.name}:{prefix}\n")
+        return git("-c", "commit.gpgSign=false", "commit-tree", tree, git_dir=mirror, env=identity, stdin=body).strip()
 
     @staticmethod
     def _gitlinks(snapshot: Path, commit: str) -> list[tuple[str, str]]:
@@ -263,6 +327,18 @@ class MirrorBuilder:
         return git("-c", "commit.gpgSign=false", "commit-tree", tree, git_dir=mirror, env=identity, stdin=body).strip()
 
 
+def parse_stand_ins(values: list[str]) -> dict[tuple[str, str], StandIn]:
+    """``OWNER/NAME@COMMIT=ARCHIVE:PREFIX`` -> {(repo, commit): StandIn}."""
+    found = {}
+    for value in values:
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)@([0-9a-f]{40})=(.+):([^:]+)", value)
+        if not match or not Path(match[3]).is_file():
+            raise BundleError(f"--stand-in {value!r}: expected OWNER/NAME@<40-hex commit>=ARCHIVE:PREFIX, with an "
+                              "existing tar archive")
+        found[(match[1], match[2])] = StandIn(Path(match[3]), match[4])
+    return found
+
+
 def parse_pairs(values: list[str], what: str) -> dict[str, str]:
     pairs = {}
     for value in values:
@@ -274,17 +350,18 @@ def parse_pairs(values: list[str], what: str) -> dict[str, str]:
 
 
 def build(versions_path: Path, out: Path, *, snapshot_root: Path | None, snapshots: dict[str, Path],
-          upstream: dict[str, str]) -> list[tuple[str, Served]]:
+          upstream: dict[str, str], stand_ins: dict[tuple[str, str], StandIn] | None = None,
+          components: tuple[str, ...] = ()) -> list[tuple[str, Served]]:
     versions = versions_mod.load(versions_path, check_tree=False)
-    unknown = sorted(set(upstream) - set(versions.components))
+    unknown = sorted((set(upstream) | set(components)) - set(versions.components))
     if unknown:
-        raise BundleError(f"--upstream {unknown[0]}: no such component in {versions_path}")
+        raise BundleError(f"--upstream/--component {unknown[0]}: no such component in {versions_path}")
     if out.exists():
         shutil.rmtree(out)
-    builder = MirrorBuilder(snapshots, snapshot_root, out)
+    builder = MirrorBuilder(snapshots, snapshot_root, out, stand_ins)
     rows = []
     for name, component in sorted(versions.components.items()):
-        if component.source.kind != "git":
+        if component.source.kind != "git" or (components and name not in components):
             continue
         repo = repo_name(component.source.location)
         commit = builder.resolve(repo, upstream.get(name, component.ref))
@@ -311,11 +388,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--snapshots", type=Path, help="folder holding <owner>/<name>.git snapshots")
     parser.add_argument("--snapshot", action="append", default=[], metavar="OWNER/NAME=PATH")
     parser.add_argument("--upstream", action="append", default=[], metavar="COMPONENT=COMMIT")
+    parser.add_argument("--stand-in", action="append", default=[], metavar="OWNER/NAME@COMMIT=ARCHIVE:PREFIX")
+    parser.add_argument("--component", action="append", default=[], help="only these components (repeatable)")
     args = parser.parse_args(argv)
     try:
         snapshots = {repo: Path(path) for repo, path in parse_pairs(args.snapshot, "--snapshot").items()}
         rows = build(args.versions, args.out, snapshot_root=args.snapshots, snapshots=snapshots,
-                     upstream=parse_pairs(args.upstream, "--upstream"))
+                     upstream=parse_pairs(args.upstream, "--upstream"), stand_ins=parse_stand_ins(args.stand_in),
+                     components=tuple(args.component))
     except WheelhouseError as error:
         print(f"make_source_bundles: {error}", file=sys.stderr)
         return 2

@@ -19,6 +19,9 @@
 #      missing symbol) and imported (undefined symbol); the wheel built here
 #      passes both
 #
+#   run_on_device.sh jit-cache  flashinfer-jit-cache built here for sm_90a (a subset, two shards),
+#                               installed from our index, a kernel loaded from it with nothing
+#                               compiled (tests/gpu/flashinfer_jit_cache.sh says each step)
 #   run_on_device.sh two-venv-paths   only the compiler-cache figure (below)
 #   run_on_device.sh all-archs  each WHEELHOUSE_DEVICE_UPSTREAM component (default fast-hadamard-transform
 #                               flash-mla deep-ep) with versions.yaml's own arch lists: wall time, wheel
@@ -202,6 +205,13 @@ if [[ "$MODE" == one-unit ]]; then
     rm -rf "$WORK/fa-src/.git"  # clean sources, as a build gets them (with .git, setup.py fetches composable_kernel)
     step "one flash-attention unit, archs 8.0;9.0;10.0;12.0"
     "$PY" tests/gpu/full_archs.py one-unit --source "$WORK/fa-src" --python "$PY" --out "$RESULTS/one-unit.json"
+    exit 0
+fi
+
+if [[ "$MODE" == jit-cache ]]; then
+    use_mirror
+    # shellcheck source=tests/gpu/flashinfer_jit_cache.sh
+    source "$ROOT/tests/gpu/flashinfer_jit_cache.sh"
     exit 0
 fi
 
