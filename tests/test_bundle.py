@@ -201,7 +201,8 @@ def test_deep_gemm_builder_bundles_through_the_same_step(tmp_path, interpreters)
                                   '      ext_modules=[Extension("deep_gemm._C", ["csrc/python_api.c"])])\n')
     # a stand-in toolkit with what the builder checks for (the stand-in _C uses none of it)
     cuda = tmp_path / "cuda"
-    for header in ("cuda_runtime.h", "nvrtc.h", "cublasLt.h", "cublas_v2.h", "cusparse.h", "cusolverDn.h"):
+    for header in ("cuda_runtime.h", "cuda_runtime_api.h", "nvrtc.h", "cublasLt.h", "cublas_v2.h", "cusparse.h",
+                   "cusolverDn.h"):
         (cuda / "include").mkdir(parents=True, exist_ok=True)
         (cuda / "include" / header).write_text("")
     for library in ("libcudart.so", "libnvrtc.so"):
