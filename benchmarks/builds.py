@@ -236,6 +236,32 @@ def upstream_rows_table(key: str, label: str) -> tuple[Table, list[str]] | None:
     return table, notes
 
 
+def all_archs_table(label: str = "6(g)") -> tuple[Table, list[str]] | None:
+    """6(g): every arch versions.yaml lists, built on the GPU machine (device_results.json ``all_archs``)."""
+    data = _device_section("all_archs")
+    if data is None:
+        return None
+    rows = []
+    for row in data["rows"]:
+        for wheel in row["wheels"]:
+            objects = "; ".join(f"{name.rsplit('/', 1)[-1].split('.')[0]}: {' '.join(so['cubins'])}"
+                                f"{'' if so['equal'] else ' (NOT the requested list)'}"
+                                for name, so in wheel["shared_objects"].items())
+            rows.append([row["component"], row["requested_archs"], row["settings"], f"{row['build_s']} s",
+                         f"{row['predicted_s']} s", f"{wheel['bytes'] / 2**20:.1f} MiB "
+                         f"({wheel['bytes'] / 2**31:.2%} of 2 GiB)", objects, wheel["arch_gate"], row["kernels"]])
+    table = Table(["component", "archs asked (versions.yaml)", "settings", "build wall time",
+                   "predicted before the run", "wheel size", "cubins per shared object (cuobjdump)", "arch gate",
+                   "sm_90 kernels on that wheel"], rows)
+    notes = [f"{label} read from benchmarks/device_results.json ({data['machine']}, {data['date']}): {data['notes']}",
+             f"{label}: ci/time_model.py's nvcc thread efficiency is fitted to fast-hadamard-transform's row (its "
+             "prediction before the run assumed perfect threads); `invoke time-model` prints every build against the "
+             "model as it is now."]
+    if data.get("not_measured"):
+        notes.append(f"Not measured: {data['not_measured']}")
+    return table, notes
+
+
 def run(ctx: Context) -> Figure:
     table_a, notes_a, summary, reps_a = compiler_cache(ctx)
     tables = [table_a]
@@ -247,17 +273,18 @@ def run(ctx: Context) -> Figure:
         notes += notes_b
         for upstream in (upstream_table(), upstream_rows_table("upstream_builds_2", "6(d)"),
                          upstream_rows_table("upstream_builds_3", "6(e)"),
-                         upstream_rows_table("upstream_builds_4", "6(f)")):
+                         upstream_rows_table("upstream_builds_4", "6(f)"), all_archs_table()):
             if upstream is not None:
                 tables.append(upstream[0])
                 notes += upstream[1]
-        where_b = ("6(b) to 6(f): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
+        where_b = ("6(b) to 6(g): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
                    else "6(b): not measured in this run (no benchmarks/device_results.json)")
     return Figure(
         NAME, TITLE,
         compared=("(a) cold vs warm sccache for the fixture extension built by `ci.build.run` on "
                   "tests/fixtures/versions.yaml; (b) causal-conv1d 1.7.0 built for one arch (arch_filter) vs nine; "
-                  "(c) to (e) the real upstream components built on the GPU machine from their sources"),
+                  "(c) to (f) the real upstream components built on the GPU machine from their sources, sm_90; (g) with every "
+                  "arch versions.yaml lists"),
         where=f"6(a): this machine (CPU torch 2.13 venv, sccache, {os.cpu_count()} cores); {where_b}",
         repetitions=f"6(a): {reps_a}; min / median",
         tables=tables,

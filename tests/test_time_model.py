@@ -30,7 +30,8 @@ def test_more_archs_cost_more_and_threads_win_it_back_on_the_critical_path():
     one = time_model.predict_seconds("fast-hadamard-transform", base)
     nine = time_model.predict_seconds("fast-hadamard-transform", dataclasses.replace(base, archs=9))
     threaded = time_model.predict_seconds("fast-hadamard-transform", dataclasses.replace(base, archs=9, threads=9))
-    assert one < nine and threaded < nine / 4  # nine archs on nine threads: near the one-arch time
+    # nine archs on nine threads: 2.5 effective threads (NVCC_THREAD_EFFICIENCY, measured on the GPU machine)
+    assert one < threaded < nine / 2
     # a 4-core runner: fewer cores in use than the reference, never faster
     small = time_model.predict_seconds("apex", dataclasses.replace(base, cores=4, max_jobs=4))
     assert small > time_model.predict_seconds("apex", base)
