@@ -89,8 +89,9 @@ def requested(versions: Path, component: str) -> str:
 
 
 def one_unit(source: Path, python: str, *, archs: str = "80;90;100;120", unit: str = ONE_UNIT,
-             threads: tuple[int, ...] = (1, 4)) -> dict:
-    """Time one flash-attention unit's real nvcc command for ``archs``, once per nvcc thread count."""
+             threads: tuple[int, ...] = (4, 1), out: Path | None = None) -> dict:
+    """Time one flash-attention unit's real nvcc command for ``archs``, once per nvcc thread count, the most
+    threads first; ``out`` is rewritten after each step, so a run stopped by a time limit keeps what it got."""
     from benchmarks.python_reuse import compile_commands
 
     stand_in = source.parent / "stand-in-ninja"
@@ -99,7 +100,9 @@ def one_unit(source: Path, python: str, *, archs: str = "80;90;100;120", unit: s
     (stand_in / "ninja").chmod(0o755)
     env = {**os.environ, "PATH": f"{stand_in}:{os.environ['PATH']}", "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
            "FLASH_ATTN_CUDA_ARCHS": archs, "MAX_JOBS": "1"}
+    started = time.perf_counter()
     subprocess.run([python, "setup.py", "build_ext"], cwd=source, env=env, capture_output=True)
+    print(f"setup.py wrote its build.ninja in {time.perf_counter() - started:.0f} s", flush=True)
     commands = {src: cmd for ninja in source.rglob("build.ninja") for src, cmd in compile_commands(ninja).items()}
     chosen = next((src for src in commands if src.endswith("/" + unit)), None)
     if chosen is None:
@@ -120,6 +123,9 @@ def one_unit(source: Path, python: str, *, archs: str = "80;90;100;120", unit: s
         if proc.returncode != 0:
             raise ConfigError(f"{unit}: nvcc exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
         result["seconds"][str(count)] = round(time.perf_counter() - started, 1)
+        print(f"{unit} for {archs}, nvcc --threads {count}: {result['seconds'][str(count)]} s", flush=True)
+        if out is not None:
+            out.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
@@ -229,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.what == "requested":
             print(requested(args.versions, args.component))
         else:
-            args.out.write_text(json.dumps(one_unit(args.source.resolve(), args.python), indent=1) + "\n")
+            one_unit(args.source.resolve(), args.python, out=args.out)
             print(args.out.read_text())
     except ConfigError as error:
         print(f"full_archs: {error}", file=sys.stderr)
