@@ -316,6 +316,8 @@ def test_secrets_reach_only_the_steps_that_use_them(docs):
         ("_build.yml", "Download the shards"),
         ("_build_shard.yml", "Restore the compiler cache"),
         ("_build_shard.yml", "Save the compiler cache"),
+        ("_build_shard.yml", "Restore an interrupted build"),
+        ("_build_shard.yml", "Save the interrupted build"),
         ("_build_shard.yml", "Upload the shard artifact"),
     }
 
@@ -456,7 +458,7 @@ def test_a_row_split_into_shards_is_built_by_shard_jobs_then_assembled(docs, ver
     """flashinfer's rows (versions.yaml shards): one _build_shard.yml job per shard, each uploading its modules;
     the row's build job then downloads them all and assembles and checks the wheels; publish is unchanged."""
     doc = docs[f"{WF}/build-flashinfer.yml"]
-    assert list(doc["jobs"]) == ["plan", "shards", "build", "publish", "publish-index"]
+    assert list(doc["jobs"]) == ["plan", "shards", "build", "build-rest", "publish", "publish-index"]
     plan, shard_jobs, build = doc["jobs"]["plan"], doc["jobs"]["shards"], doc["jobs"]["build"]
     assert plan["outputs"]["shards"] == "${{ steps.plan.outputs.shards || steps.select.outputs.shards }}"
     assert shard_jobs["uses"] == f"./{SHARD}" and shard_jobs["needs"] == "plan"

@@ -155,8 +155,11 @@ class MirrorBuilder:
         return path
 
     def _has_snapshot(self, repo: str) -> bool:
-        path = self.snapshots.get(repo) or (self.snapshot_root / f"{repo}.git" if self.snapshot_root else None)
-        return path is not None and path.is_dir()
+        try:
+            self.snapshot(repo)
+        except BundleError:
+            return False
+        return True
 
     def resolve(self, repo: str, ref: str) -> str:
         snapshot = self.snapshot(repo)
