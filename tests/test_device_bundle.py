@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
 import os
+import re
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -87,6 +93,100 @@ def test_a_bundle_over_the_size_changes_nothing(tree):
     assert sorted(p.relative_to(root) for p in (root / ".device").rglob("*")) == before
     with pytest.raises(device_bundle.BundleError, match=r"no component nope; name one of app, other"):
         device_bundle.make(["nope"], snapshots=snapshots, max_mib=64, root=root, tools=False, device=device)
+
+
+def _carrier_sdist(into: Path) -> Path:
+    """carrier-1.0.tar.gz: a setuptools sdist that also carries a submodule's tree under sub/."""
+    into.mkdir(parents=True, exist_ok=True)
+    sdist = into / "carrier-1.0.tar.gz"
+    files = {"setup.py": b"from setuptools import setup\nsetup(name='carrier', version='1.0')\n",
+             "PKG-INFO": b"Metadata-Version: 2.1\nName: carrier\nVersion: 1.0\n",
+             "sub/include/sub.h": b"#define SUB 1\n"}
+    with tarfile.open(sdist, "w:gz") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"carrier-1.0/{name}")
+            info.size, info.mtime = len(data), 1_700_000_000
+            archive.addfile(info, io.BytesIO(data))
+    return sdist
+
+
+def _pure_wheel(into: Path, name: str) -> Path:
+    """A minimal valid py3-none-any wheel of ``name`` 1.0."""
+    wheel = into / f"{name}-1.0-py3-none-any.whl"
+    files = {f"{name}/__init__.py": b"", f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+             f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
+                     for n, d in files.items()) + f"{name}-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for n, d in files.items():
+            zf.writestr(n, d)
+        zf.writestr(f"{name}-1.0.dist-info/RECORD", record)
+    return wheel
+
+
+def test_a_submodule_no_snapshot_holds_is_served_from_an_sdists_tree_and_build_deps_travel(tree, tmp_path, monkeypatch):
+    """flashinfer-aot's case: its 3rdparty/spdlog commit is in no snapshot, upstream's sdist carries the tree
+    (STAND_INS), and its build installs packages the machine lacks (BUILD_DEPS, .device/build-deps)."""
+    root, snapshots, device, _ = tree
+    missing = "c3aed4b68373955e1cc94307683d44dca1515d2b"
+    upstream = tmp_path / "super"
+    upstream.mkdir()
+    _git("init", "-q", cwd=upstream)
+    (upstream / "setup.py").write_text("# super\n")
+    (upstream / ".gitmodules").write_text('[submodule "sub"]\n\tpath = sub\n\turl = https://github.com/example/sub.git\n')
+    _git("add", ".", cwd=upstream)
+    _git("update-index", "--add", "--cacheinfo", f"160000,{missing},sub", cwd=upstream)
+    _git("commit", "-qm", "super", cwd=upstream)
+    commit = _git("rev-parse", "HEAD", cwd=upstream)
+    (snapshots / "example+super").mkdir()
+    _git("clone", "-q", "--bare", str(upstream), str(snapshots / "example+super" / "repo"), cwd=tmp_path)
+    index = tmp_path / "index"
+    _carrier_sdist(index)
+    _pure_wheel(index, "carrier_dep")
+    sdist_sha = hashlib.sha256((index / "carrier-1.0.tar.gz").read_bytes()).hexdigest()
+    text = device.read_text() + f"""\
+  super:
+    source: {{git: "https://github.com/example/super.git", submodules: [sub]}}
+    ref: PINNED
+    builder: fixture
+    wheel_packages: [super]
+    runs_on: ubuntu-24.04
+  carrier:
+    source: {{sdist: carrier, sha256: {sdist_sha}}}
+    ref: "1.0"
+    builder: fixture
+    wheel_packages: [carrier]
+    runs_on: ubuntu-24.04
+"""
+    device.write_text(text.replace("PINNED", commit))
+    # pip, real, against a local folder only; setuptools of this interpreter prepares the sdist's metadata
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")
+    monkeypatch.setattr(device_bundle, "DEVICE_UPSTREAM", {"super": commit})
+    monkeypatch.setattr(device_bundle, "STAND_INS", {"super": ("example/sub", missing, "carrier", "carrier-1.0/sub")})
+    monkeypatch.setattr(device_bundle, "BUILD_DEPS", {"super": ("carrier-dep",)})
+
+    # the superproject is rewritten to point at the stand-in: the error names the id to pin
+    with pytest.raises(device_bundle.BundleError, match=r"components\.super\.ref is [0-9a-f]{40} but the mirror "
+                                                       r"serves [0-9a-f]{12} as ([0-9a-f]{40}); write that id") as error:
+        device_bundle.make(["super"], snapshots=snapshots, max_mib=64, root=root, tools=False, device=device)
+    assert not (root / ".device").exists()  # nothing moved into place
+    rewritten = re.search(r"as ([0-9a-f]{40})", str(error.value))[1]  # type: ignore[index]
+    device.write_text(text.replace("PINNED", rewritten))
+    parts = device_bundle.make(["super"], snapshots=snapshots, max_mib=64, root=root, tools=False, device=device)
+
+    sub = root / ".device" / "mirror" / "example" / "sub.git"
+    served = _git("--git-dir", str(sub), "rev-parse", f"refs/heads/wheelhouse/{missing}", cwd=root)
+    assert _git("--git-dir", str(sub), "show", f"{served}:include/sub.h", cwd=root) == "#define SUB 1"
+    assert f"Wheelhouse-stand-in-for: example/sub@{missing}" in _git("--git-dir", str(sub), "log", "-1", served, cwd=root)
+    gitlink = _git("--git-dir", str(root / ".device" / "mirror" / "example" / "super.git"), "rev-parse",
+                   f"{rewritten}:sub", cwd=root)
+    assert gitlink == served
+    paths = [p.path for p in parts]
+    assert ".device/build-deps/carrier_dep-1.0-py3-none-any.whl" in paths
+    assert (root / ".device" / "build-deps" / "carrier_dep-1.0-py3-none-any.whl").is_file()
+    assert not any(path.startswith(".device/sdists/") for path in paths)  # the carrier's own component is not chosen
 
 
 def test_the_task_refuses_a_missing_snapshot_folder_in_one_line():

