@@ -11,7 +11,7 @@
   (``MACHINE_HAS``, its package list) is left out;
 - ``.device/sdists``: the sdists of the chosen sdist components, checked against their sha256;
 - ``.device/build-deps``: the wheels a chosen component's build installs that the machine lacks
-  (``BUILD_DEPS``; run_on_device.sh gives them to pip with ``PIP_FIND_LINKS``).
+  (``BUILD_DEPS``) with all they require (run_on_device.sh gives them to pip with ``PIP_FIND_LINKS``).
 
 A submodule commit no snapshot holds is served from the tree an sdist carries (``STAND_INS``,
 make_source_bundles.py ``--stand-in``); that sdist is downloaded for it and carried only if its own
@@ -100,8 +100,8 @@ def subset_versions(components: list[str], out: Path, device: Path = DEVICE_VERS
 
 
 def download_tools(into: Path, pip: list[str], requirements: tuple[str, ...] = TOOLS,
-                   what: str = "the tool wheels") -> list[Path]:
-    """The wheels of ``requirements`` for CPython 3.12 on manylinux x86_64, less what the machine has."""
+                   what: str = "the tool wheels", leave_out: frozenset[str] = MACHINE_HAS) -> list[Path]:
+    """The wheels of ``requirements`` for CPython 3.12 on manylinux x86_64, less ``leave_out`` (what the machine has)."""
     into.mkdir(parents=True, exist_ok=True)
     command = [*pip, "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
                "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--abi", "abi3", "--abi", "none",
@@ -112,7 +112,7 @@ def download_tools(into: Path, pip: list[str], requirements: tuple[str, ...] = T
         raise BundleError(f"pip download of {what} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
     kept = []
     for wheel in sorted(into.glob("*.whl")):
-        if _project(wheel) in MACHINE_HAS:
+        if _project(wheel) in leave_out:
             wheel.unlink()
         else:
             kept.append(wheel)
@@ -174,7 +174,9 @@ def make(components: list[str], *, snapshots: Path, max_mib: float, root: Path =
         download_sdists(components, versions, scratch / "device" / "sdists", pip)
         build_deps = tuple(dep for name in components for dep in BUILD_DEPS.get(name, ()))
         if build_deps:
-            download_tools(scratch / "device" / "build-deps", pip, build_deps, "the build dependencies")
+            # all of their requirements: a builder installs them with pip --target, which takes nothing
+            # from the machine's site-packages
+            download_tools(scratch / "device" / "build-deps", pip, build_deps, "the build dependencies", frozenset())
         wheels = scratch / "whl"
         if tools:
             download_tools(wheels, pip)
