@@ -170,7 +170,13 @@ def _preprocess(job: tuple[list[str], str, Path, Path]) -> tuple[bool, str]:
     command, source, out, cwd = job
     env = {**os.environ, "CPATH": cuda_torch.toolkit_extra_include()}  # as the build had it
     proc = subprocess.run(preprocess_command(command, source, out), cwd=cwd, capture_output=True, text=True, env=env)
-    return proc.returncode == 0 and out.is_file(), proc.stderr[-300:]
+    return proc.returncode == 0 and out.is_file(), _first_error(proc.stderr)
+
+
+def _first_error(stderr: str) -> str:
+    """The compiler's first error line, its paths reduced to the file they name (no build machine's path)."""
+    line = next((line for line in stderr.splitlines() if "error" in line), stderr.strip()[-200:])
+    return re.sub(r"(?<!\S)(?:/[^\s:/]+)+/([^/\s:]+)", r"\1", line).strip()
 
 
 @dataclass

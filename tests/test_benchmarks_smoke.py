@@ -147,3 +147,13 @@ def test_the_reuse_figure_reads_the_compile_commands_torch_writes(tmp_path: Path
     assert preprocess_command(commands["/s/k.cu"], "/s/k.cu", Path("/o/k.i")) == [
         "/usr/local/cuda/bin/nvcc", "-I/site/torch/include", "--threads", "2", "-arch=sm_90", "-E", "-Xcompiler", "-P",
         "/s/k.cu", "-o", "/o/k.i"]
+
+
+def test_the_reuse_figure_quotes_a_failed_unit_without_the_machines_paths() -> None:
+    """A unit that does not preprocess is named with the compiler's first error line, the paths in it cut to the
+    file they name: the figure is published, the build machine's folders are no part of it."""
+    from benchmarks.python_reuse import _first_error
+
+    stderr = ("In file included from i.cpp:3:\n/home/u/repo/.cache/bench/work/flash-mla-py3.11/csrc/cutlass/include/"
+              "cutlass/cutlass.h:43:35: fatal error: cuda/std/utility: No such file or directory\n   43 | #define X\n")
+    assert _first_error(stderr) == "cutlass.h:43:35: fatal error: cuda/std/utility: No such file or directory"
