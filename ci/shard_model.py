@@ -191,6 +191,20 @@ def plan_line(row: MatrixRow, dist_root: Path) -> str:
     return f"time model ({source}): {describe(est, result, hosted.label)}"
 
 
+def slowest_shard_seconds(row: MatrixRow, *, jobs: int, dist_root: Path | None = None) -> float | None:
+    """The build step of the row's slowest shard (versions.yaml's ``shards``) on ``jobs`` parallel compiles, from
+    its recorded module times (:func:`recorded_modules`); None where none are recorded."""
+    found = recorded_modules(row, dist_root or REPO_ROOT / "dist")
+    if found is None:
+        return None
+    try:
+        est = estimate(found[1])
+    except WheelhouseError:
+        return None
+    groups = shards.assign(costs_of(found[1]), max(1, row.settings.shards))
+    return max(sum(est.seconds[name] for name in names) for names in groups) / max(1, jobs)
+
+
 def recorded_modules(row: MatrixRow, dist_root: Path) -> tuple[str, dict[str, Any]] | None:
     """(where, modules) of the newest times recorded for ``row``: its build record in ``dist_root``, its shards
     there, or the committed file for its component, arch and arch list."""

@@ -28,9 +28,12 @@ from ci.matrix import MatrixRow
 REFERENCE_CORES = 16
 """The GPU machine (1x H200, 16 cores, 128 GiB) every calibration build ran on, with max_jobs 16."""
 DEFAULT_HOST_SHARE = 0.3
-# What one more nvcc --thread buys on a unit's gencodes, as a share of a whole core: fitted to
-# fast-hadamard-transform's nine gencodes under --threads 9 on the GPU machine (245 s where perfect
-# threads would give 87 s: 2.47 effective threads); benchmarks figure 14 gives 0.15 (two threads, 1.15x).
+# What one more nvcc --thread buys on a unit's gencodes, as a share of a whole core, where a component has
+# no measurement of its own (Calibration.thread_efficiency): fitted to fast-hadamard-transform's nine
+# gencodes under --threads 9 on the GPU machine (245 s where perfect threads would give 87 s: 2.47 effective
+# threads); benchmarks figure 14 gives 0.15 (two threads on this 2-core machine, 1.15x). flash-attention's
+# one kernel unit for four archs gets far more from its threads (0.86, below): the lower figure is the
+# cautious default.
 NVCC_THREAD_EFFICIENCY = 0.184
 FLASH_ATTENTION_GIB_PER_ARCH = 7  # build_scripts/lib/flash_attention.sh
 
@@ -63,6 +66,8 @@ class Calibration:
     own_archs: int = 1
     """The archs the component's setup.py compiles when versions.yaml gives none (torch_cuda_arch_list null)."""
     source: str = ""
+    thread_efficiency: float = NVCC_THREAD_EFFICIENCY
+    """What one more nvcc --thread buys on one unit's gencodes, where the component's own unit was timed."""
 
 
 CALIBRATION: dict[str, Calibration] = {
@@ -77,9 +82,13 @@ CALIBRATION: dict[str, Calibration] = {
     "deep-ep": Calibration(144, 14, 158 / 345, host_share=0.74,
                            source="reports/device-reproduction-2026-12-01b: 9.0 144 s, 8.0;9.0;10.0 219 s; "
                                   "ninja (upstream_builds_3): 14 steps, slowest 158 of 345 s"),
-    "flash-attention": Calibration(1302, 73, 1 / 16,
+    # thread efficiency from one kernel unit (flash_fwd_hdim128_fp16_sm80.cu) for 8.0;9.0;10.0;12.0 on the
+    # GPU machine, alone: 639.2 s with --threads 1, 222.9 s with --threads 4 (2.87x); in this model's terms
+    # (host share 0.3) 3.59 effective threads of 4
+    "flash-attention": Calibration(1302, 73, 1 / 16, thread_efficiency=0.86,
                                    source="device_results.json upstream_builds_2: sm_90, 1302 s, 72 kernels "
-                                          "and flash_api.cpp (slowest share taken as one of 16 parallel units)"),
+                                          "and flash_api.cpp (slowest share taken as one of 16 parallel units); "
+                                          "device_results.json all_archs one_unit: --threads 1 / 4"),
     "transformer-engine": Calibration(358, 111, 354 / 581,
                                       source="reports/device-reproduction-2026-12-01b: sm_90 358 s; ninja "
                                              "(upstream_builds_3): 111 steps, slowest 354 of 581 s"),
@@ -159,7 +168,7 @@ def predict_seconds(component: str, conditions: Conditions) -> float:
         return cal.wall_s  # nothing compiled: the build is what it was
     archs = max(1, conditions.archs)
     threads = max(1, min(conditions.threads, archs))
-    effective = 1 + (threads - 1) * NVCC_THREAD_EFFICIENCY
+    effective = 1 + (threads - 1) * cal.thread_efficiency
     cost = cal.host_share + (1 - cal.host_share) * archs  # one unit's core-seconds, relative to one arch
     reference_cores = min(REFERENCE_CORES, cal.units)
     core_seconds = cal.wall_s * reference_cores * cost
@@ -207,8 +216,23 @@ def predict(row: MatrixRow) -> Prediction | None:
         return None
     name, runner = runner_of(row)
     conditions = Conditions(runner.cores, runner.memory_gib, row.settings.max_jobs, nvcc_threads(row), arch_count(row))
-    return Prediction(predict_seconds(row.component, conditions), name, conditions,
-                      jobs_for(row.component, conditions), parse_timeout(row.settings.build_timeout))
+    seconds = predict_seconds(row.component, conditions)
+    if _builds_jit_cache(row):
+        # the calibration build compiled nothing; the jit-cache's modules are the build, one shard a job
+        from ci import shard_model
+
+        slowest = shard_model.slowest_shard_seconds(row, jobs=jobs_for(row.component, conditions))
+        if slowest is None:
+            return None
+        seconds += slowest
+    return Prediction(seconds, name, conditions, jobs_for(row.component, conditions),
+                      parse_timeout(row.settings.build_timeout))
+
+
+def _builds_jit_cache(row: MatrixRow) -> bool:
+    wanted = {p.lower() for p in row.settings.wheel_packages}
+    rehosted = {p.lower() for p in row.settings.rehost}
+    return "flashinfer-jit-cache" in wanted - rehosted
 
 
 # --- the model against every timed build ----------------------------------------------------------

@@ -75,3 +75,34 @@ def test_invoke_matrix_shows_the_stage_and_the_prediction():
     assert " first " in lines[0] and "(resumable, 2 runs)" in lines[0]
     assert " then " in lines[1]
     assert lines[-1].startswith("2 row(s); 2 predicted over build_timeout")
+
+
+def test_flash_attentions_own_unit_sets_its_thread_gain():
+    """One kernel unit for four archs timed on the GPU machine with --threads 1 and 4 (639.2 s, 222.9 s): the
+    model's critical path for that unit gives the measured ratio back; components without such a timing keep
+    the cautious default."""
+    cal = time_model.CALIBRATION["flash-attention"]
+
+    def unit(threads: int) -> float:  # the slowest-unit term of predict_seconds, for one unit of 4 archs
+        effective = 1 + (threads - 1) * cal.thread_efficiency
+        return cal.host_share + (1 - cal.host_share) * 4 / effective
+
+    assert abs(unit(1) / unit(4) - 639.2 / 222.9) < 0.02
+    assert time_model.CALIBRATION["apex"].thread_efficiency == time_model.NVCC_THREAD_EFFICIENCY
+
+
+def test_a_row_that_compiles_the_jit_cache_is_predicted_by_its_slowest_shard():
+    """flashinfer's calibration build compiled nothing (the python wheel); a row that builds flashinfer-jit-cache
+    is that plus its slowest shard from the recorded module times (ci/shard_model.py), so more shards, less time."""
+    from ci import shard_model
+
+    row = _row("flashinfer")
+    prediction = time_model.predict(row)
+    slowest = shard_model.slowest_shard_seconds(row, jobs=prediction.jobs)
+    assert slowest is not None and prediction.seconds == time_model.CALIBRATION["flashinfer"].wall_s + slowest
+    assert prediction.fits  # versions.yaml's shard count is the model's
+    fewer = dataclasses.replace(row, settings=dataclasses.replace(row.settings, shards=1))
+    assert time_model.predict(fewer).seconds > 3 * prediction.seconds
+    rehosted = dataclasses.replace(row, settings=dataclasses.replace(row.settings, rehost=("flashinfer-cubin",
+                                                                                           "flashinfer-jit-cache")))
+    assert time_model.predict(rehosted).seconds == time_model.CALIBRATION["flashinfer"].wall_s
