@@ -14,12 +14,9 @@
 #   4. flashinfer's decode kernel from the installed jit-cache against the attention formula, with the
 #      JIT off, an empty JIT workspace and no nvcc on PATH or under CUDA_HOME
 #      (tests/gpu/test_flashinfer_jit_cache.py)
-# The mirror for it alone (9 MiB; the bundle's other components may be left out):
-#   python tests/gpu/make_source_bundles.py --versions tests/fixtures/versions-device.yaml \
-#       --out .device/mirror --component flashinfer-aot --snapshot flashinfer-ai/flashinfer=... \
-#       --snapshot NVIDIA/cutlass=... --snapshot NVIDIA/cccl=... --snapshot gabime/spdlog=... \
-#       --stand-in gabime/spdlog@c3aed4b68373955e1cc94307683d44dca1515d2b=<flashinfer_python-0.6.13.tar.gz>:flashinfer_python-0.6.13/3rdparty/spdlog \
-#       --upstream flashinfer-aot=57ba7eeb7ea3003a2d6ad5d9a057c4f952709bac
+# The bundle for it: `invoke device-bundle --snapshots DIR --components flashinfer-aot` (the mirror,
+# 3rdparty/spdlog's tree from upstream's 0.6.13 sdist, and .device/build-deps: apache-tvm-ffi and what it
+# needs, which the AOT and flashinfer's run-time import ask for; tests/gpu/device_bundle.py).
 # WHEELHOUSE_UPSTREAM_JIT_CACHE_BYTES: the size of upstream's flashinfer_jit_cache-0.6.13+cu130 x86_64
 # wheel, where known (its index is not reachable from here).
 # shellcheck shell=bash
@@ -97,6 +94,10 @@ step "3. release, index, install both from the index"
 INDEX="file://$WORK/store/site/$WORLD/simple/"
 env -u PIP_NO_INDEX -u PIP_FIND_LINKS "$PY" -m pip install --no-deps --target "$WORK/clean-jit-cache" \
     --index-url "$INDEX" flashinfer-python flashinfer-jit-cache 2>&1 | tee "$RESULTS/jit-cache-pip-install.txt"
+# flashinfer imports tvm_ffi at run time: the machine's image lacks it, and --no-deps took none of the
+# requirements, so the wheel the build installed it from (.device/build-deps) goes into the target too
+"$PY" -m pip install -q --no-deps --target "$WORK/clean-jit-cache" "$ROOT"/.device/build-deps/apache_tvm_ffi-*.whl \
+    "$ROOT"/.device/build-deps/typing_extensions-*.whl 2>&1 | tee -a "$RESULTS/jit-cache-pip-install.txt"
 grep -o 'data-wheelhouse-[a-z]*="[^"]*"' "$WORK/store/site/$WORLD/simple/flashinfer-jit-cache/index.html" | sort -u || true
 
 step "4. the decode kernel from the jit-cache: JIT off, an empty workspace, no nvcc"
@@ -113,6 +114,11 @@ mkdir -p "$WORK/jit-workspace"
     --rootdir "$ROOT" 2>&1) | tee "$RESULTS/jit-cache-kernels.txt"
 echo "shared objects in the JIT workspace after the kernels: $(find "$WORK/jit-workspace" -name '*.so' | wc -l)" \
     | tee -a "$RESULTS/jit-cache-kernels.txt"
+# a skip here (flashinfer not importable, no GPU) proves nothing: the run fails
+if grep -q "skipped" "$RESULTS/jit-cache-kernels.txt" || ! grep -q " passed" "$RESULTS/jit-cache-kernels.txt"; then
+    echo "error: the jit-cache kernel tests did not all run and pass (see $RESULTS/jit-cache-kernels.txt)" >&2
+    exit 1
+fi
 
 step "done"
 cat "$RESULTS/timings.txt"
