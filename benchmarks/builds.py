@@ -257,8 +257,39 @@ def all_archs_table(label: str = "6(g)") -> tuple[Table, list[str]] | None:
              f"{label}: ci/time_model.py's nvcc thread efficiency is fitted to fast-hadamard-transform's row (its "
              "prediction before the run assumed perfect threads); `invoke time-model` prints every build against the "
              "model as it is now."]
+    unit = data.get("one_unit")
+    if unit:
+        by_threads = unit["seconds_by_threads"]
+        notes.append(f"{label} flash-attention, one kernel unit ({unit['unit']}) for {unit['archs']}, {unit['date']}: "
+                     + ", ".join(f"nvcc --threads {t}: {by_threads[t]} s" for t in sorted(by_threads, key=int))
+                     + f" ({by_threads['1'] / by_threads['4']:.2f}x; ci/time_model.py takes flash-attention's thread "
+                       f"gain from it); {unit['how']}")
     if data.get("not_measured"):
         notes.append(f"Not measured: {data['not_measured']}")
+    return table, notes
+
+
+def jit_cache_table(label: str = "6(h)") -> tuple[Table, list[str]] | None:
+    """6(h): a subset of flashinfer-jit-cache built by shards on the GPU machine (device_results.json ``jit_cache``)."""
+    data = _device_section("jit_cache")
+    if data is None:
+        return None
+    # a family names its kernel (the module names, up to 150 characters, are in device_results.json)
+    rows = [[m["family"].split("#")[0], str(m["cuda_sources"]),
+             f"{m['seconds']:.1f} s", f"{m['shard']}/{data['shards']}"] for m in data["modules"]]
+    table = Table([f"flashinfer-jit-cache module's family ({data['arch_list']})", "CUDA sources", "compile (core-seconds)",
+                   "shard"], rows)
+    wheels = "; ".join(f"{w['wheel']} {w['bytes'] / 2**20:.1f} MiB" for w in data["wheels"])
+    notes = [f"{label} read from benchmarks/device_results.json ({data['machine']}, {data['date']}): {data['source']}; "
+             f"{data['settings']}; {len(data['modules'])} of the list's {data['list_modules']} modules, in "
+             f"{data['shards']} shards.",
+             f"{label} wall time: " + ", ".join(f"{k} {v} s" for k, v in data["timings_s"].items())
+             + f"; the assembly tried with shard 2/2 missing: {data['incomplete_assembly']}",
+             f"{label} wheels: {wheels}; {data['check_wheel']}; {data['size_estimate']}; upstream's: "
+             f"{data['upstream_size']}",
+             f"{label} installed from our index: {data['installed']}; then {data['kernels']}",
+             f"{label} first try of the kernels: {data['kernels_first_try']}",
+             f"{label} extrapolated by ci/shard_model.py from these times: " + "; ".join(data["extrapolation"])]
     return table, notes
 
 
@@ -273,18 +304,18 @@ def run(ctx: Context) -> Figure:
         notes += notes_b
         for upstream in (upstream_table(), upstream_rows_table("upstream_builds_2", "6(d)"),
                          upstream_rows_table("upstream_builds_3", "6(e)"),
-                         upstream_rows_table("upstream_builds_4", "6(f)"), all_archs_table()):
+                         upstream_rows_table("upstream_builds_4", "6(f)"), all_archs_table(), jit_cache_table()):
             if upstream is not None:
                 tables.append(upstream[0])
                 notes += upstream[1]
-        where_b = ("6(b) to 6(g): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
+        where_b = ("6(b) to 6(h): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
                    else "6(b): not measured in this run (no benchmarks/device_results.json)")
     return Figure(
         NAME, TITLE,
         compared=("(a) cold vs warm sccache for the fixture extension built by `ci.build.run` on "
                   "tests/fixtures/versions.yaml; (b) causal-conv1d 1.7.0 built for one arch (arch_filter) vs nine; "
                   "(c) to (f) the real upstream components built on the GPU machine from their sources, sm_90; (g) with every "
-                  "arch versions.yaml lists"),
+                  "arch versions.yaml lists; (h) a subset of flashinfer-jit-cache by shards"),
         where=f"6(a): this machine (CPU torch 2.13 venv, sccache, {os.cpu_count()} cores); {where_b}",
         repetitions=f"6(a): {reps_a}; min / median",
         tables=tables,
