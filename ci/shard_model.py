@@ -135,13 +135,17 @@ def runner(row: MatrixRow) -> Runner:
     return Runner(known[0], HOSTED_CORES[known[0]]) if known else Runner(" ".join(labels), None)
 
 
+def slowest_shard_work(est: Estimate, costs: Mapping[str, int], count: int) -> float:
+    """The core-seconds of the most loaded of ``count`` shards of ci/shards.py's assignment (by ``costs``)."""
+    return max(sum(est.seconds[name] for name in names) for names in shards.assign(costs, count))
+
+
 def fit(est: Estimate, costs: Mapping[str, int], *, jobs: int, budget_s: float, slowdown: float = 1.0) -> Fit:
     """The smallest shard count of ci/shards.py's assignment (by ``costs``) whose slowest shard fits ``budget_s``."""
     largest = max(est.seconds.items(), key=lambda item: (item[1], item[0]))
     slowest = 0.0
     for count in range(1, MAX_SHARDS + 1):
-        slowest = max(sum(est.seconds[name] for name in names) for names in shards.assign(costs, count))
-        slowest = slowest / jobs * slowdown
+        slowest = slowest_shard_work(est, costs, count) / jobs * slowdown
         if slowest <= budget_s * MARGIN:
             return Fit(count, slowest, budget_s, jobs, largest)
         if largest[1] / jobs * slowdown > budget_s * MARGIN:
@@ -201,8 +205,7 @@ def slowest_shard_seconds(row: MatrixRow, *, jobs: int, dist_root: Path | None =
         est = estimate(found[1])
     except WheelhouseError:
         return None
-    groups = shards.assign(costs_of(found[1]), max(1, row.settings.shards))
-    return max(sum(est.seconds[name] for name in names) for names in groups) / max(1, jobs)
+    return slowest_shard_work(est, costs_of(found[1]), max(1, row.settings.shards)) / max(1, jobs)
 
 
 def recorded_modules(row: MatrixRow, dist_root: Path) -> tuple[str, dict[str, Any]] | None:
