@@ -27,10 +27,10 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import IO
 
 from ci import (
+    build_place,
     build_record,
     cache_log,
     credentials,
@@ -127,8 +128,9 @@ class BuildPlan:
             lines.append(f"  shards:         {self.shards}")
         lines.append("  environment:")
         lines += [f"    {key}={value}" for key, value in sorted(self.env.items())]
-        lines.append(f"  command:        {shlex.join(self.command)}  (cwd: build dir/src, moved to "
-                     f"{reproducible.canonical_dir(self.row.component, self.row.arch)} while it runs)")
+        lines.append(f"  command:        {shlex.join(self.command)}  (cwd: build dir/src, seen at "
+                     f"{build_place.fixed_path(self.row.component, self.row.arch)} in a mount namespace of the "
+                     f"build's own; in place where the kernel refuses one, see {build_place.SETTING})")
         lines.append(f"  reproducible:   {reproducible.describe_plan()}")
         checks = ["torch ABI", "Python coverage"]
         if self.row.settings.verify_wheel_archs and self.row.settings.torch_cuda_arch_list and self.row.cuda != "cpu":
@@ -219,11 +221,11 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
                 seen = (_site_packages_seen(Path(cache_root), current) if remember
                         else [*current, "<site-packages of earlier builds into this cache>"])
                 basedirs = os.pathsep.join(dict.fromkeys([str(build_dir), *seen]))
-                # no idle shutdown: one nvcc step can outlast sccache's default 600 s without a request
-                # (causal-conv1d's backward kernel took 607 s on a loaded machine), and a server that
-                # stops then loses the objects still compiling; the build stops its server itself
+                # the build runs its own server with no idle shutdown (_start_sccache: one nvcc step can
+                # outlast sccache's default 600 s without a request); this short one is for a server a
+                # client starts itself, which only a compiler left running by a killed build does
                 env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": basedirs, "SCCACHE_SERVER_PORT": port,
-                       "SCCACHE_IDLE_TIMEOUT": "0"}
+                       "SCCACHE_IDLE_TIMEOUT": str(ORPHAN_SERVER_IDLE_S)}
                 if "SCCACHE_ERROR_LOG" not in options.environ:  # the server's per-compile results (ci/cache_log.py)
                     env |= {"SCCACHE_LOG": cache_log.SERVER_LOG_FILTER,
                             "SCCACHE_ERROR_LOG": str(build_dir / cache_log.LOG_NAME)}
@@ -233,6 +235,7 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
     return None, {}
 
 
+ORPHAN_SERVER_IDLE_S = 60
 SITE_PACKAGES_SEEN = "site-packages-seen.txt"
 SITE_PACKAGES_REMEMBERED = 64
 
@@ -295,15 +298,36 @@ def _claim(build_dir: Path, row: MatrixRow) -> tuple[Path, IO[str]]:
     or when the returned file is closed."""
     locks = build_dir.parent.parent / "build-locks"  # beside builds/, which CI prunes and caches
     locks.mkdir(parents=True, exist_ok=True)
+    holders = []
     for candidate in (build_dir, build_dir.with_name(f"{build_dir.name}-py{'-'.join(row.pythons)}")):
-        lock = (locks / f"{candidate.name}.lock").open("w")
+        lock = (locks / f"{candidate.name}.lock").open("a+")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            lock.seek(0)
+            holders.append(_holder(lock.read()))
             lock.close()
             continue
+        lock.seek(0)
+        lock.truncate()
+        lock.write(json.dumps({"pid": os.getpid(), "started": time.time()}))
+        lock.flush()
         return candidate, lock
-    raise WheelhouseError(f"{row.label}: another build of this row is running in {candidate}; wait for it to finish")
+    raise WheelhouseError(f"{row.label}: another build of this row is running in {build_dir} ({'; '.join(holders)}); "
+                          "wait for it to finish or stop it")
+
+
+def _holder(text: str) -> str:
+    """Who holds a build lock, from what the holder wrote into it."""
+    try:
+        holder = json.loads(text)
+        started = float(holder["started"])
+        pid = int(holder["pid"])
+    except (ValueError, KeyError, TypeError):
+        return "holder unknown"
+    minutes = max(0, int((time.time() - started) // 60))
+    return (f"pid {pid}, started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, "
+            f"running for {minutes} min")
 
 
 @dataclass(frozen=True)
@@ -347,6 +371,9 @@ def builder_environment(versions: Versions, row: MatrixRow, options: BuildOption
             # the GPU machine made 0 compile requests). Naming it here caches nvcc under both.
             variables["PYTORCH_NVCC"] = f"{cache_tool} {variables.get('PYTORCH_NVCC', str(nvcc))}"
     variables["PATH"] = builder_path(filter_bin, Path(python), cache_tool, inherited_path)
+    # the C/C++ compilers the builder finds, wrapped to put the prefix maps first (ci/reproducible.py)
+    variables.update(reproducible.compiler_wrappers(build_dir / "compilers", {**options.environ, **variables},
+                                                    write=not planning))
     return BuilderEnvironment(variables, cache_tool, filter_bin)
 
 
@@ -497,15 +524,16 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         )
 
         steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}", key="build")
-        canonical = reproducible.canonical_dir(row.component, row.arch)
         builder_environ = {**filtered.environ, **environment.variables}
+        place = build_place.choose(build_dir / "src", row.component, row.arch, options.environ, builder_environ)
+        _LOG.info(f"build place: {place.describe()}")
         # every Python's site-packages of the compile group, so the host compiles' flags are the same for each
         sites = [interpreter.torch_dir.parent, *_sibling_site_packages(options, versions, row, index)]
-        builder_environ.update(reproducible.build_variables(builder_environ, epoch=epoch, source_dir=canonical,
-                                                            site_packages=sites))
-        with reproducible.canonical_source(build_dir / "src", row.component, row.arch) as src:
-            wheels, cache_stats, cache_misses = _run_builder(row, environment, builder_environ, build_dir, src,
-                                                             want_wheels=options.shard is None)
+        builder_environ.update(reproducible.build_variables(
+            builder_environ, epoch=epoch, source_dir=place.path, site_packages=sites,
+            seed_path=build_place.fixed_path(row.component, row.arch)))
+        wheels, cache_stats, cache_misses = _run_builder(row, environment, builder_environ, build_dir, place,
+                                                         want_wheels=options.shard is None)
         if options.shard is not None:
             result = _place_shard(row, options.shard, build_dir / "shards", fingerprint.fingerprint(config),
                                   steps.durations(), cache_stats, options.dist_root)
@@ -522,7 +550,7 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     steps.start(f"checks: {len(wheels)} wheel(s), then dist/{row.world}/", key="checks")
     # against the torch found before the build: the build's interpreter is not started again
     # the build's own paths must not be where the wheel's import looks (ci/wheels/paths.py)
-    build_paths = (str(reproducible.CANONICAL_ROOT), str(build_dir), str(interpreter.torch_dir.parent))
+    build_paths = (build_place.FIXED_BUILD_ROOT, str(build_dir), str(interpreter.torch_dir.parent))
     checks = _check_wheels(row, wheels, interpreter.torch_dir, build_paths) if options.run_checks else {"ran": False}
 
     ninja_steps = ninja_log.slowest_steps(build_dir / "src")  # read before the build directory goes
@@ -534,7 +562,7 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         fingerprint=fingerprint.fingerprint(config),
         build_config=config,
         source=checkout.describe(),
-        toolchain=interpreter.describe(),
+        toolchain={**interpreter.describe(), "build_place": place.summary()},
         compiler_cache=environment.compiler_cache,
         compiler_cache_stats=cache_stats,
         compiler_cache_misses=cache_misses,
@@ -580,6 +608,9 @@ def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.
     sources with their mtimes at ``epoch``; an empty ``dist/`` either way (wheels of an interrupted
     attempt are never trusted)."""
     build_dir, lock = _claim(_build_dir(options, row, config), row)
+    stopped = build_place.stop_leftovers(build_dir)  # a SIGKILLed run's builder may still be compiling there
+    if stopped:
+        _LOG.info(f"stopped {len(stopped)} process(es) a killed build of {row.label} left running")
     src = build_dir / "src"
     marker = build_dir / ".incomplete"
     if marker.exists() and src.is_dir() and _marked_config(marker) == json.loads(json.dumps(config)):
@@ -597,26 +628,29 @@ def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.
     return build_dir, lock
 
 
-def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict, build_dir: Path, src: Path, *,
+def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict, build_dir: Path,
+                 place: build_place.BuildPlace, *,
                  want_wheels: bool = True) -> tuple[list[Path], dict[str, int] | None, list[str] | None]:
-    """Run build_scripts/<builder>.sh in ``src`` (the sources of ``build_dir``, moved to their canonical
-    directory) under the contract; (its wheels, compiler cache counts, the translation units it could not
-    reuse). A shard build (``want_wheels`` false) leaves its shard in ``build_dir/shards/`` instead."""
+    """Run build_scripts/<builder>.sh in its build place (the sources of ``build_dir``) under the contract; (its
+    wheels, compiler cache counts, the translation units it could not reuse). A shard build (``want_wheels``
+    false) leaves its shard in ``build_dir/shards/`` instead."""
     if environment.filter_bin is not None:
         _install_arch_filter(environment.filter_bin)
     cache_tool = environment.compiler_cache
     server_log = Path(full_env["SCCACHE_ERROR_LOG"]) if "SCCACHE_ERROR_LOG" in full_env else None
     if server_log is not None and server_log.parent == build_dir:
         server_log.unlink(missing_ok=True)  # a resumed build's log holds this run's compiles only
-    _LOG.info(f"building {row.label} in {src}")
+    _LOG.info(f"building {row.label} in {place.path}")
+    own_server = cache_tool is not None and "SCCACHE_SERVER_PORT" in environment.variables
+    server = _start_sccache(cache_tool, full_env, place) if own_server and cache_tool else None
     try:
-        code = _run_with_timeout(_command(row), cwd=src, env=full_env,
-                                 timeout_s=parse_timeout(row.settings.build_timeout))
+        code = build_place.run(place, _command(row), full_env, build_dir, parse_timeout(row.settings.build_timeout),
+                               join=server.pid if server is not None and place.private_namespace else None)
     finally:
         cache_stats, cache_misses = None, None
-        if cache_tool is not None and "SCCACHE_SERVER_PORT" in environment.variables:  # this build's own server: its counts are this build's
+        if server is not None and cache_tool:  # this build's own server: its counts are this build's
             cache_stats = sccache_stats(cache_tool, full_env)
-            subprocess.run([cache_tool, "--stop-server"], env=full_env, capture_output=True)
+            _stop_sccache(cache_tool, full_env, server)
             if server_log is not None:
                 results = cache_log.read_results(server_log)
                 cache_misses = cache_log.not_reused(results) if results else None
@@ -745,23 +779,36 @@ def _install_arch_filter(bin_dir: Path) -> None:
     link.symlink_to(REPO_ROOT / "build_scripts" / "nvcc-arch-filter")
 
 
-def _run_with_timeout(command: list[str], *, cwd: Path, env: dict, timeout_s: int) -> int | str:
-    # Own process group: a timeout must stop ninja and every nvcc below it, not just bash.
-    process = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True)
+SCCACHE_START_S = 30
+
+
+def _start_sccache(tool: str, env: dict, place: build_place.BuildPlace) -> subprocess.Popen:
+    """The build's sccache server, in the foreground as a child of this process and in the build place (it
+    reads the sources by the paths the compiler names): it ends when this process ends, SIGKILL included
+    (the kernel sends it SIGTERM then), so no killed build leaves one running. A client that finds no
+    server (a builder's compiler still running after a kill) starts its own, which ends after the idle time
+    the builder's environment sets."""
+    server_env = {**env, "SCCACHE_NO_DAEMON": "1", "SCCACHE_START_SERVER": "1", "SCCACHE_IDLE_TIMEOUT": "0"}
+    server = build_place.spawn(place, [tool], server_env, end_with_parent=True, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + SCCACHE_START_S
+    while time.monotonic() < deadline and server.poll() is None:
+        if sccache_stats(tool, {**env, "SCCACHE_START_SERVER": "0", "SCCACHE_NO_DAEMON": "1"}) is not None:
+            return server
+        time.sleep(0.2)
+    _stop_sccache(tool, env, server)
+    raise WheelhouseError(f"{tool}: its server did not start on port {env.get('SCCACHE_SERVER_PORT')} within "
+                          f"{SCCACHE_START_S} s; see {env.get('SCCACHE_ERROR_LOG', 'its log')}")
+
+
+def _stop_sccache(tool: str, env: dict, server: subprocess.Popen) -> None:
+    subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
     try:
-        return process.wait(timeout=timeout_s)
+        server.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        return "timeout"
-    except KeyboardInterrupt:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait()
-        raise
+        server.kill()
+        server.wait()
+
 
 
 def _check_projects(row: MatrixRow, wheels: list[Path]) -> None:

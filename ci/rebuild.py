@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ci import build, log, sources
+from ci.build_record import BuildRecord
 from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.matrix import MatrixRow
@@ -41,6 +42,8 @@ class RebuildReport:
     wheels: tuple[WheelComparison, ...]
     only_once: tuple[str, ...]
     """Wheel names that only one of the two builds made."""
+    places: tuple[str, ...] = ()
+    """Where each build ran (the build record's ``toolchain.build_place``)."""
 
     @property
     def identical(self) -> bool:
@@ -48,6 +51,7 @@ class RebuildReport:
 
     def render(self) -> str:
         lines = [f"rebuild check of {self.row.label}"]
+        lines += [f"  {name} build place: {place}" for name, place in zip(("first", "second"), self.places, strict=False)]
         for wheel in self.wheels:
             lines.append(f"  {wheel.name}")
             lines.append(f"    first:  sha256 {wheel.sha256[0]}")
@@ -65,7 +69,7 @@ def rebuild_check(versions: Versions, row: MatrixRow, options: build.BuildOption
     """Build ``row`` in ``work``/first and then in ``work``/second, each with fresh caches; compare."""
     if work.exists() and any(work.iterdir()):
         raise WheelhouseError(f"--work {work}: not empty; pass a new directory (the two builds must start fresh)")
-    placed = []
+    placed, places = [], []
     try:
         for name in ("first", "second"):
             root = work / name
@@ -74,6 +78,7 @@ def rebuild_check(versions: Versions, row: MatrixRow, options: build.BuildOption
             result = build.run(versions, row,
                                dataclasses.replace(options, cache_dir=root / "cache", dist_root=root / "dist"))
             placed.append({wheel.name: wheel for wheel in result.wheels})
+            places.append(str(BuildRecord.read(result.record).toolchain.get("build_place", "unknown")))
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)  # half a comparison is no result: nothing is left behind
         raise
@@ -83,7 +88,7 @@ def rebuild_check(versions: Versions, row: MatrixRow, options: build.BuildOption
                         tuple(compare_wheels(first[name], second[name])))
         for name in sorted(first.keys() & second.keys())
     )
-    return RebuildReport(row, comparisons, tuple(sorted(first.keys() ^ second.keys())))
+    return RebuildReport(row, comparisons, tuple(sorted(first.keys() ^ second.keys())), tuple(places))
 
 
 def _seed_sdists(cache_dir: Path, fresh: Path) -> None:

@@ -7,10 +7,13 @@ fast-hadamard-transform on the GPU machine, and with nvcc 13.0 on a tiny ``-line
   (:func:`source_date_epoch`), and the final wheel is normalized to it (ci/wheels/rewrite.py
   ``normalize_wheel``);
 - host compiles embed the build directory (``__FILE__`` in ``.rodata``, debug paths) and the torch
-  headers' site-packages: ``-ffile-prefix-map`` for gcc and, through ``NVCC_APPEND_FLAGS``, for nvcc's
-  host part (:func:`build_variables`);
+  headers' site-packages: ``-ffile-prefix-map`` in ``CFLAGS``/``CXXFLAGS`` and, through
+  ``NVCC_APPEND_FLAGS``, for nvcc's host part (:func:`build_variables`); a build that sets its own flags
+  (TransformerEngine's CMake sets ``CMAKE_CXX_FLAGS`` before ``project()``, which hides ``CXXFLAGS``)
+  or its own compiler command (flashinfer's JIT) still runs ``cc``/``c++``/``$CXX``: those are wrappers
+  that put the maps first (:func:`compiler_wrappers`);
 - nvcc's device code keeps the source's absolute path in ``.nv_fatbin`` (``-lineinfo``) and no nvcc
-  flag remaps it: the builder runs in one canonical directory per component (:func:`canonical_source`);
+  flag remaps it: the builder sees its sources at one fixed path (ci/build_place.py);
 - the same line table holds each source file's mtime (a copy gives a new one):
   :func:`pin_source_times` sets every source file to ``SOURCE_DATE_EPOCH``;
 - nvcc compiles the host part from a temporary file named after its pid, which lands in ``.symtab`` as
@@ -27,14 +30,14 @@ ELF sections.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
+import shlex
 import shutil
+import subprocess
 import tarfile
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,18 +47,24 @@ from ci.digest import sha256_file
 from ci.errors import WheelhouseError
 from ci.sources import Checkout, _ignored, _sdist_archives, sdist_downloads
 from ci.wheels.archive import is_shared_object_name
-from ci.wheels.paths import CANONICAL_BUILD_ROOT
 
-# Fixed, not under $TMPDIR: the path nvcc writes into device code must be the same on every machine.
-CANONICAL_ROOT = Path(CANONICAL_BUILD_ROOT)
 DISCARD_LOCAL_SYMBOLS = "-Wl,--discard-all"
 NVCC_RANDOM_SEED = "-frandom-seed"
+UNCOMMITTED_EPOCH = 315532800
+"""1980-01-01T00:00:00Z, the first time a zip member can carry: a directory's sources with changes git does
+not hold have no time of their own that another copy of them would share."""
+PREFIX_MAPS_VARIABLE = "WHEELHOUSE_PREFIX_MAPS"
+WRAPPED_COMPILERS = ("cc", "c++", "gcc", "g++", "clang", "clang++")
+"""The names a build finds its C and C++ compilers by on PATH (CMake, setuptools, torch's and flashinfer's
+JIT, nvcc's host compiler), each wrapped where PATH has it."""
+COMPILER_VARIABLES = ("CC", "CXX", "CUDAHOSTCXX")
 _LOG = log.get("reproducible")
 
 
 def source_date_epoch(checkout: Checkout, cache_dir: Path) -> int:
     """The sources' own time: a git commit's committer time, an sdist's newest member (else the archive's
-    mtime), a directory's newest file. Never the wall clock."""
+    mtime), a directory's last commit (:func:`directory_epoch`). Never the wall clock, nor a file's mtime,
+    which a checkout sets."""
     if checkout.kind == "git":
         from ci.sbom import _git_output  # the same git invocation the SBOM reads the commit time with
 
@@ -68,7 +77,7 @@ def source_date_epoch(checkout: Checkout, cache_dir: Path) -> int:
         archive = _sdist_archive(checkout, cache_dir)
         if archive is not None:
             return _archive_epoch(archive)
-    return _newest_file(checkout.path)
+    return directory_epoch(checkout.path)
 
 
 def _sdist_archive(checkout: Checkout, cache_dir: Path) -> Path | None:
@@ -90,15 +99,23 @@ def _archive_epoch(archive: Path) -> int:
     return max(times, default=int(archive.stat().st_mtime))
 
 
-def _newest_file(path: Path) -> int:
-    newest = 0
-    for file in path.rglob("*"):
-        if file.is_file() and not file.is_symlink() and not _ignored(file.relative_to(path)):
-            newest = max(newest, int(file.stat().st_mtime))
-    if not newest:
-        raise WheelhouseError(f"{path}: no source file to take SOURCE_DATE_EPOCH from; pass a source directory "
-                              "with its files")
-    return newest
+def directory_epoch(path: Path) -> int:
+    """A source directory's time, from its contents alone: the committer time of the last commit that touched
+    it, when it lies in a git work tree and git holds all of it (no change, no untracked file); otherwise
+    :data:`UNCOMMITTED_EPOCH`. Two clones of one commit agree, whenever each was made."""
+    def git(*args: str) -> str | None:
+        try:
+            result = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, timeout=60,
+                                    env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return result.stdout if result.returncode == 0 else None
+
+    status = git("status", "--porcelain", "-z", "--untracked-files=all", "--", ".")
+    if status is None or any(not _ignored(Path(entry[3:])) for entry in status.split("\0") if entry[3:]):
+        return UNCOMMITTED_EPOCH  # not in git, or files git does not hold that a build would copy
+    found = (git("log", "-1", "--format=%ct", "--", ".") or "").strip()
+    return int(found) if found.isdigit() else UNCOMMITTED_EPOCH
 
 
 def pin_source_times(src: Path, epoch: int) -> None:
@@ -121,7 +138,9 @@ def prefix_maps(source_dir: Path, site_packages: Iterable[Path | str] | Path | s
 
 
 def nvcc_random_seed(source_dir: Path) -> str:
-    """nvcc's ``-frandom-seed`` for every compile of one build, a number taken from the source directory.
+    """nvcc's ``-frandom-seed`` for every compile of one build, a number taken from the fixed source path
+    (ci/build_place.py ``fixed_path``, which names the component and arch; in place too, so that the seed
+    is the same wherever the build runs).
 
     The seed replaces only the random part of a module id; the path hash before it keeps the names of two
     source files apart, and a different seed per component keeps two components apart. nvcc asks for one seed
@@ -133,17 +152,18 @@ def nvcc_random_seed(source_dir: Path) -> str:
 
 
 def build_variables(environ: Mapping[str, str], *, epoch: int, source_dir: Path,
-                    site_packages: Iterable[Path | str] | Path | str) -> dict[str, str]:
+                    site_packages: Iterable[Path | str] | Path | str, seed_path: Path | None = None) -> dict[str, str]:
     """What the builder needs on top of ``environ`` for a reproducible build: ``SOURCE_DATE_EPOCH`` and the
-    prefix maps, appended to the caller's ``CFLAGS``/``CXXFLAGS``/``NVCC_APPEND_FLAGS``, and nvcc's seed."""
+    prefix maps, appended to the caller's ``CFLAGS``/``CXXFLAGS``/``NVCC_APPEND_FLAGS`` and given to the
+    compiler wrappers (``WHEELHOUSE_PREFIX_MAPS``), and nvcc's seed (from ``seed_path``, else ``source_dir``)."""
     maps = prefix_maps(source_dir, site_packages)
-    variables = {"SOURCE_DATE_EPOCH": str(epoch)}
+    variables = {"SOURCE_DATE_EPOCH": str(epoch), PREFIX_MAPS_VARIABLE: " ".join(maps)}
     for name in ("CFLAGS", "CXXFLAGS"):
         variables[name] = " ".join([environ.get(name, ""), *maps]).strip()
     nvcc = [flag for m in maps for flag in ("-Xcompiler", m)]
     given = environ.get("NVCC_APPEND_FLAGS", "")
     if NVCC_RANDOM_SEED not in given:  # a caller's own seed stays (nvcc warns on a second one, and takes the last)
-        nvcc.append(nvcc_random_seed(source_dir))
+        nvcc.append(nvcc_random_seed(seed_path or source_dir))
     variables["NVCC_APPEND_FLAGS"] = " ".join([given, *nvcc]).strip()
     # nvcc hands the host compiler a temporary file named after its own pid (tmpxft_<pid>_...cudafe1.cpp),
     # which becomes a local file symbol of the shared object; the linker leaves local symbols out
@@ -154,33 +174,45 @@ def build_variables(environ: Mapping[str, str], *, epoch: int, source_dir: Path,
 def describe_plan() -> str:
     """What a build adds for reproducibility, for the plan."""
     return ("SOURCE_DATE_EPOCH and every source file's mtime = the sources' time; -ffile-prefix-map for the sources "
-            f"and site-packages in CFLAGS, CXXFLAGS, NVCC_APPEND_FLAGS; nvcc {NVCC_RANDOM_SEED} from the source "
-            f"directory; LDFLAGS {DISCARD_LOCAL_SYMBOLS}; wheels normalized last")
+            f"and site-packages in CFLAGS, CXXFLAGS, NVCC_APPEND_FLAGS and in front of every C/C++ compiler the build "
+            f"runs ({', '.join(WRAPPED_COMPILERS)} on PATH, {', '.join(COMPILER_VARIABLES)} where set); nvcc "
+            f"{NVCC_RANDOM_SEED} from the fixed source path; LDFLAGS {DISCARD_LOCAL_SYMBOLS}; wheels normalized last")
 
 
-def canonical_dir(component: str, arch: str) -> Path:
-    return CANONICAL_ROOT / f"{component}-{arch}"
+def compiler_wrappers(directory: Path, environ: Mapping[str, str], *, write: bool = True) -> dict[str, str]:
+    """Write a wrapper for each C/C++ compiler the build can run (``write``; a plan only names them), and return
+    the variables that make the build run them: ``PATH`` (``directory``/bin first) and ``CC``/``CXX``/
+    ``CUDAHOSTCXX`` where ``environ`` sets them. Each wrapper runs the real compiler with
+    ``$WHEELHOUSE_PREFIX_MAPS`` before the build's own flags, so a flag the build sets cannot drop them; the name
+    stays the compiler's own (nvcc and torch tell the compiler's kind by it)."""
+    path = environ.get("PATH", "")
+    bin_dir = directory / "bin"
+    if write:
+        shutil.rmtree(directory, ignore_errors=True)
+        bin_dir.mkdir(parents=True)
+        for name in WRAPPED_COMPILERS:
+            found = shutil.which(name, path=path)
+            if found:
+                _write_wrapper(bin_dir / name, [found])
+    variables = {"PATH": os.pathsep.join(part for part in (str(bin_dir), path) if part)}
+    for variable in COMPILER_VARIABLES:
+        command = environ.get(variable, "").strip()
+        if not command:
+            continue
+        words = shlex.split(command)
+        wrapper = directory / variable / Path(words[-1]).name
+        if write:
+            words[-1] = shutil.which(words[-1], path=path) or words[-1]  # as the build's PATH would find it
+            wrapper.parent.mkdir()
+            _write_wrapper(wrapper, words)
+        variables[variable] = str(wrapper)
+    return variables
 
 
-@contextmanager
-def canonical_source(src: Path, component: str, arch: str) -> Iterator[Path]:
-    """Move ``src`` to the component's canonical directory for the block, and back afterwards (failed or
-    not: an interrupted build resumes from ``src`` as before). One build of a component at a time holds
-    the canonical directory; another waits for it."""
-    target = canonical_dir(component, arch)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"{target.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _LOG.info(f"waiting for another build of {component} to leave {target}")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        shutil.rmtree(target, ignore_errors=True)  # a crashed build's leftovers
-        shutil.move(str(src), target)
-        try:
-            yield target
-        finally:
-            shutil.move(str(target), src)
+def _write_wrapper(wrapper: Path, command: list[str]) -> None:
+    wrapper.write_text("#!/bin/sh\n# the build's compiler with its prefix maps first (ci/reproducible.py)\n"
+                       f"exec {shlex.join(command)} ${PREFIX_MAPS_VARIABLE} \"$@\"\n")
+    wrapper.chmod(0o755)
 
 
 # --- comparing two wheels --------------------------------------------------------------------------

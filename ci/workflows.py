@@ -386,6 +386,12 @@ def build_workflow() -> dict[str, Any]:
             "run": _script("setup_swap.sh"),
         },
         {
+            # the build place (ci/build_place.py): Ubuntu 24.04 restricts the user namespace it needs
+            "name": "Allow the build a mount namespace of its own",
+            "if": GITHUB_HOSTED,
+            "run": _script("allow_user_namespaces.sh"),
+        },
+        {
             # A bundle row builds with its newest Python and needs the others installed too.
             "name": "List the Pythons to install",
             "id": "pythons",

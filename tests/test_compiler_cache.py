@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import build, cache_log, reproducible, toolchain
+from ci import build, build_place, cache_log, reproducible, toolchain
 
 PYTHONS = ("3.12", "3.11")
 _RESULT = re.compile(r"\[(?P<out>[^\]]+)\]: compile result: (?P<result>.+)$")
@@ -71,7 +71,7 @@ def test_object_with_python_headers_is_never_reused_across_pythons(tmp_path):
             for name in ("kernel", "binding"):
                 # with the prefix maps a reproducible build adds (the sources at their fixed path): every
                 # Python's site-packages of the group
-                maps = reproducible.prefix_maps(reproducible.canonical_dir("comp", "x86_64"), sites.values())
+                maps = reproducible.prefix_maps(build_place.fixed_path("comp", "x86_64"), sites.values())
                 subprocess.run([tool, "g++", *maps, f"-I{headers}", f"-I{includes[version]}", "-c", f"{name}.cpp",
                                 "-o", f"{name}.o"], cwd=src, env=env, check=True, capture_output=True)
         finally:
@@ -204,28 +204,30 @@ def _listening(port: str) -> bool:
 @pytest.mark.skipif(_sccache() is None, reason="needs sccache")
 def test_the_builds_sccache_server_does_not_stop_while_a_long_compile_runs(tmp_path):
     """sccache's server stops after SCCACHE_IDLE_TIMEOUT (600 s) without a request, and the objects still
-    compiling are lost (a 607 s nvcc step on the GPU machine); the build's own server has none."""
+    compiling are lost (a 607 s nvcc step on the GPU machine); the build's own server has none. A server a
+    client starts by itself, which only a compiler left running by a killed build does, has a short one."""
     import time
 
     tool = _sccache()
     options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    (tmp_path / "build" / "src").mkdir(parents=True)  # where the server writes its log, as in a build's directory
+    place = build_place.choose(tmp_path / "build" / "src", "demo", "x86_64", {build_place.SETTING: "in-place"})
     envs = {}
-    (tmp_path / "build").mkdir()  # where the server writes its log, as in a build's directory
-    for name, idle in (("build", None), ("control", "1")):
+    for name in ("build", "control"):
         _, cache_env = build._compiler_cache(options, tmp_path / "build", build._free_port())
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env}
-        if idle is not None:
-            env["SCCACHE_IDLE_TIMEOUT"] = idle
-        subprocess.run([tool, "--start-server"], env=env, check=True, capture_output=True)
-        envs[name] = env
+        envs[name] = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env}
+    assert envs["build"]["SCCACHE_IDLE_TIMEOUT"] == str(build.ORPHAN_SERVER_IDLE_S)
+    server = build._start_sccache(tool, envs["build"], place)
+    envs["control"]["SCCACHE_IDLE_TIMEOUT"] = "1"  # what a client-started server does, shortened
+    subprocess.run([tool, "--start-server"], env=envs["control"], check=True, capture_output=True)
     try:
         time.sleep(4)
-        assert envs["build"]["SCCACHE_IDLE_TIMEOUT"] == "0"
-        assert _listening(envs["build"]["SCCACHE_SERVER_PORT"])
-        assert not _listening(envs["control"]["SCCACHE_SERVER_PORT"])  # the default behaviour, shortened
+        assert _listening(envs["build"]["SCCACHE_SERVER_PORT"]) and server.poll() is None
+        assert not _listening(envs["control"]["SCCACHE_SERVER_PORT"])
     finally:
-        for env in envs.values():
-            subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
+        build._stop_sccache(tool, envs["build"], server)
+        subprocess.run([tool, "--stop-server"], env=envs["control"], capture_output=True)
+    assert server.returncode is not None
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")

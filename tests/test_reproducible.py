@@ -54,9 +54,9 @@ def test_the_fixture_extension_rebuilt_in_another_directory_is_the_same_bytes(tm
     assert report.identical and wheel.sha256[0] == wheel.sha256[1] and not wheel.differences
     built = sorted((tmp_path / "work").glob("*/dist/*/*/*.whl"))
     assert len(built) == 2 and built[0].parent.parent.parent.parent != built[1].parent.parent.parent.parent
-    # what made it so: every member dated from the sources' newest file, fixed modes, RECORD valid
-    newest = max(int(p.stat().st_mtime) for p in (REPO / "tests" / "fixtures" / "fixture_ext").rglob("*")
-                 if p.is_file() and "build" not in p.parts and not p.name.endswith(".so"))
+    # what made it so: every member dated from the sources' own time (their last commit, or 1980 when the
+    # checkout changed them), fixed modes, RECORD valid
+    newest = reproducible.directory_epoch(REPO / "tests" / "fixtures" / "fixture_ext")
     with zipfile.ZipFile(built[0]) as zf:
         infos = zf.infolist()
         assert {info.date_time for info in infos} == {_zip_date(newest)}
@@ -64,30 +64,95 @@ def test_the_fixture_extension_rebuilt_in_another_directory_is_the_same_bytes(tm
         assert any(info.filename.endswith(".so") and info.external_attr >> 16 == 0o100755 for info in infos)
         assert infos[-1].filename.endswith(".dist-info/RECORD")
         text = b"".join(zf.read(info) for info in infos if info.filename.endswith(".so"))
-    assert str(tmp_path).encode() not in text and b"/tmp/wheelhouse-src" not in text  # no build path embedded
+    assert str(tmp_path).encode() not in text and b"/srv/wheelhouse-src" not in text  # no build path embedded
     with open_wheel(built[0]) as archive:
         assert check_record(archive) == []
 
 
-def test_a_pure_python_component_rebuilt_is_the_same_bytes(tmp_path):
-    """A small local pure-Python project through the Megatron-Bridge builder (pip wheel, setuptools)."""
-    project = tmp_path / "project"
+def _tinypkg(project: Path) -> None:
     (project / "tinypkg").mkdir(parents=True)
     (project / "tinypkg" / "__init__.py").write_text('VERSION = "0.3.0"\n')
     (project / "tinypkg" / "data.txt").write_text("payload\n")
     (project / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=77"]\nbuild-backend = "setuptools.build_meta"\n'
         '[project]\nname = "tinypkg"\nversion = "0.3.0"\n[tool.setuptools.package-data]\ntinypkg = ["*.txt"]\n')
-    versions_file = tmp_path / "versions.yaml"
+
+
+def _component_versions(tmp_path: Path, name: str, builder: str) -> Path:
+    versions_file = tmp_path / f"versions-{name}.yaml"
     versions_file.write_text(
         FIXTURE_VERSIONS.read_text()
-        .replace("wheelhouse-fixture:", "tinypkg:")
-        .replace("builder: fixture", "builder: megatron_bridge")
-        .replace("wheel_packages: [wheelhouse-fixture]", "wheel_packages: [tinypkg]"))
-    report = _rebuild(tmp_path, versions_file, "tinypkg", source=project)
+        .replace("wheelhouse-fixture:", f"{name}:")
+        .replace("builder: fixture", f"builder: {builder}")
+        .replace("wheel_packages: [wheelhouse-fixture]", f"wheel_packages: [{name}]"))
+    return versions_file
+
+
+def test_a_pure_python_component_rebuilt_is_the_same_bytes(tmp_path):
+    """A small local pure-Python project through the Megatron-Bridge builder (pip wheel, setuptools)."""
+    project = tmp_path / "project"
+    _tinypkg(project)
+    report = _rebuild(tmp_path, _component_versions(tmp_path, "tinypkg", "megatron_bridge"), "tinypkg", source=project)
     print(report.render())
     assert [w.name for w in report.wheels] == ["tinypkg-0.3.0-py3-none-any.whl"]
     assert report.identical, report.render()
+
+
+def _build_from(tmp_path: Path, versions_file: Path, source: Path, name: str) -> build.BuildResult:
+    versions = load(versions_file)
+    (row,) = matrix.expand(versions)
+    options = build.BuildOptions(cache_dir=tmp_path / f"cache-{name}", dist_root=tmp_path / f"dist-{name}",
+                                 reuse_env=True, source=source)
+    return build.run(versions, row, options)
+
+
+def test_two_clones_of_a_directory_source_made_apart_build_the_same_bytes(tmp_path):
+    """R14: a directory source's SOURCE_DATE_EPOCH was its newest file's mtime, which a checkout sets, so two
+    clones of one commit gave two wheels. It is the last commit's time now, from the contents alone."""
+    upstream = tmp_path / "upstream"
+    _tinypkg(upstream)
+    committed = {"GIT_AUTHOR_DATE": "2024-05-01T12:00:00Z", "GIT_COMMITTER_DATE": "2024-05-01T12:00:00Z"}
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(upstream)], check=True)
+    subprocess.run([*git, "-C", str(upstream), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(upstream), "commit", "-qm", "tinypkg"], check=True, env={**os.environ, **committed})
+    clones = [tmp_path / "clone-1", tmp_path / "clone-2"]
+    for clone in clones:
+        subprocess.run(["git", "clone", "-q", str(upstream), str(clone)], check=True)
+    later = time.time() + 3600  # the second clone made an hour after the first
+    for path in clones[1].rglob("*"):
+        os.utime(path, (later, later), follow_symlinks=False)
+    assert reproducible.directory_epoch(clones[0]) == reproducible.directory_epoch(clones[1]) == 1714564800
+    versions_file = _component_versions(tmp_path, "tinypkg", "megatron_bridge")
+    wheels = [_build_from(tmp_path, versions_file, clone, clone.name).wheels[0] for clone in clones]
+    assert sha256_file(wheels[0]) == sha256_file(wheels[1])
+    with zipfile.ZipFile(wheels[0]) as zf:
+        assert {info.date_time for info in zf.infolist()} == {(2024, 5, 1, 12, 0, 0)}
+    # a clone with a change git does not hold has no commit time of its own: 1980, the same for every copy
+    (clones[1] / "tinypkg" / "data.txt").write_text("changed\n")
+    assert reproducible.directory_epoch(clones[1]) == reproducible.UNCOMMITTED_EPOCH
+    # build outputs a build never copies (build/, *.egg-info) do not make a checkout changed
+    (clones[0] / "build").mkdir()
+    (clones[0] / "tinypkg.egg-info").mkdir()
+    (clones[0] / "tinypkg.egg-info" / "PKG-INFO").write_text("x\n")
+    assert reproducible.directory_epoch(clones[0]) == 1714564800
+    assert reproducible.directory_epoch(tmp_path / "upstream" / "tinypkg") == 1714564800  # a directory in a repo
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("g++") is None, reason="needs cmake and g++")
+def test_a_cmake_build_that_sets_its_own_flags_gets_the_prefix_maps_too(tmp_path):
+    """TransformerEngine's common library: its CMakeLists.txt sets CMAKE_CXX_FLAGS before project(), which hides
+    CXXFLAGS, and its __FILE__ strings named the build machine's directory in .rodata, so our own path check
+    refused its wheel. The build's compilers are wrappers that put the prefix maps first whatever flags a
+    build sets."""
+    versions_file = _component_versions(tmp_path, "cmake-demo", "megatron_bridge")
+    result = _build_from(tmp_path, versions_file, REPO / "tests" / "fixtures" / "cmake_ext", "cmake")
+    (wheel,) = result.wheels
+    with zipfile.ZipFile(wheel) as zf:
+        library = zf.read("cmake_demo/libcmake_demo.so")
+    assert b"./where.cpp" in library  # __FILE__, mapped
+    for build_path in (b"/srv/wheelhouse-src", str(tmp_path).encode(), str(REPO).encode()):
+        assert build_path not in library
 
 
 @pytest.mark.slow
@@ -319,13 +384,19 @@ def test_source_date_epoch_of_a_git_commit_an_sdist_and_a_directory(tmp_path):
     sdist = Checkout(unpacked, "sdist", "pkg", "1.0", sha256_file(archive))
     assert reproducible.source_date_epoch(sdist, tmp_path / "cache") == EPOCH + 7
 
+    # a directory: its last commit's time, whatever its files' mtimes say (a checkout sets them)
     folder = tmp_path / "folder"
     (folder / "build").mkdir(parents=True)
     (folder / "x.py").write_text("x\n")
-    (folder / "build" / "left.o").write_text("build output\n")
     os.utime(folder / "x.py", (EPOCH, EPOCH))
-    os.utime(folder / "build" / "left.o", (EPOCH + 1000, EPOCH + 1000))  # not a source: ignored
-    assert reproducible.source_date_epoch(Checkout(folder, "path", str(folder), "local", "d"), tmp_path) == EPOCH
+    assert reproducible.source_date_epoch(Checkout(folder, "path", str(folder), "local", "d"), tmp_path) == (
+        reproducible.UNCOMMITTED_EPOCH)  # not in git: nothing but its contents, which carry no time
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    subprocess.run(["git", "-C", str(folder), "add", "x.py"], check=True)
+    subprocess.run(["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+                   check=True, env={**os.environ, "GIT_COMMITTER_DATE": f"@{EPOCH - 50} +0000"})
+    (folder / "build" / "left.o").write_text("build output\n")  # not a source (never copied): not a change
+    assert reproducible.source_date_epoch(Checkout(folder, "path", str(folder), "local", "d"), tmp_path) == EPOCH - 50
 
 
 def test_the_build_environment_passes_source_date_epoch_and_the_prefix_maps(tmp_path):
@@ -348,19 +419,13 @@ def test_the_build_environment_passes_source_date_epoch_and_the_prefix_maps(tmp_
     assert own["NVCC_APPEND_FLAGS"].split().count("-frandom-seed=7") == 1 and own["NVCC_APPEND_FLAGS"].count("seed") == 1
     passed = credentials.build_environment({**variables, "CC": "gcc", "CUDAHOSTCXX": "g++", "SECRET_TOKEN": "x"}).environ
     assert set(passed) == {*variables, "CC", "CUDAHOSTCXX"}
-
-
-def test_the_canonical_directory_is_given_back_when_the_build_fails(tmp_path):
-    src = tmp_path / "build" / "src"
-    src.mkdir(parents=True)
-    (src / "setup.py").write_text("x\n")
-    with (pytest.raises(RuntimeError, match="builder failed"),
-          reproducible.canonical_source(src, "test-component", "x86_64") as canonical):
-        assert canonical == Path("/tmp/wheelhouse-src/test-component-x86_64") and not src.exists()
-        assert (canonical / "setup.py").read_text() == "x\n"
-        raise RuntimeError("builder failed")
-    assert (src / "setup.py").read_text() == "x\n"  # a resumed build finds its sources where they were
-    assert not reproducible.canonical_dir("test-component", "x86_64").exists()
+    # the compiler wrappers read the same maps
+    assert variables["WHEELHOUSE_PREFIX_MAPS"] == ("-ffile-prefix-map=/v/sp=/site-packages "
+                                                   "-ffile-prefix-map=/tmp/wheelhouse-src/x-x86_64=.")
+    # in place, the seed still comes from the fixed path: the same for every machine's build of the row
+    seeded = reproducible.build_variables({}, epoch=EPOCH, source_dir=tmp_path, site_packages="/v/sp",
+                                          seed_path=Path("/tmp/wheelhouse-src/x-x86_64"))
+    assert seeded["NVCC_APPEND_FLAGS"].endswith(reproducible.nvcc_random_seed(Path("/tmp/wheelhouse-src/x-x86_64")))
 
 
 # --- normalizing a wheel --------------------------------------------------------------------------
@@ -483,7 +548,7 @@ def _extension(tmp_path: Path, name: str, flags: list[str]) -> bytes:
 def test_the_check_refuses_an_rpath_into_site_packages_and_a_baked_build_dir(tmp_path):
     from ci.wheels import check
 
-    build_dir = "/tmp/wheelhouse-src/deep-ep-x86_64"
+    build_dir = "/srv/wheelhouse-src/deep-ep-x86_64"
     rpath = "/home/runner/.cache/venvs/x/lib/python3.12/site-packages/nvidia/nvshmem/lib"
     members = {
         "deep_ep_cpp.cpython-311-x86_64-linux-gnu.so": _extension(tmp_path, "a", [f"-Wl,-rpath,{rpath}"]),
@@ -498,7 +563,7 @@ def test_the_check_refuses_an_rpath_into_site_packages_and_a_baked_build_dir(tmp
         "RUNPATH, where an import reads it; link with an $ORIGIN-relative rpath and no build path, or name the member "
         "with the reason in this component's build_path_exceptions in versions.yaml",
         f"{wheel.name}: member 'hybrid_ep_cpp.cpython-311-x86_64-linux-gnu.so' names the build machine's "
-        f"'/tmp/wheelhouse-src' in its .rodata, where an import reads it; link with an $ORIGIN-relative rpath and no "
+        f"'/srv/wheelhouse-src' in its .rodata, where an import reads it; link with an $ORIGIN-relative rpath and no "
         "build path, or name the member with the reason in this component's build_path_exceptions in versions.yaml",
     ]
     allowed = check.check_wheels([wheel], use_cuobjdump=False, build_path_exceptions={
@@ -507,7 +572,7 @@ def test_the_check_refuses_an_rpath_into_site_packages_and_a_baked_build_dir(tmp
     assert allowed.wheels[0].allowed_build_paths == (
         f"deep_ep_cpp.cpython-311-x86_64-linux-gnu.so: RUNPATH names {rpath!r} (allowed: NVSHMEM's rpath, as upstream "
         "links it)",
-        "hybrid_ep_cpp.cpython-311-x86_64-linux-gnu.so: .rodata names '/tmp/wheelhouse-src' (allowed: its JIT reads "
+        "hybrid_ep_cpp.cpython-311-x86_64-linux-gnu.so: .rodata names '/srv/wheelhouse-src' (allowed: its JIT reads "
         "BASE_PATH)",
     )
     assert "build path allowed: deep_ep_cpp" in allowed.render_text()

@@ -37,7 +37,7 @@ from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons
 from ci.wheels.elf import EM_AARCH64, EM_CUDA, EM_X86_64, ElfFile, is_elf
 from ci.wheels.fatbin import ArchScan, HeaderBudget, MemberArchs, arch_problems, find_cuobjdump, scan_elf
 from ci.wheels.metadata import read_metadata, requires_python_of
-from ci.wheels.paths import CANONICAL_BUILD_ROOT, check_build_paths
+from ci.wheels.paths import FIXED_BUILD_ROOT, check_build_paths
 from ci.wheels.record import check_record
 
 REPORT_VERSION = 2
@@ -277,7 +277,7 @@ def check_wheels(
     audit: bool = False,
     cuda_home: Path | str | None = None,
     use_cuobjdump: bool = True,
-    build_paths: Iterable[str] = (CANONICAL_BUILD_ROOT,),
+    build_paths: Iterable[str] = (FIXED_BUILD_ROOT,),
     build_path_exceptions: Mapping[str, str] | None = None,
 ) -> CheckReport:
     """Check wheels; never raises for a defective wheel (it is in the report), only for bad arguments.

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from ci.wheels.elf import DT_RPATH, DT_RUNPATH, SHT_NOBITS, ElfFile
 
-# where builds run (ci/reproducible.py): fixed, so that nvcc's device code names the same path everywhere
-CANONICAL_BUILD_ROOT = "/tmp/wheelhouse-src"
+# where builders see their sources (ci/build_place.py): fixed, so that nvcc's device code names the same path
+# everywhere; it exists only inside each build's own mount namespace
+FIXED_BUILD_ROOT = "/srv/wheelhouse-src"
 SITE_DIRECTORIES = ("/site-packages", "/dist-packages")
 RUN_TIME_SECTIONS = (".rodata", ".data", ".data.rel.ro")
 _OVERLAP = 4096  # a path split across two blocks of a section is still found
