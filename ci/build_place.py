@@ -127,6 +127,8 @@ _REFUSED: object = _UNKNOWN
 def _probe() -> str | None:
     if not hasattr(os, "unshare") and not _libc_has("unshare"):
         return "this system has no unshare(2)"
+    if not os.path.isdir(MOUNT_POINT) and os.getuid() == 0:
+        os.makedirs(MOUNT_POINT, mode=0o755, exist_ok=True)  # the FHS directory, on a minimal image that lacks it
     if not os.path.isdir(MOUNT_POINT):
         return f"this machine has no {MOUNT_POINT} to mount the namespace's tmpfs on"
     with tempfile.TemporaryDirectory(prefix="wheelhouse-probe-") as scratch:

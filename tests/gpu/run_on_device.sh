@@ -29,6 +29,9 @@
 #                               tests, the time model's prediction: $OUT/all-archs.json
 #   run_on_device.sh one-unit   one flash-attention kernel unit for its four archs, nvcc --threads 1 and 4:
 #                               $OUT/one-unit.json
+#   run_on_device.sh sweep      all nine components of versions.yaml for sm_90, side by side, each built,
+#                               checked, released, indexed, installed, imported and its kernels run;
+#                               two rebuild-checks beside them: $OUT/sweep.json (tests/gpu/sweep.py)
 #   run_on_device.sh rebuild    each WHEELHOUSE_DEVICE_UPSTREAM component (default here:
 #                               fast-hadamard-transform flash-mla) built twice by
 #                               `nox -s rebuild-check-<component>-3.12` in two fresh
@@ -154,6 +157,28 @@ if [[ "$MODE" == rebuild ]]; then
     step "done"
     cat "$RESULTS/timings.txt"
     exit "$differ"
+fi
+
+if [[ "$MODE" == sweep ]]; then
+    # Every component of versions.yaml for sm_90 from its real sources through our sessions, side by side on the
+    # 16 cores, then released, indexed, installed from the index, imported and its kernels run; two of them also
+    # built twice by rebuild-check (tests/gpu/sweep.py says what is reduced and what counts as green).
+    # $RESULTS/sweep.json is rewritten after each phase; `tests/gpu/sweep.py record` adds it to
+    # benchmarks/device_results.json. It takes longer than one device call: run it detached from a copy of the
+    # tree (the next call replaces the tree) and read $WORK/out from the next calls:
+    #   cp -a . /tmp/sweep-tree && cd /tmp/sweep-tree && WHEELHOUSE_DEVICE_WORK=/tmp/sweep \
+    #       WHEELHOUSE_SWEEP_COMMIT=<sha> setsid nohup env -u OUT tests/gpu/run_on_device.sh sweep >/tmp/sweep.log 2>&1 &
+    use_mirror
+    export WHEELHOUSE_VERSIONS="$WORK/versions-sweep.yaml"
+    "$PY" tests/gpu/sweep.py variant --out "$WHEELHOUSE_VERSIONS"
+    cp "$WHEELHOUSE_VERSIONS" "$RESULTS/"
+    status=0
+    "$PY" tests/gpu/sweep.py run --versions "$WHEELHOUSE_VERSIONS" --work "$WORK/sweep" --out "$RESULTS/sweep.json" \
+        --commit "${WHEELHOUSE_SWEEP_COMMIT:?set WHEELHOUSE_SWEEP_COMMIT to the commit of the tree}" \
+        --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" || status=$?
+    tar -czf "$RESULTS/sweep-logs.tar.gz" -C "$WORK/sweep" logs 2>/dev/null || true
+    echo "sweep exit $status" | tee "$RESULTS/sweep-done.txt"
+    exit "$status"
 fi
 
 if [[ "$MODE" == all-archs ]]; then

@@ -1,0 +1,459 @@
+#!/usr/bin/env python3
+"""The sweep: every component of versions.yaml built on the GPU machine for sm_90 through our own sessions,
+checked, released, indexed, installed from the index, imported and its kernels run, in one device session.
+
+``variant`` writes the sweep's versions file: each component's own entry of versions.yaml (builder,
+patches, extra_env, wheel packages, pins: what CI builds) with only what the machine needs changed: the
+machine's row (torch 2.11.0+cu130, Python 3.12), the source and ref the carried mirror serves and the sm_90
+arch settings (both from tests/fixtures/versions-device.yaml), and a share of the 16 cores. Three
+components are reduced, and the record says so:
+
+- flashinfer: no flashinfer-cubin (upstream's own build only downloads it; the machine reaches no index),
+  and its jit-cache holds one module (the decode kernel the test loads), not the 952 of the full list;
+- flash-attention: every kernel unit, with dropout, ALiBi, softcap, local attention and uneven head dims
+  compiled out (its ``FLASHATTENTION_DISABLE_*`` switches): the kernels the test runs, in a fraction of the
+  22 minutes of its full sm_90 build, which 2026-12-01's run proved (upstream_builds_2);
+- deep-gemm: one Python, so no bundle.
+
+``run`` builds them side by side (``max_jobs`` each, TransformerEngine, the longest, first), each in a cache of
+its own; meanwhile ``rebuild-check`` builds two of them twice in fresh directories. Then each built component is
+released into one local store, the store indexed, and each installed from that index into a clean target of its
+own, imported, and its kernel tests run. A component is green when all of that passed and its tests ran
+(one passed at least, none failed). ``--deadline`` stops what still builds. ``OUT`` gets ``sweep.json`` after
+every phase.
+
+``record`` adds a finished sweep to benchmarks/device_results.json (``sweeps``, newest last).
+
+    python tests/gpu/sweep.py variant --out V.yaml
+    python tests/gpu/sweep.py run --versions V.yaml --work DIR --out OUT/sweep.json --commit SHA
+    python tests/gpu/sweep.py record --result sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from ci.errors import ConfigError  # noqa: E402
+
+DEVICE_VERSIONS = ROOT / "tests" / "fixtures" / "versions-device.yaml"
+RESULTS = ROOT / "benchmarks" / "device_results.json"
+# where each component's sources come from in the device file (flashinfer's git sources are flashinfer-aot's)
+DEVICE_ENTRY = {"flashinfer": "flashinfer-aot"}
+# the sm_90 settings the device file gives each component
+ARCH_SETTINGS = ("torch_cuda_arch_list", "arch_filter", "verify_wheel_archs", "nvcc_threads", "build_timeout")
+# a share of the machine's 16 cores (jobs may exceed cores: most builds have serial stretches)
+JOBS = {"transformer-engine": 12, "flash-attention": 6, "apex": 6, "deep-ep": 4, "flash-mla": 6,
+        "fast-hadamard-transform": 2, "deep-gemm": 2, "flashinfer": 2, "megatron-bridge": 1}
+# longest first: the sweep takes as long as its slowest build
+ORDER = ("transformer-engine", "deep-ep", "apex", "flash-attention", "flash-mla", "fast-hadamard-transform",
+         "deep-gemm", "flashinfer", "megatron-bridge")
+FLASH_ATTENTION_SWITCHES = " ".join(f"-DFLASHATTENTION_DISABLE_{name}"
+                                    for name in ("DROPOUT", "ALIBI", "SOFTCAP", "LOCAL", "UNEVEN_K"))
+JIT_CACHE_MODULE = ("single_decode_with_kv_cache_dtype_q_f16_dtype_kv_f16_dtype_o_f16_head_dim_qk_128_head_dim_vo_128_"
+                    "posenc_0_use_swa_False_use_logits_cap_False")
+REDUCED = {
+    "flashinfer": f"no flashinfer-cubin (downloaded by upstream's build; no index here); jit-cache: {JIT_CACHE_MODULE}",
+    "flash-attention": f"every unit with {FLASH_ATTENTION_SWITCHES}; the full sm_90 build: upstream_builds_2",
+    "deep-gemm": "one Python: no bundle",
+}
+REBUILD_CHECKS = ("deep-gemm", "fast-hadamard-transform")
+
+
+@dataclass(frozen=True)
+class Tests:
+    """One pytest run of a component's kernel tests: files of tests/gpu, a -k expression, the environment."""
+    files: tuple[str, ...]
+    select: str = ""
+    jit_off: bool = False
+    """flashinfer's JIT off, no nvcc anywhere: whatever runs came from the installed jit-cache."""
+
+
+@dataclass(frozen=True)
+class Checks:
+    modules: tuple[str, ...]
+    """Imported from the clean target, each in its own interpreter."""
+    tests: tuple[Tests, ...] = ()
+    extra_wheels: tuple[str, ...] = field(default=())
+    """Globs under .device/build-deps installed into the clean target too (what --no-deps leaves out)."""
+
+
+CHECKS = {
+    "fast-hadamard-transform": Checks(("fast_hadamard_transform",),
+                                      (Tests(("test_upstream_kernels.py",), "hadamard"),)),
+    "flash-mla": Checks(("flash_mla",), (Tests(("test_upstream_kernels.py",), "flash_mla"),)),
+    "deep-gemm": Checks(("deep_gemm",), (Tests(("test_upstream_kernels.py",), "deep_gemm"),)),
+    "flash-attention": Checks(("flash_attn", "flash_attn_2_cuda"), (Tests(("test_upstream_kernels.py",), "flash_attn"),)),
+    "flashinfer": Checks(("flashinfer", "flashinfer_jit_cache"),
+                         (Tests(("test_flashinfer_jit_cache.py",), jit_off=True),
+                          Tests(("test_upstream_kernels.py",), "flashinfer")),
+                         ("apache_tvm_ffi-*.whl", "typing_extensions-*.whl")),
+    # importing megatron.bridge needs megatron.core, which its own wheel brings: the test reads what installed
+    "megatron-bridge": Checks((), (Tests(("test_pure_python.py",)),)),
+    "transformer-engine": Checks(("transformer_engine", "transformer_engine.pytorch"),
+                                 (Tests(("test_transformer_engine.py",)),)),
+    "apex": Checks(("apex", "apex_C", "amp_C", "fused_layer_norm_cuda"), (Tests(("test_apex_deep_ep.py",), "apex"),)),
+    "deep-ep": Checks(("deep_ep", "deep_ep_cpp"), (Tests(("test_apex_deep_ep.py",), "deep_ep or hybrid_ep"),)),
+    # the CPU machine's check of this script (tests/test_sweep.py)
+    "wheelhouse-fixture": Checks(("wheelhouse_fixture",), (Tests(("test_kernels.py",), "fixture"),)),
+}
+
+
+# --- the versions file ------------------------------------------------------------------------------
+
+
+def _x86_64_entry(entry: dict) -> dict:
+    """A versions.yaml component entry with its x86_64 overrides applied (mappings merge key by key)."""
+    merged = {key: copy.deepcopy(value) for key, value in entry.items() if key != "arch_overrides"}
+    for key, value in ((entry.get("arch_overrides") or {}).get("x86_64") or {}).items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def variant(*, versions: Path = ROOT / "versions.yaml", device: Path = DEVICE_VERSIONS) -> str:
+    """The sweep's versions file (see the module's docstring)."""
+    real = yaml.safe_load(versions.read_text(encoding="utf-8"))
+    machine = yaml.safe_load(device.read_text(encoding="utf-8"))
+    components = {}
+    for name in sorted(real["components"]):
+        source_name = DEVICE_ENTRY.get(name, name)
+        if source_name not in machine["components"]:
+            raise ConfigError(f"{device.name}: no entry {source_name!r} gives {name}'s sources on the GPU machine; "
+                              f"add one (its mirror-served source and ref, and its sm_90 settings)")
+        given = machine["components"][source_name]
+        entry = _x86_64_entry(real["components"][name])
+        entry["source"], entry["ref"] = copy.deepcopy(given["source"]), given["ref"]
+        for key in ARCH_SETTINGS:
+            entry.pop(key, None)
+            if key in given:
+                entry[key] = copy.deepcopy(given[key])
+        entry["extra_env"] = {**(entry.get("extra_env") or {}), **(given.get("extra_env") or {})}
+        for key in ("arches", "python_versions", "bundle_pythons", "job_timeout_minutes", "shards", "rehost"):
+            entry.pop(key, None)
+        entry["runs_on"] = "ubuntu-24.04"
+        entry["max_jobs"] = JOBS.get(name, 2)
+        components[name] = entry
+    if "flashinfer" in components:
+        flashinfer = components["flashinfer"]
+        flashinfer["wheel_packages"] = [p for p in flashinfer["wheel_packages"] if p != "flashinfer-cubin"]
+        flashinfer["extra_env"]["WHEELHOUSE_JIT_CACHE_MODULES"] = JIT_CACHE_MODULE
+    if "flash-attention" in components:
+        components["flash-attention"]["extra_env"]["NVCC_APPEND_FLAGS"] = FLASH_ATTENTION_SWITCHES
+    for entry in components.values():
+        if not entry["extra_env"]:
+            entry.pop("extra_env")
+    document = {"build_matrix": machine["build_matrix"], "components": components}
+    header = ("# generated by tests/gpu/sweep.py variant: versions.yaml's components with the GPU machine's row, "
+              f"the sources {device.name} serves, sm_90 and a share of its cores\n")
+    return header + yaml.safe_dump(document, sort_keys=False)
+
+
+# --- running it -------------------------------------------------------------------------------------
+
+
+def _write(out: Path, record: dict) -> None:
+    partial = out.with_suffix(".partial")
+    partial.write_text(json.dumps(record, indent=1) + "\n")
+    partial.replace(out)
+
+
+def _machine() -> str:
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        gpu = "no GPU seen"
+    return f"{gpu or 'no GPU seen'}; {os.cpu_count()} CPU cores"
+
+
+def _session(component: str, python: str) -> str:
+    return f"build-{component}-{python}"
+
+
+def _start(command: list[str], env: dict, log: Path, *, niceness: int = 0) -> subprocess.Popen:
+    with log.open("w") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=ROOT, preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
+
+
+def _last_line(log: Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.is_file() else []
+    return lines[-1][-400:] if lines else ""
+
+
+def _seeded_cache(work: Path, name: str) -> Path:
+    """A fresh cache for one build, with the carried sdists in its source cache."""
+    cache = work / "caches" / name
+    sdists = Path(os.environ.get("WHEELHOUSE_CACHE", work / "cache")) / "sources" / "sdist"
+    (cache / "sources" / "sdist").mkdir(parents=True, exist_ok=True)
+    if sdists.is_dir():
+        for sdist in sdists.iterdir():
+            shutil.copy2(sdist, cache / "sources" / "sdist" / sdist.name)
+    return cache
+
+
+def build_all(components: list[str], *, versions: Path, work: Path, dist: Path, python_version: str,
+              deadline: float, rebuild: tuple[str, ...], record: dict, out: Path) -> None:
+    """Every build and rebuild check side by side; each entry of ``record`` gets its build's status and seconds."""
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    running: dict[str, tuple[subprocess.Popen, float, Path]] = {}
+    for name in sorted(components, key=lambda c: ORDER.index(c) if c in ORDER else len(ORDER)):
+        env = {**os.environ, "WHEELHOUSE_VERSIONS": str(versions), "WHEELHOUSE_CACHE": str(_seeded_cache(work, name))}
+        log = logs / f"build-{name}.log"
+        command = [sys.executable, "-m", "nox", "-s", _session(name, python_version), "--", "--reuse-env",
+                   "--dist", str(dist)]
+        running[name] = (_start(command, env, log), time.monotonic(), log)
+    for name in rebuild:
+        if name not in components:
+            continue
+        env = {**os.environ, "WHEELHOUSE_VERSIONS": str(versions),
+               "WHEELHOUSE_CACHE": str(_seeded_cache(work, f"rebuild-{name}"))}
+        log = logs / f"rebuild-{name}.log"
+        command = [sys.executable, "-m", "nox", "-s", f"rebuild-check-{name}-{python_version}", "--", "--reuse-env",
+                   "--work", str(work / f"rebuild-{name}")]
+        running[f"rebuild:{name}"] = (_start(command, env, log, niceness=10), time.monotonic(), log)
+    while running:
+        for key, (process, started, log) in list(running.items()):
+            code = process.poll()
+            late = code is None and time.monotonic() > deadline
+            if late:
+                os.killpg(process.pid, signal.SIGTERM)
+                code = process.wait()
+            if code is None:
+                continue
+            del running[key]
+            seconds = round(time.monotonic() - started)
+            status = "stopped at the sweep's deadline" if late else ("passed" if code == 0 else f"exit {code}")
+            if key.startswith("rebuild:"):
+                name = key.split(":", 1)[1]
+                record["rebuild_checks"][name] = _rebuild_result(log, seconds, status)
+            else:
+                record["components"][key].update(build_s=seconds, build=status, build_log_tail=_last_line(log))
+            print(f"{key}: {status} after {seconds} s", flush=True)
+            _write(out, record)
+        time.sleep(2)
+
+
+def _rebuild_result(log: Path, seconds: int, status: str) -> dict:
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    digests = re.findall(r"(first|second): +sha256 ([0-9a-f]{64})", text)
+    return {"seconds": seconds, "status": status, "sha256": [digest for _, digest in digests],
+            "identical": "the same bytes" in text, "tail": _last_line(log)}
+
+
+def _run(command: list[str], env: dict, log: Path, *, cwd: Path = ROOT) -> int:
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(command)}\n")
+        out.flush()
+        return subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=cwd).returncode
+
+
+def _built(name: str, dist: Path, world: str) -> dict:
+    """What the build record says: wheels with sha256 and size, the checks, the build place."""
+    from ci.build_record import BuildRecord
+
+    records = sorted((dist / world).glob(f"{name}-*.build.json"))
+    if not records:
+        return {}
+    built = BuildRecord.read(records[-1])
+    return {"wheels": [{"name": w.name, "sha256": w.sha256, "bytes": w.size} for w in built.wheels],
+            "checks": "passed" if built.checks_passed else f"failed: {'; '.join(built.checks.get('problems', []))[:400]}",
+            "build_place": built.toolchain.get("build_place"), "fingerprint": built.fingerprint}
+
+
+def _pytest_counts(text: str) -> dict[str, int]:
+    counts = {kind: 0 for kind in ("passed", "failed", "skipped", "error")}
+    summary = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|skipped|error)", line)]
+    for number, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary[-1] if summary else ""):
+        counts[kind.rstrip("s") if kind.startswith("error") else kind] += int(number)
+    return counts
+
+
+def _without_nvcc(env: dict, work: Path) -> dict:
+    path = [part for part in env.get("PATH", "").split(os.pathsep) if part and not (Path(part) / "nvcc").exists()]
+    (work / "jit-workspace").mkdir(exist_ok=True)
+    return {**env, "PATH": os.pathsep.join(path), "CUDA_HOME": str(work / "no-toolkit"),
+            "CUDA_PATH": str(work / "no-toolkit"), "FLASHINFER_DISABLE_JIT": "1",
+            "FLASHINFER_WORKSPACE_BASE": str(work / "jit-workspace")}
+
+
+def check_installed(name: str, entry: dict, *, index: str, packages: list[str], work: Path, python: str) -> None:
+    """Install ``packages`` from ``index`` into a clean target, import, run the kernel tests; into ``entry``."""
+    checks = CHECKS.get(name, Checks(()))
+    target, log = work / f"clean-{name}", work / "logs" / f"check-{name}.log"
+    shutil.rmtree(target, ignore_errors=True)
+    env = {key: value for key, value in os.environ.items() if key not in ("PIP_NO_INDEX", "PIP_FIND_LINKS")}
+    code = _run([python, "-m", "pip", "install", "--no-deps", "--target", str(target), "--index-url", index,
+                 *packages], env, log)
+    extras = [str(wheel) for pattern in checks.extra_wheels for wheel in (ROOT / ".device" / "build-deps").glob(pattern)]
+    if code == 0 and extras:
+        code = _run([python, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), *extras], env, log)
+    entry["installed"] = "from our index" if code == 0 else f"pip exit {code}: {_last_line(log)}"
+    if code != 0:
+        return
+    env["PYTHONPATH"] = os.pathsep.join([str(target), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    failed = [module for module in checks.modules
+              if _run([python, "-c", f"import {module}"], env, log, cwd=work) != 0]
+    entry["imports"] = "ok: " + ", ".join(checks.modules) if not failed else f"failed: {', '.join(failed)}"
+    totals = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
+    for tests in checks.tests:
+        report = work / "logs" / f"kernels-{name}-{len(entry.setdefault('kernel_runs', []))}.log"
+        command = [python, "-m", "pytest", *(str(ROOT / "tests" / "gpu" / f) for f in tests.files),
+                   *(["-k", tests.select] if tests.select else []), "-o", "addopts=", "-p", "no:cacheprovider",
+                   "-q", "-rs", "--rootdir", str(ROOT)]
+        _run(command, _without_nvcc(env, work) if tests.jit_off else env, report, cwd=work)
+        counts = _pytest_counts(report.read_text(errors="replace"))
+        skips = [line.strip()[:200] for line in report.read_text(errors="replace").splitlines()
+                 if line.startswith("SKIPPED")]
+        entry["kernel_runs"].append({"tests": " ".join(tests.files) + (f" -k '{tests.select}'" if tests.select else ""),
+                                     **counts, "skips": skips[:10]})
+        totals = {kind: totals[kind] + counts[kind] for kind in totals}
+    entry["kernels"] = totals
+
+
+def green(entry: dict) -> bool:
+    kernels = entry.get("kernels") or {}
+    return (entry.get("build") == "passed" and entry.get("checks") == "passed"
+            and entry.get("installed") == "from our index" and str(entry.get("imports", "")).startswith("ok")
+            and kernels.get("passed", 0) > 0 and kernels.get("failed", 0) == 0 and kernels.get("error", 0) == 0)
+
+
+def run(*, versions: Path, work: Path, out: Path, commit: str, deadline_s: int, python: str = sys.executable,
+        components: list[str] | None = None, rebuild: tuple[str, ...] = REBUILD_CHECKS) -> dict:
+    from ci import matrix
+    from ci.versions import load
+
+    loaded = load(versions, check_tree=False)
+    names = components or sorted(loaded.components)
+    rows = {row.component: row for row in matrix.expand(loaded) if row.component in names}
+    python_version = next(iter(rows.values())).python
+    started = time.monotonic()
+    record: dict = {"kind": "sweep", "commit": commit, "date": time.strftime("%Y-%m-%d"), "machine": _machine(),
+                    "versions": "tests/gpu/sweep.py variant (versions.yaml's components; the machine's row, sources "
+                                "and sm_90 settings from tests/fixtures/versions-device.yaml)",
+                    "components": {name: {"ref": rows[name].ref, "archs": rows[name].settings.torch_cuda_arch_list,
+                                          "max_jobs": rows[name].settings.max_jobs,
+                                          **({"reduced": REDUCED[name]} if name in REDUCED else {})}
+                                   for name in names},
+                    "rebuild_checks": {}}
+    work.mkdir(parents=True, exist_ok=True)
+    dist = work / "dist"
+    build_all(names, versions=versions, work=work, dist=dist, python_version=python_version,
+              deadline=started + deadline_s, rebuild=rebuild, record=record, out=out)
+    record["builds_wall_s"] = round(time.monotonic() - started)
+    env = {**os.environ, "WHEELHOUSE_VERSIONS": str(versions), "WHEELHOUSE_STORE": str(work / "store")}
+    released = []
+    for name, row in rows.items():
+        entry = record["components"][name]
+        entry.update(_built(name, dist, row.world))
+        if entry.get("build") != "passed":
+            continue
+        code = _run([python, "-m", "invoke", "release", "--component", name, "--python", row.python, "--torch",
+                     row.torch, "--arch", row.arch, "--dist", str(dist)], env, work / "logs" / f"release-{name}.log")
+        entry["released"] = "yes" if code == 0 else f"exit {code}"
+        if code == 0:
+            released.append(name)
+    code = _run([python, "-m", "invoke", "publish-index"], env, work / "logs" / "publish-index.log")
+    record["indexed"] = "yes" if code == 0 else f"exit {code}: {_last_line(work / 'logs' / 'publish-index.log')}"
+    _write(out, record)
+    for name in released if code == 0 else []:
+        row = rows[name]
+        index = f"file://{work / 'store' / 'site' / row.world / 'simple'}/"
+        check_installed(name, record["components"][name], index=index, packages=list(row.settings.wheel_packages),
+                        work=work, python=python)
+        _write(out, record)
+    for entry in record["components"].values():
+        entry["green"] = green(entry)
+    record["green"] = sum(entry["green"] for entry in record["components"].values())
+    record["wall_s"] = round(time.monotonic() - started)
+    _write(out, record)
+    return record
+
+
+# --- recording it -----------------------------------------------------------------------------------
+
+
+def add_record(result: Path, into: Path = RESULTS) -> dict:
+    """Add a sweep's record to the device results (under ``sweeps``, newest last)."""
+    sweep = json.loads(result.read_text())
+    if sweep.get("kind") != "sweep" or not re.fullmatch(r"[0-9a-f]{7,40}", str(sweep.get("commit", ""))):
+        raise ConfigError(f"{result}: not a sweep record with the commit it ran; give the sweep.json that "
+                          "tests/gpu/sweep.py run wrote")
+    data = json.loads(into.read_text())
+    data.setdefault("sweeps", []).append(sweep)
+    into.write_text(json.dumps(data, indent=2) + "\n")
+    return sweep
+
+
+def summary(sweep: dict) -> str:
+    lines = [f"sweep of {sweep['commit'][:12]} on {sweep['machine']}: {sweep['green']} of "
+             f"{len(sweep['components'])} green, builds {sweep.get('builds_wall_s')} s, all {sweep.get('wall_s')} s"]
+    for name, entry in sweep["components"].items():
+        kernels = entry.get("kernels") or {}
+        wheels = ", ".join(f"{w['name']} {w['sha256'][:12]}" for w in entry.get("wheels", []))
+        lines.append(f"  {name}: {'green' if entry.get('green') else 'NOT green'}; build {entry.get('build')} "
+                     f"{entry.get('build_s')} s; checks {entry.get('checks')}; {entry.get('installed', 'not installed')}; "
+                     f"imports {entry.get('imports', '-')}; kernels {kernels.get('passed', 0)} passed, "
+                     f"{kernels.get('failed', 0)} failed, {kernels.get('skipped', 0)} skipped; {wheels}")
+    for name, check in sweep.get("rebuild_checks", {}).items():
+        lines.append(f"  rebuild-check {name}: {check['status']}, {check['seconds']} s, "
+                     f"{'identical' if check['identical'] else 'DIFFERENT'} {' / '.join(d[:12] for d in check['sha256'])}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    make = sub.add_parser("variant")
+    make.add_argument("--out", type=Path, required=True)
+    go = sub.add_parser("run")
+    go.add_argument("--versions", type=Path, required=True)
+    go.add_argument("--work", type=Path, required=True)
+    go.add_argument("--out", type=Path, required=True)
+    go.add_argument("--commit", required=True)
+    go.add_argument("--deadline", type=int, default=21 * 60, help="seconds after which builds still running stop")
+    go.add_argument("--components", help="only these (default: every component of the versions file)")
+    go.add_argument("--rebuild", default=" ".join(REBUILD_CHECKS), help="components built twice by rebuild-check")
+    keep = sub.add_parser("record")
+    keep.add_argument("--result", type=Path, required=True)
+    keep.add_argument("--into", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    try:
+        if args.what == "variant":
+            args.out.write_text(variant(), encoding="utf-8")
+        elif args.what == "run":
+            sweep = run(versions=args.versions.resolve(), work=args.work.resolve(), out=args.out.resolve(),
+                        commit=args.commit, deadline_s=args.deadline,
+                        components=args.components.split() if args.components else None,
+                        rebuild=tuple(args.rebuild.split()))
+            print(summary(sweep))
+            return 0 if sweep["green"] == len(sweep["components"]) else 1
+        else:
+            print(summary(add_record(args.result, args.into)))
+    except ConfigError as error:
+        print(f"sweep: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

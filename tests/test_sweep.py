@@ -1,0 +1,86 @@
+"""The GPU machine's sweep (tests/gpu/sweep.py): its versions file is versions.yaml's, and its whole path (builds
+side by side, a rebuild check, release, index, install from the index, import, kernel tests, the record) runs
+here on the fixture, whose kernel tests skip without a GPU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ci import matrix
+from ci.errors import ConfigError
+from ci.versions import load
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "gpu"))
+import sweep  # noqa: E402
+
+
+def test_the_sweep_builds_every_component_of_versions_yaml_with_its_own_settings(tmp_path):
+    versions_file = tmp_path / "sweep.yaml"
+    versions_file.write_text(sweep.variant())
+    swept = load(versions_file)  # valid as any versions file: builders, patches, schema
+    real = load()
+    assert sorted(swept.components) == sorted(real.components)
+    rows = matrix.expand(swept)
+    assert {(r.arch, r.cuda, r.python, r.torch) for r in rows} == {("x86_64", "13.0", "3.12", "2.11.0")}
+    assert len(rows) == len(real.components)
+    device = yaml.safe_load((REPO / "tests" / "fixtures" / "versions-device.yaml").read_text())["components"]
+    for row in rows:
+        ours, given = row.settings, real.component(row.component).settings_for("x86_64")
+        # what CI builds with, unchanged
+        assert (ours.builder, ours.patches, ours.requires_cudnn, ours.torch_pin, ours.pass_env) == (
+            given.builder, given.patches, given.requires_cudnn, given.torch_pin, given.pass_env), row.component
+        # the machine's sources and sm_90 settings
+        entry = device[sweep.DEVICE_ENTRY.get(row.component, row.component)]
+        assert row.ref == entry["ref"]
+        assert ours.torch_cuda_arch_list == entry["torch_cuda_arch_list"]
+        assert not ours.torch_cuda_arch_list or ours.torch_cuda_arch_list.startswith("9.0")
+        assert set(given.extra_env) <= set(ours.extra_env) or row.component == "flashinfer"
+    flashinfer = swept.component("flashinfer").settings_for("x86_64")
+    assert flashinfer.wheel_packages == ("flashinfer-python", "flashinfer-jit-cache") and not flashinfer.rehost
+    assert flashinfer.extra_env["WHEELHOUSE_JIT_CACHE_MODULES"] == sweep.JIT_CACHE_MODULE
+    assert "-DFLASHATTENTION_DISABLE_DROPOUT" in swept.component("flash-attention").settings_for("x86_64").extra_env[
+        "NVCC_APPEND_FLAGS"]
+    assert set(sweep.REDUCED) <= set(swept.components) and set(sweep.CHECKS) >= set(swept.components)
+
+
+def test_a_component_without_machine_sources_is_named(tmp_path):
+    versions = tmp_path / "versions.yaml"
+    text = (REPO / "versions.yaml").read_text()
+    versions.write_text(text.replace("  deep-gemm:\n", "  deep-gemm-next:\n", 1))
+    with pytest.raises(ConfigError, match=r"no entry 'deep-gemm-next' gives deep-gemm-next's sources on the GPU machine"):
+        sweep.variant(versions=versions)
+
+
+@pytest.mark.slow
+def test_the_whole_sweep_runs_on_the_fixture(tmp_path):
+    """About two minutes on two cores: three builds of the fixture (one, and a rebuild check's two)."""
+    out = tmp_path / "out" / "sweep.json"
+    out.parent.mkdir()
+    record = sweep.run(versions=REPO / "tests" / "fixtures" / "versions.yaml", work=tmp_path / "work", out=out,
+                       commit="0123456789ab", deadline_s=900, components=["wheelhouse-fixture"],
+                       rebuild=("wheelhouse-fixture",))
+    print(sweep.summary(record))
+    assert json.loads(out.read_text()) == record
+    entry = record["components"]["wheelhouse-fixture"]
+    assert entry["build"] == "passed" and entry["checks"] == "passed" and entry["released"] == "yes"
+    assert record["indexed"] == "yes" and entry["installed"] == "from our index"
+    assert entry["imports"] == "ok: wheelhouse_fixture"
+    assert entry["build_place"].startswith(("namespace /srv/wheelhouse-src/wheelhouse-fixture-", "in place"))
+    (wheel,) = entry["wheels"]
+    assert wheel["name"].startswith("wheelhouse_fixture-0.1.0-") and len(wheel["sha256"]) == 64
+    # the kernel tests ran, and without a GPU they skip: not green
+    assert entry["kernels"]["skipped"] >= 1 and entry["kernels"]["passed"] == 0 and not entry["green"]
+    assert record["green"] == 0
+    check = record["rebuild_checks"]["wheelhouse-fixture"]
+    assert check["identical"] and len(set(check["sha256"])) == 1 and check["sha256"][0] == wheel["sha256"]
+    results = tmp_path / "device_results.json"
+    shutil.copy(REPO / "benchmarks" / "device_results.json", results)
+    sweep.add_record(out, results)
+    assert json.loads(results.read_text())["sweeps"][-1]["commit"] == "0123456789ab"
