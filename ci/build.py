@@ -31,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from ci import (
     log,
     matrix,
     ninja_log,
+    remote_cache,
     reproducible,
     sbom,
     shard_model,
@@ -161,19 +163,41 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
 
 
-def sccache_stats(tool: str, env: dict) -> dict[str, int] | None:
-    """Compile requests, hits and misses of the sccache server ``env`` names, or None if it cannot say."""
+def sccache_stats(tool: str, env: dict, *, settle_s: float = 60.0) -> dict[str, int] | None:
+    """Compile requests, hits and misses of the sccache server ``env`` names, or None if it cannot say.
+
+    sccache stores a compiled object after it answered the compile, and a server stopped before that
+    loses it (one of six in a test against a remote): the counts are read once every miss has been
+    stored or has failed to, waiting at most ``settle_s``, so the caller's stop loses nothing."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        stats = _read_stats(tool, env)
+        if stats is None:
+            return None
+        misses = _total(stats, "cache_misses")
+        stored = remote_cache.stored(stats, env)
+        if stored >= misses or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    counts = {"requests": int(stats.get("compile_requests", 0)), "hits": _total(stats, "cache_hits"),
+              "misses": misses}
+    remote = remote_cache.remote_hits(stats)
+    if remote is not None:  # of the hits, those the remote level served (the local directory had not)
+        counts["remote_hits"] = remote
+    return counts
+
+
+def _read_stats(tool: str, env: dict) -> dict | None:
     proc = subprocess.run([tool, "--show-stats", "--stats-format", "json"], env=env, capture_output=True, text=True)
     try:
         stats = json.loads(proc.stdout).get("stats", {})
     except (ValueError, AttributeError):
         return None
+    return stats if isinstance(stats, dict) else None
 
-    def total(key: str) -> int:
-        return sum(int(v) for v in (stats.get(key) or {}).get("counts", {}).values())
 
-    return {"requests": int(stats.get("compile_requests", 0)), "hits": total("cache_hits"),
-            "misses": total("cache_misses")}
+def _total(stats: dict, key: str) -> int:
+    return sum(int(v) for v in (stats.get(key) or {}).get("counts", {}).values())
 
 
 def builder_path(filter_bin: Path | None, python: Path, cache_tool: str | None, inherited: str) -> str:
@@ -224,10 +248,19 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
                 # stops then loses the objects still compiling; the build stops its server itself
                 env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": basedirs, "SCCACHE_SERVER_PORT": port,
                        "SCCACHE_IDLE_TIMEOUT": "0"}
+                remote = remote_cache.from_environment(options.environ)
+                if remote is not None:  # its settings, never its credential (ci/remote_cache.py)
+                    env |= remote.server_env
                 if "SCCACHE_ERROR_LOG" not in options.environ:  # the server's per-compile results (ci/cache_log.py)
+                    # a server the build starts before the builder (a remote cache) has its log open already: it
+                    # lies one level down, where the builder step leaves it (start_server begins it afresh)
+                    log_dir = build_dir / remote_cache.SERVER_DIR if remote is not None else build_dir
                     env |= {"SCCACHE_LOG": cache_log.SERVER_LOG_FILTER,
-                            "SCCACHE_ERROR_LOG": str(build_dir / cache_log.LOG_NAME)}
+                            "SCCACHE_ERROR_LOG": str(log_dir / cache_log.LOG_NAME)}
             else:
+                if remote_cache.from_environment(options.environ) is not None:
+                    raise UsageError(f"{remote_cache.SETTING} names a remote compiler cache, which needs sccache "
+                                     f"(found only ccache at {found}); install requirements.txt, or set it to local")
                 env = {"CCACHE_DIR": cache_root, "CCACHE_BASEDIR": str(build_dir)}
             return found, env
     return None, {}
@@ -428,11 +461,17 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
         build_dir=build_dir,
         dist_dir=options.dist_root / row.world,
         timeout_s=parse_timeout(row.settings.build_timeout),
-        compiler_cache=environment.compiler_cache,
+        compiler_cache=_describe_cache(environment.compiler_cache, options.environ),
         bundle_interpreters=bundle,
         shard=options.shard,
         shards=_describe_shards(row, options),
     )
+
+
+def _describe_cache(tool: str | None, environ: dict) -> str | None:
+    """The plan's compiler cache line: the tool, and the remote store behind its directory if any."""
+    remote = remote_cache.from_environment(environ)
+    return f"{tool}; {remote.describe()}" if tool and remote is not None else tool
 
 
 def _describe_shards(row: MatrixRow, options: BuildOptions) -> str:
@@ -467,6 +506,9 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResul
 
 def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.Steps) -> BuildResult:
     index = _torch_index(row, options)
+    # the remote compiler cache's credential, read (and its file removed) before any third-party code runs
+    remote = remote_cache.from_environment(options.environ)
+    cache_secret = remote_cache.take_secret(options.environ, remote)
     # an incomplete set of shards is refused before anything is installed or fetched
     shard_set = shards.collect(options.assemble, how_to_build=_how_to_build_shard(row)) if options.assemble else None
 
@@ -504,6 +546,9 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         builder_environ.update(reproducible.build_variables(builder_environ, epoch=epoch, source_dir=canonical,
                                                             site_packages=sites))
         with reproducible.canonical_source(build_dir / "src", row.component, row.arch) as src:
+            if remote is not None and environment.compiler_cache is not None:  # its server holds the credential
+                remote_cache.start_server(environment.compiler_cache, environment.variables, remote, cache_secret,
+                                          options.environ)
             wheels, cache_stats, cache_misses = _run_builder(row, environment, builder_environ, build_dir, src,
                                                              want_wheels=options.shard is None)
         if options.shard is not None:
