@@ -41,6 +41,7 @@ from typing import IO
 from ci import (
     build_record,
     cache_log,
+    compile_path,
     credentials,
     fingerprint,
     jit_cache,
@@ -61,7 +62,7 @@ from ci.digest import sha256_file
 from ci.errors import UsageError, WheelhouseError
 from ci.manifest import WheelEntry
 from ci.matrix import MatrixRow
-from ci.versions import REPO_ROOT, Versions
+from ci.versions import REPO_ROOT, Component, Versions
 from ci.wheels import rewrite
 
 TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -108,6 +109,8 @@ class BuildPlan:
     shards: str = ""
     """How the row is split (versions.yaml's shards, this build's --shard or --assemble) and what the time model
     says it needs; empty for a row that is not split."""
+    warnings: tuple[str, ...] = ()
+    """What in the sources keeps compiles serial or away from the cache (ci/compile_path.py)."""
 
     def render(self) -> str:
         lines = [
@@ -127,6 +130,7 @@ class BuildPlan:
             lines.append(f"  arch filter:    nvcc compiles only {self.row.settings.torch_cuda_arch_list}")
         if self.shards:
             lines.append(f"  shards:         {self.shards}")
+        lines += [f"  warning:        {warning}" for warning in self.warnings]
         lines.append("  environment:")
         lines += [f"    {key}={value}" for key, value in sorted(self.env.items())]
         lines.append(f"  command:        {shlex.join(self.command)}  (cwd: build dir/src, moved to "
@@ -164,7 +168,9 @@ def host_arch() -> str:
 
 
 def sccache_stats(tool: str, env: dict, *, settle_s: float = 60.0) -> dict[str, int] | None:
-    """Compile requests, hits and misses of the sccache server ``env`` names, or None if it cannot say.
+    """Compile requests, hits and misses of the sccache server ``env`` names, or None if it cannot say: per
+    translation unit where the server's log says which (ci/cache_log.py), and sccache's own per cached step
+    (``step_hits``, ``step_misses``; ``remote_step_hits`` of a remote cache).
 
     sccache stores a compiled object after it answered the compile, and a server stopped before that
     loses it (one of six in a test against a remote): the counts are read once every miss has been
@@ -179,11 +185,15 @@ def sccache_stats(tool: str, env: dict, *, settle_s: float = 60.0) -> dict[str, 
         if stored >= misses or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    counts = {"requests": int(stats.get("compile_requests", 0)), "hits": _total(stats, "cache_hits"),
-              "misses": misses}
+    steps = {"step_hits": _total(stats, "cache_hits"), "step_misses": misses}
+    counts = {"requests": int(stats.get("compile_requests", 0)), "hits": steps["step_hits"], "misses": misses, **steps}
+    log = env.get("SCCACHE_ERROR_LOG")
+    units = cache_log.unit_counts(cache_log.read_results(Path(log))) if log else None
+    if units is not None:  # requests, hits and misses per translation unit; sccache's own per cached step
+        counts |= units
     remote = remote_cache.remote_hits(stats)
-    if remote is not None:  # of the hits, those the remote level served (the local directory had not)
-        counts["remote_hits"] = remote
+    if remote is not None:  # of the steps' hits, those the remote level served (the local directory had not)
+        counts["remote_step_hits"] = remote
     return counts
 
 
@@ -248,6 +258,7 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
                 # stops then loses the objects still compiling; the build stops its server itself
                 env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": basedirs, "SCCACHE_SERVER_PORT": port,
                        "SCCACHE_IDLE_TIMEOUT": "0"}
+                env |= _cmake_through(found, options.environ)
                 remote = remote_cache.from_environment(options.environ)
                 if remote is not None:  # its settings, never its credential (ci/remote_cache.py)
                     env |= remote.server_env
@@ -264,6 +275,17 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
                 env = {"CCACHE_DIR": cache_root, "CCACHE_BASEDIR": str(build_dir)}
             return found, env
     return None, {}
+
+
+def _cmake_through(tool: str, environ: dict) -> dict[str, str]:
+    """A CMake project's compiles (TransformerEngine's common library) through the cache, by ninja: CMake takes
+    its compiler launchers and generator from these variables unless the project sets its own (a project
+    that chose a generator keeps it; a caller's CMAKE_GENERATOR is kept)."""
+    env = {f"CMAKE_{language}_COMPILER_LAUNCHER": tool for language in ("C", "CXX", "CUDA")}
+    ninja = shutil.which("ninja", path=str(Path(tool).parent)) or shutil.which("ninja", path=environ.get("PATH", ""))
+    if ninja and "CMAKE_GENERATOR" not in environ:
+        env["CMAKE_GENERATOR"] = "Ninja"
+    return env
 
 
 SITE_PACKAGES_SEEN = "site-packages-seen.txt"
@@ -465,7 +487,15 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
         bundle_interpreters=bundle,
         shard=options.shard,
         shards=_describe_shards(row, options),
+        warnings=tuple(_compile_warnings(component, options)),
     )
+
+
+def _compile_warnings(component: Component, options: BuildOptions) -> list[str]:
+    """The plan's warnings about the sources' own build, where it can read them without fetching."""
+    if options.source is not None:
+        return compile_path.warnings(options.source)
+    return compile_path.warnings(REPO_ROOT / component.source.location) if component.source.kind == "path" else []
 
 
 def _describe_cache(tool: str | None, environ: dict) -> str | None:
@@ -525,6 +555,8 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         steps.start(f"sources: {sources.describe_plan(versions.component(row.component), options.source)}",
                     key="source")
         checkout = _fetch_sources(versions, row, options, python, interpreter, filtered.environ)
+        for warning in compile_path.warnings(checkout.path):
+            _LOG.warning(f"{row.label}: {warning}")
         config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
         epoch = reproducible.source_date_epoch(checkout, options.cache_dir)  # the sources' own time
         build_dir, lock = _prepare_build_dir(options, row, checkout, config, epoch)

@@ -86,19 +86,19 @@ def test_a_second_machine_takes_every_compile_from_the_server(tmp_path, dav):
         remote_cache.SETTING: dav.url(), remote_cache.MODE: "read-write",
         remote_cache.SECRET_FILE: str(dav.secret_file(tmp_path / "first.secret"))})
     stats, _ = _compile_on(first, first_dir, UNITS, ["g++"])
-    assert (stats["hits"], stats["misses"], stats["remote_hits"]) == (0, 6, 0)
+    assert (stats["hits"], stats["misses"], stats["remote_step_hits"]) == (0, 6, 0)
     assert len(dav.objects()) >= 6
     second, second_dir = _machine(tmp_path, "second", {
         remote_cache.SETTING: dav.url(), remote_cache.MODE: "read-write",
         remote_cache.SECRET_FILE: str(dav.secret_file(tmp_path / "second.secret"))})
     stats, _ = _compile_on(second, second_dir, UNITS, ["g++"])
-    assert (stats["requests"], stats["hits"], stats["misses"], stats["remote_hits"]) == (6, 6, 0, 6)
+    assert (stats["requests"], stats["hits"], stats["misses"], stats["remote_step_hits"]) == (6, 6, 0, 6)
     # a pull request's build (read-only) on a third machine: every hit is the server's, its directory was empty
     third, third_dir = _machine(tmp_path, "third", {
         remote_cache.SETTING: dav.url("reader"), remote_cache.SECRET_FILE: str(dav.secret_file(tmp_path / "3", "reader"))})
     assert not (third.cache_dir / "compiler-cache").exists()
     stats, _ = _compile_on(third, third_dir, UNITS, ["g++"])
-    assert (stats["requests"], stats["hits"], stats["misses"], stats.get("remote_hits")) == (6, 6, 0, None)
+    assert (stats["requests"], stats["hits"], stats["misses"], stats.get("remote_step_hits")) == (6, 6, 0, None)
 
 
 @needs_server
@@ -199,9 +199,11 @@ def test_two_pythons_and_two_shards_share_device_compiles_through_the_server(tmp
                                         [str(NVCC), "-lineinfo", "-gencode", "arch=compute_90,code=sm_90",
                                          f"-I{headers}"], (sites[python], *(s for p, s in sites.items() if p != python)))
     first, second = compiles.values()
-    assert first["hits"] == 0 and first["misses"] == 8  # 2 units x (module id, PTX, cubin, host object)
+    # two units, four cached steps each (module id, PTX, cubin, host object)
+    assert (first["requests"], first["hits"], first["misses"], first["step_misses"]) == (2, 0, 2, 8), compiles
     # every step of kernel.cu and shared.cu from the server; own.cu's four compiled
-    assert (second["hits"], second["remote_hits"], second["misses"]) == (8, 8, 4), compiles
+    assert (second["requests"], second["hits"], second["misses"]) == (3, 2, 1), compiles
+    assert (second["step_hits"], second["remote_step_hits"], second["step_misses"]) == (8, 8, 4), compiles
 
 
 @pytest.mark.parametrize(("environ", "message"), [
@@ -275,6 +277,6 @@ def test_the_fixture_built_on_two_machines_compiles_once_and_gives_one_wheel(tmp
                          record.compiler_cache_misses)
     (first, first_wheels, _), (second, second_wheels, not_reused) = results.values()
     assert first["misses"] >= 1 and first["hits"] == 0
-    assert second["requests"] == first["requests"] and second["remote_hits"] == second["hits"]
+    assert second["requests"] == first["requests"] and second["remote_step_hits"] == second["step_hits"]
     assert second["hits"] >= 0.9 * second["requests"] and second["misses"] == 0
     assert not_reused == [] and second_wheels == first_wheels
