@@ -25,6 +25,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from benchmarks.builds import _output_to
 from benchmarks.common import REPO, Context, Figure, Samples, Table
 
 NAME = "remote-cache"
@@ -93,6 +94,7 @@ class _Machines:
 
     def __init__(self, work: Path) -> None:
         self.work = work
+        self.work.mkdir(parents=True, exist_ok=True)
         self.workspace = work / "runner"
         self.count = 0
 
@@ -145,6 +147,32 @@ def _counts(stats: dict) -> str:
     return text
 
 
+def _one_repetition(machines: _Machines, dav, versions: dict[str, Path], sources: dict[str, Path],
+                    base: dict[str, str], times: dict[str, Samples], counts: dict[str, dict], transfer: Samples) -> None:
+    """Each build kind once, every build on a fresh machine; the archive handoff from the cold build's machine."""
+    def remote(name: str) -> dict[str, str]:
+        secret = dav.secret_file(machines.work / f"{name}.secret")
+        return {**base, "WHEELHOUSE_COMPILER_CACHE": dav.url(), "WHEELHOUSE_COMPILER_CACHE_MODE": "read-write",
+                "WHEELHOUSE_COMPILER_CACHE_SECRET_FILE": str(secret)}
+
+    def measure(kind: str, ref: str, environ: dict[str, str], cache: Path | None = None, extra_s: float = 0.0) -> Path:
+        cache = cache or machines.fresh()
+        seconds, counts[kind] = _build(versions[ref], sources[ref], cache, environ)
+        times[kind].add(seconds + extra_s)
+        return cache
+
+    first = measure("cold", "1.0", remote("first"))
+    archive = machines.work / "compiler-cache.tar"
+    packed = _archive(first, archive)
+    second = machines.fresh()
+    moved = packed + _unpack(archive, second)
+    transfer.add(moved)
+    measure("archive", "1.0", dict(base), second, moved)
+    measure("remote", "1.0", remote("second"))
+    measure("bump-remote", "1.1", remote("bump"))
+    measure("bump-archive", "1.1", dict(base))  # the archive's key hashes versions.yaml: nothing restored
+
+
 def run(ctx: Context) -> Figure:
     import sys
 
@@ -170,38 +198,10 @@ def run(ctx: Context) -> Figure:
     transfer = Samples()
     log = work / "build.log"
     ctx.log(f"  {units} units, {reps} repetition(s); build output in {log}")
-    from benchmarks.builds import _output_to
 
     for rep in range(reps):
-        machines = _Machines(work / f"rep-{rep}")
-        with webdav_server(work / f"dav-{rep}") as dav:
-            def remote_env(name: str, dav=dav) -> dict[str, str]:
-                secret = dav.secret_file(work / f"{name}-{rep}.secret")
-                return {**base, "WHEELHOUSE_COMPILER_CACHE": dav.url(), "WHEELHOUSE_COMPILER_CACHE_MODE": "read-write",
-                        "WHEELHOUSE_COMPILER_CACHE_SECRET_FILE": str(secret)}
-
-            plan = [
-                ("cold", "1.0", lambda: (machines.fresh(), remote_env("first"))),
-                ("remote", "1.0", lambda: (machines.fresh(), remote_env("second"))),
-                ("bump-remote", "1.1", lambda: (machines.fresh(), remote_env("bump"))),
-                ("bump-archive", "1.1", lambda: (machines.fresh(), dict(base))),  # the archive's key missed
-            ]
-            with _output_to(log):
-                for kind, ref, machine in plan:
-                    cache, environ = machine()
-                    seconds, stats = _build(versions[ref], sources[ref], cache, environ)
-                    times[kind].add(seconds)
-                    counts[kind] = stats
-                    if kind == "cold":  # the archive handoff from this same first machine
-                        first_cache = cache
-                        archive = work / f"compiler-cache-{rep}.tar"
-                        packed = _archive(first_cache, archive)
-                        second = machines.fresh()
-                        unpacked = _unpack(archive, second)
-                        seconds, stats = _build(versions[ref], sources[ref], second, dict(base))
-                        transfer.add(packed + unpacked)
-                        times["archive"].add(seconds + packed + unpacked)
-                        counts["archive"] = stats
+        with webdav_server(work / f"dav-{rep}") as dav, _output_to(log):
+            _one_repetition(_Machines(work / f"rep-{rep}"), dav, versions, sources, base, times, counts, transfer)
         ctx.log(f"    rep {rep + 1}/{reps}: " + ", ".join(f"{k} {v.values[-1]:.1f} s" for k, v in times.items()))
 
     rows = [

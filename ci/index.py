@@ -909,8 +909,10 @@ def site_catalog(site: Site, *, base_url: str, context: Context | None = None) -
 
 
 def _wheel_entry(link: IndexLink) -> WheelEntry:
-    entry = WheelEntry(link.filename, link.url, link.sha256, link.size, link.tag, release_page(link.url, link.tag),
-                       link.requires_python, link.yanked, link.facts)
+    folder, slash, _ = link.url.rpartition("/")
+    page = _release_page(folder, link.tag) if slash else release_page(link.url, link.tag)
+    entry = WheelEntry(link.filename, link.url, link.sha256, link.size, link.tag, page, link.requires_python,
+                       link.yanked, link.facts)
     # The link's name passed the wheel-name checks (wheel_project), so its version is its second part, as
     # packaging's parse takes it; parsed once per version, not once per wheel with its tags (0.6 s of 144,000).
     entry.__dict__["version"] = _version(link.filename.split("-", 2)[1])
@@ -920,6 +922,13 @@ def _wheel_entry(link: IndexLink) -> WheelEntry:
 @functools.lru_cache(maxsize=65536)
 def _version(text: str) -> Version:
     return Version(text)
+
+
+@functools.lru_cache(maxsize=65536)
+def _release_page(folder: str, tag: str) -> str:
+    """release_page of an asset in ``folder``: it depends on the folder only (its marker ends with a slash), and
+    a release's assets share theirs."""
+    return release_page(folder + "/", tag)
 
 
 def render_site(site: Site, *, base_url: str, site_name: str = "wheelhouse",

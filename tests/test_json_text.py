@@ -84,3 +84,17 @@ def test_the_catalog_takes_each_wheels_version_as_packaging_parses_it():
     for entry in entries:
         parsed = parse_wheel_filename(entry.filename)[1]
         assert entry.version == parsed and str(entry.version) == str(parsed), entry.filename
+
+
+@pytest.mark.parametrize("url", [
+    "https://github.com/o/r/releases/download/t1/x-1.0-py3-none-any.whl",
+    "https://github.com/o/r/releases/download/t1/releases/download/t1/x-1.0-py3-none-any.whl",
+    "file:///store/releases/t1/assets/x-1.0-py3-none-any.whl",
+    "file:///store/releases/t1/x-1.0-py3-none-any.whl",
+    "https://mirror.example/releases/download/t1x/x-1.0-py3-none-any.whl",
+])
+def test_the_release_page_is_taken_once_per_folder_and_is_the_catalogs(url):
+    from ci.catalog import release_page
+
+    folder = url.rpartition("/")[0]
+    assert index._release_page(folder, "t1") == release_page(url, "t1")
