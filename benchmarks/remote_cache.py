@@ -218,7 +218,7 @@ def run(ctx: Context) -> Figure:
     ]
     remote, bump = counts["remote"], counts["bump-remote"]
     summary = [
-        f"compiler cache between machines ({units} units): the second machine takes {remote.get('hits')}/"
+        f"compiler cache between machines ({units} units and a binding): the second machine takes {remote.get('hits')}/"
         f"{remote.get('requests')} units from the remote store, {times['cold'].median / times['remote'].median:.1f}x "
         f"faster than cold; after a ref bump changing one unit {bump.get('hits')}/{bump.get('requests')}, "
         f"{times['cold'].median / times['bump-remote'].median:.1f}x, where the archive handoff compiles cold",
