@@ -280,3 +280,21 @@ def test_the_fixture_built_on_two_machines_compiles_once_and_gives_one_wheel(tmp
     assert second["requests"] == first["requests"] and second["remote_step_hits"] == second["step_hits"]
     assert second["hits"] >= 0.9 * second["requests"] and second["misses"] == 0
     assert not_reused == [] and second_wheels == first_wheels
+
+
+@needs_server
+def test_a_wrong_credential_stops_the_build_before_the_builder_in_one_line(tmp_path, dav):
+    """sccache probes the store when its server starts: a refused credential is one line naming the store and
+    the fix, before any compile, never a build that silently compiles everything cold."""
+    from ci.errors import WheelhouseError
+
+    secret = tmp_path / "wrong.secret"
+    secret.write_text("password=not-the-password\n")
+    options, build_dir = _machine(tmp_path, "machine", {
+        remote_cache.SETTING: dav.url(), remote_cache.MODE: "read-write", remote_cache.SECRET_FILE: str(secret)})
+    with pytest.raises(WheelhouseError) as caught:
+        _compile_on(options, build_dir, UNITS, ["g++"])
+    message = str(caught.value)
+    assert message.startswith(f"the compiler cache's server did not start with WebDAV http://127.0.0.1:{dav.port}/cache")
+    assert "401" in message and "not-the-password" not in message and "\n" not in message
+    assert dav.objects() == []
