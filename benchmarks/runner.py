@@ -30,6 +30,7 @@ from benchmarks import (
     pacing,
     python_reuse,
     rebuilds,
+    remote_cache,
     resolution,
     skip_plan,
     staged_pythons,
@@ -39,7 +40,7 @@ from benchmarks import (
 from benchmarks.common import CACHE, RESULTS, Context, Figure, machine
 
 FIGURES: list[ModuleType] = [listing, skip_plan, strip, fatbin_scan, resolution, builds, hostile, pacing, venvs,
-                             cross_python, rebuilds, python_reuse, staged_pythons, nvcc_threads]
+                             cross_python, rebuilds, python_reuse, staged_pythons, nvcc_threads, remote_cache]
 _SECTION = re.compile(r"<!-- figure:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figure:(?P=name) -->", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (?P<line>.*?) -->")
 

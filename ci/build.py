@@ -30,6 +30,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -41,12 +42,14 @@ from ci import (
     build_place,
     build_record,
     cache_log,
+    compile_path,
     credentials,
     fingerprint,
     jit_cache,
     log,
     matrix,
     ninja_log,
+    remote_cache,
     reproducible,
     sbom,
     shard_model,
@@ -60,7 +63,7 @@ from ci.digest import sha256_file
 from ci.errors import UsageError, WheelhouseError
 from ci.manifest import WheelEntry
 from ci.matrix import MatrixRow
-from ci.versions import REPO_ROOT, Versions
+from ci.versions import REPO_ROOT, Component, Versions
 from ci.wheels import rewrite
 
 TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -107,6 +110,8 @@ class BuildPlan:
     shards: str = ""
     """How the row is split (versions.yaml's shards, this build's --shard or --assemble) and what the time model
     says it needs; empty for a row that is not split."""
+    warnings: tuple[str, ...] = ()
+    """What in the sources keeps compiles serial or away from the cache (ci/compile_path.py)."""
 
     def render(self) -> str:
         lines = [
@@ -126,6 +131,7 @@ class BuildPlan:
             lines.append(f"  arch filter:    nvcc compiles only {self.row.settings.torch_cuda_arch_list}")
         if self.shards:
             lines.append(f"  shards:         {self.shards}")
+        lines += [f"  warning:        {warning}" for warning in self.warnings]
         lines.append("  environment:")
         lines += [f"    {key}={value}" for key, value in sorted(self.env.items())]
         lines.append(f"  command:        {shlex.join(self.command)}  (cwd: build dir/src, seen at "
@@ -163,19 +169,47 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
 
 
-def sccache_stats(tool: str, env: dict) -> dict[str, int] | None:
-    """Compile requests, hits and misses of the sccache server ``env`` names, or None if it cannot say."""
+def sccache_stats(tool: str, env: dict, *, settle_s: float = 60.0) -> dict[str, int] | None:
+    """Compile requests, hits and misses of the sccache server ``env`` names, or None if it cannot say: per
+    translation unit where the server's log says which (ci/cache_log.py), and sccache's own per cached step
+    (``step_hits``, ``step_misses``; ``remote_step_hits`` of a remote cache).
+
+    sccache stores a compiled object after it answered the compile, and a server stopped before that
+    loses it (one of six in a test against a remote): the counts are read once every miss has been
+    stored or has failed to, waiting at most ``settle_s``, so the caller's stop loses nothing."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        stats = _read_stats(tool, env)
+        if stats is None:
+            return None
+        misses = _total(stats, "cache_misses")
+        stored = remote_cache.stored(stats, env)
+        if stored >= misses or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    steps = {"step_hits": _total(stats, "cache_hits"), "step_misses": misses}
+    counts = {"requests": int(stats.get("compile_requests", 0)), "hits": steps["step_hits"], "misses": misses, **steps}
+    log = env.get("SCCACHE_ERROR_LOG")
+    units = cache_log.unit_counts(cache_log.read_results(Path(log))) if log else None
+    if units is not None:  # requests, hits and misses per translation unit; sccache's own per cached step
+        counts |= units
+    remote = remote_cache.remote_hits(stats)
+    if remote is not None:  # of the steps' hits, those the remote level served (the local directory had not)
+        counts["remote_step_hits"] = remote
+    return counts
+
+
+def _read_stats(tool: str, env: dict) -> dict | None:
     proc = subprocess.run([tool, "--show-stats", "--stats-format", "json"], env=env, capture_output=True, text=True)
     try:
         stats = json.loads(proc.stdout).get("stats", {})
     except (ValueError, AttributeError):
         return None
+    return stats if isinstance(stats, dict) else None
 
-    def total(key: str) -> int:
-        return sum(int(v) for v in (stats.get(key) or {}).get("counts", {}).values())
 
-    return {"requests": int(stats.get("compile_requests", 0)), "hits": total("cache_hits"),
-            "misses": total("cache_misses")}
+def _total(stats: dict, key: str) -> int:
+    return sum(int(v) for v in (stats.get(key) or {}).get("counts", {}).values())
 
 
 def builder_path(filter_bin: Path | None, python: Path, cache_tool: str | None, inherited: str) -> str:
@@ -226,16 +260,36 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
                 # client starts itself, which only a compiler left running by a killed build does
                 env = {"SCCACHE_DIR": cache_root, "SCCACHE_BASEDIRS": basedirs, "SCCACHE_SERVER_PORT": port,
                        "SCCACHE_IDLE_TIMEOUT": str(ORPHAN_SERVER_IDLE_S)}
+                env |= _cmake_through(found, options.environ)
+                remote = remote_cache.from_environment(options.environ)
+                if remote is not None:  # its settings, never its credential (ci/remote_cache.py)
+                    env |= remote.server_env
                 if "SCCACHE_ERROR_LOG" not in options.environ:  # the server's per-compile results (ci/cache_log.py)
                     env |= {"SCCACHE_LOG": cache_log.SERVER_LOG_FILTER,
                             "SCCACHE_ERROR_LOG": str(build_dir / cache_log.LOG_NAME)}
             else:
+                if remote_cache.from_environment(options.environ) is not None:
+                    raise UsageError(f"{remote_cache.SETTING} names a remote compiler cache, which needs sccache "
+                                     f"(found only ccache at {found}); install requirements.txt, or set it to local")
                 env = {"CCACHE_DIR": cache_root, "CCACHE_BASEDIR": str(build_dir)}
             return found, env
     return None, {}
 
 
 ORPHAN_SERVER_IDLE_S = 60
+
+
+def _cmake_through(tool: str, environ: dict) -> dict[str, str]:
+    """A CMake project's compiles (TransformerEngine's common library) through the cache, by ninja: CMake takes
+    its compiler launchers and generator from these variables unless the project sets its own (a project
+    that chose a generator keeps it; a caller's CMAKE_GENERATOR is kept)."""
+    env = {f"CMAKE_{language}_COMPILER_LAUNCHER": tool for language in ("C", "CXX", "CUDA")}
+    ninja = shutil.which("ninja", path=str(Path(tool).parent)) or shutil.which("ninja", path=environ.get("PATH", ""))
+    if ninja and "CMAKE_GENERATOR" not in environ:
+        env["CMAKE_GENERATOR"] = "Ninja"
+    return env
+
+
 SITE_PACKAGES_SEEN = "site-packages-seen.txt"
 SITE_PACKAGES_REMEMBERED = 64
 
@@ -455,11 +509,25 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
         build_dir=build_dir,
         dist_dir=options.dist_root / row.world,
         timeout_s=parse_timeout(row.settings.build_timeout),
-        compiler_cache=environment.compiler_cache,
+        compiler_cache=_describe_cache(environment.compiler_cache, options.environ),
         bundle_interpreters=bundle,
         shard=options.shard,
         shards=_describe_shards(row, options),
+        warnings=tuple(_compile_warnings(component, options)),
     )
+
+
+def _compile_warnings(component: Component, options: BuildOptions) -> list[str]:
+    """The plan's warnings about the sources' own build, where it can read them without fetching."""
+    if options.source is not None:
+        return compile_path.warnings(options.source)
+    return compile_path.warnings(REPO_ROOT / component.source.location) if component.source.kind == "path" else []
+
+
+def _describe_cache(tool: str | None, environ: dict) -> str | None:
+    """The plan's compiler cache line: the tool, and the remote store behind its directory if any."""
+    remote = remote_cache.from_environment(environ)
+    return f"{tool}; {remote.describe()}" if tool and remote is not None else tool
 
 
 def _describe_shards(row: MatrixRow, options: BuildOptions) -> str:
@@ -494,6 +562,9 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResul
 
 def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.Steps) -> BuildResult:
     index = _torch_index(row, options)
+    # the remote compiler cache's credential, read (and its file removed) before any third-party code runs
+    remote = remote_cache.from_environment(options.environ)
+    cache_secret = remote_cache.take_secret(options.environ, remote)
     # an incomplete set of shards is refused before anything is installed or fetched
     shard_set = shards.collect(options.assemble, how_to_build=_how_to_build_shard(row)) if options.assemble else None
 
@@ -510,6 +581,8 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         steps.start(f"sources: {sources.describe_plan(versions.component(row.component), options.source)}",
                     key="source")
         checkout = _fetch_sources(versions, row, options, python, interpreter, filtered.environ)
+        for warning in compile_path.warnings(checkout.path):
+            _LOG.warning(f"{row.label}: {warning}")
         config = fingerprint.build_config(row, checkout.revision, submodules=checkout.submodules)
         epoch = reproducible.source_date_epoch(checkout, options.cache_dir)  # the sources' own time
         build_dir, lock = _prepare_build_dir(options, row, checkout, config, epoch)
@@ -532,7 +605,8 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
         builder_environ.update(reproducible.build_variables(
             builder_environ, epoch=epoch, source_dir=place.path, site_packages=sites,
             seed_path=build_place.fixed_path(row.component, row.arch)))
-        wheels, cache_stats, cache_misses = _run_builder(row, environment, builder_environ, build_dir, place,
+        server = ServerSettings(remote, cache_secret, options.environ)  # a remote's credential: its server's alone
+        wheels, cache_stats, cache_misses = _run_builder(row, environment, builder_environ, build_dir, place, server,
                                                          want_wheels=options.shard is None)
         if options.shard is not None:
             result = _place_shard(row, options.shard, build_dir / "shards", fingerprint.fingerprint(config),
@@ -629,7 +703,7 @@ def _prepare_build_dir(options: BuildOptions, row: MatrixRow, checkout: sources.
 
 
 def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict, build_dir: Path,
-                 place: build_place.BuildPlace, *,
+                 place: build_place.BuildPlace, settings: ServerSettings | None = None, *,
                  want_wheels: bool = True) -> tuple[list[Path], dict[str, int] | None, list[str] | None]:
     """Run build_scripts/<builder>.sh in its build place (the sources of ``build_dir``) under the contract; (its
     wheels, compiler cache counts, the translation units it could not reuse). A shard build (``want_wheels``
@@ -638,11 +712,13 @@ def _run_builder(row: MatrixRow, environment: BuilderEnvironment, full_env: dict
         _install_arch_filter(environment.filter_bin)
     cache_tool = environment.compiler_cache
     server_log = Path(full_env["SCCACHE_ERROR_LOG"]) if "SCCACHE_ERROR_LOG" in full_env else None
-    if server_log is not None and server_log.parent == build_dir:
+    if server_log is not None and server_log.is_relative_to(build_dir):
         server_log.unlink(missing_ok=True)  # a resumed build's log holds this run's compiles only
+        server_log.parent.mkdir(parents=True, exist_ok=True)
     _LOG.info(f"building {row.label} in {place.path}")
     own_server = cache_tool is not None and "SCCACHE_SERVER_PORT" in environment.variables
-    server = _start_sccache(cache_tool, full_env, place) if own_server and cache_tool else None
+    server = (_start_sccache(cache_tool, full_env, place, settings or ServerSettings())
+              if own_server and cache_tool else None)
     try:
         code = build_place.run(place, _command(row), full_env, build_dir, parse_timeout(row.settings.build_timeout),
                                join=server.pid if server is not None and place.private_namespace else None)
@@ -782,23 +858,39 @@ def _install_arch_filter(bin_dir: Path) -> None:
 SCCACHE_START_S = 30
 
 
-def _start_sccache(tool: str, env: dict, place: build_place.BuildPlace) -> subprocess.Popen:
+@dataclass(frozen=True)
+class ServerSettings:
+    """What the build's sccache server gets beyond the cache's settings: a remote store and its credential."""
+
+    remote: remote_cache.RemoteCache | None = None
+    secret: dict[str, str] = field(default_factory=dict)
+    environ: dict[str, str] = field(default_factory=dict)
+    """The caller's environment: the few variables a server needs to start come from it."""
+
+
+def _start_sccache(tool: str, env: dict, place: build_place.BuildPlace, settings: ServerSettings) -> subprocess.Popen:
     """The build's sccache server, in the foreground as a child of this process and in the build place (it
     reads the sources by the paths the compiler names): it ends when this process ends, SIGKILL included
     (the kernel sends it SIGTERM then), so no killed build leaves one running. A client that finds no
     server (a builder's compiler still running after a kill) starts its own, which ends after the idle time
-    the builder's environment sets."""
-    server_env = {**env, "SCCACHE_NO_DAEMON": "1", "SCCACHE_START_SERVER": "1", "SCCACHE_IDLE_TIMEOUT": "0"}
-    server = build_place.spawn(place, [tool], server_env, end_with_parent=True, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + SCCACHE_START_S
-    while time.monotonic() < deadline and server.poll() is None:
-        if sccache_stats(tool, {**env, "SCCACHE_START_SERVER": "0", "SCCACHE_NO_DAEMON": "1"}) is not None:
-            return server
-        time.sleep(0.2)
+    the builder's environment sets. It starts with the cache's settings only, and a remote's credential
+    (ci/remote_cache.py), which nothing the builder runs can read."""
+    with tempfile.TemporaryDirectory(prefix="wheelhouse-cache-server-") as private:  # 0700, gone once it started
+        server_env = remote_cache.server_environment(env, settings.remote, settings.secret, settings.environ,
+                                                     Path(private))
+        server_env |= {"SCCACHE_NO_DAEMON": "1", "SCCACHE_START_SERVER": "1", "SCCACHE_IDLE_TIMEOUT": "0"}
+        server = build_place.spawn(place, [tool], server_env, end_with_parent=True, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + SCCACHE_START_S
+        while time.monotonic() < deadline and server.poll() is None:
+            if _read_stats(tool, {**env, "SCCACHE_START_SERVER": "0", "SCCACHE_NO_DAEMON": "1"}) is not None:
+                return server
+            time.sleep(0.2)
     _stop_sccache(tool, env, server)
-    raise WheelhouseError(f"{tool}: its server did not start on port {env.get('SCCACHE_SERVER_PORT')} within "
-                          f"{SCCACHE_START_S} s; see {env.get('SCCACHE_ERROR_LOG', 'its log')}")
+    where = settings.remote.location if settings.remote is not None else f"port {env.get('SCCACHE_SERVER_PORT')}"
+    raise WheelhouseError(f"{tool}: the compiler cache's server did not start with {where} within {SCCACHE_START_S} s "
+                          f"(see {env.get('SCCACHE_ERROR_LOG', 'its log')}); check {remote_cache.SETTING} and its "
+                          f"credential, or build with {remote_cache.SETTING}=local")
 
 
 def _stop_sccache(tool: str, env: dict, server: subprocess.Popen) -> None:

@@ -49,3 +49,16 @@ def not_reused(results: Iterable[tuple[str, str]]) -> list[str]:
         if not cached or any(not result.startswith("cache hit") for result in cached):
             missed.append(unit)
     return sorted(missed)
+
+
+def unit_counts(results: Iterable[tuple[str, str]]) -> dict[str, int] | None:
+    """Per translation unit, the counts a build reports: units compiled through the cache (``requests``), served
+    whole from it (``hits``), compiled (``misses``). sccache counts its cached steps instead: one nvcc unit is
+    one compile request but four steps, so a cold build of three units read "3 compile requests, 0 hits,
+    12 misses". None when ``results`` is empty (no log to read)."""
+    results = list(results)
+    if not results:
+        return None
+    units = {translation_unit(output) for output, _ in results}
+    missed = not_reused(results)
+    return {"requests": len(units), "hits": len(units) - len(missed), "misses": len(missed)}

@@ -21,12 +21,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from ci import json_text
 from ci.errors import WheelhouseError
 from ci.toolchain import TORCH_INDEX_BASE
 from ci.wheel_facts import WheelFacts
@@ -63,7 +65,7 @@ class WheelEntry:
     yanked: str | None = None
     facts: WheelFacts | None = None
 
-    @property
+    @cached_property  # parsed once per entry: the landing page and lock files ask every wheel many times
     def version(self) -> Version:
         return parse_wheel_filename(self.filename)[1]
 
@@ -95,13 +97,17 @@ class ProjectEntry:
     status: Status = field(default_factory=Status)
     wheels: tuple[WheelEntry, ...] = ()
 
-    @property
+    @cached_property  # the entry is frozen: its newest version and wheels are computed once
     def newest(self) -> Version | None:
         """The newest version with a wheel that is not yanked."""
         versions = [w.version for w in self.wheels if w.yanked is None]
         return max(versions) if versions else None
 
     def newest_wheels(self) -> tuple[WheelEntry, ...]:
+        return self._newest_wheels
+
+    @cached_property
+    def _newest_wheels(self) -> tuple[WheelEntry, ...]:
         newest = self.newest
         return tuple(w for w in self.wheels if w.yanked is None and w.version == newest)
 
@@ -183,7 +189,7 @@ class Catalog:
 
 
 def dumps(document: Mapping[str, Any]) -> bytes:
-    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+    return (json_text.dumps(document) + "\n").encode()  # json.dumps(indent=1, sort_keys=True)'s bytes, faster
 
 
 @dataclass(frozen=True)

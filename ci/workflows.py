@@ -50,6 +50,7 @@ PINNED_ACTIONS: dict[str, tuple[str, str, str]] = {
     "deploy-pages": ("actions/deploy-pages", "cd2ce8fcbc39b97be8ca5fce6e763baed58fa128", "v5.0.0"),
     "cuda-toolkit": ("Jimver/cuda-toolkit", "3d45d157f327c09c04b50ee6ccdea2d9d017ec76", "v0.2.35"),
     "attest-build-provenance": ("actions/attest-build-provenance", "a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32", "v4.1.0"),
+    "github-script": ("actions/github-script", "ed597411d8f924073f98dfc5c65a23a2325f34cd", "v8.0.0"),
 }
 ACTIONS = {key: f"{repo}@{sha}" for key, (repo, sha, _) in PINNED_ACTIONS.items()}
 ACTION_RELEASES = {sha: release for _, sha, release in PINNED_ACTIONS.values()}
@@ -77,6 +78,27 @@ BUILDS_PATH = ".cache/builds/"
 # What a build stopped at its build_timeout leaves for the next run of its job to resume from
 # (tests/test_build.py proves these two paths are enough on a fresh machine).
 RESUME_PATHS = (BUILDS_PATH, COMPILER_CACHE_PATH)
+
+# The remote compiler cache (ci/remote_cache.py): GitHub's cache service. A build writes to it only when its
+# inputs are on the default branch (a push there, the weekly run, a dispatch of it): what a pull request, a fork
+# or a tag's release build compiles is never served to another build. GitHub's own cache scoping adds that a
+# pull request's entries are visible to that pull request only.
+DEFAULT_BRANCH_BUILD = ("(github.event_name == 'push' || github.event_name == 'schedule' || github.event_name == "
+                        "'workflow_dispatch') && github.ref == format('refs/heads/{0}', "
+                        "github.event.repository.default_branch)")
+CACHE_MODE = f"${{{{ {DEFAULT_BRANCH_BUILD} && 'read-write' || 'read-only' }}}}"
+READ_ONLY_CACHE = "env.WHEELHOUSE_COMPILER_CACHE_MODE == 'read-only'"
+CACHE_SECRET_FILE = "${{ runner.temp }}/wheelhouse-compiler-cache.secret"
+REMOTE_CACHE_ENV = {"WHEELHOUSE_COMPILER_CACHE": "gha", "WHEELHOUSE_COMPILER_CACHE_SECRET_FILE": CACHE_SECRET_FILE}
+# The job's cache service URL and token exist only in a JavaScript action's environment: this step writes them
+# into a file that the build reads and removes before any upstream code runs (nothing else holds them).
+CACHE_CREDENTIAL_SCRIPT = (
+    "const fs = require('fs');\n"
+    "const file = process.env.SECRET_FILE;\n"
+    "fs.rmSync(file, { force: true });\n"
+    "fs.writeFileSync(file, `results_url=${process.env.ACTIONS_RESULTS_URL}\\nruntime_token=${process.env.ACTIONS_RUNTIME_TOKEN}\\n`,"
+    " { mode: 0o600, flag: 'wx' });\n"
+)
 
 SELF_HOSTED = "runner.environment == 'self-hosted'"
 GITHUB_HOSTED = "runner.environment != 'self-hosted'"
@@ -425,8 +447,11 @@ def build_workflow() -> dict[str, Any]:
         {"name": "Install the wheelhouse tools", "run": SETUP_COMMAND},
         *_shard_download_steps(row),
         {
+            # A build that reads the remote cache only hands its objects to the row's later Pythons this way
+            # (exact key); a writing build leaves them on the remote, where every later build finds them.
             "name": "Restore the compiler cache",
             "id": "restore",
+            "if": READ_ONLY_CACHE,
             "uses": ACTIONS["cache-restore"],
             "timeout-minutes": 30,
             "env": dict(PROXY_ENV),
@@ -441,10 +466,17 @@ def build_workflow() -> dict[str, Any]:
             "with": {"path": "\n".join(RESUME_PATHS) + "\n", "key": resume_key, "restore-keys": resume_prefix},
         },
         {
+            "name": "Hand the compiler cache's credential to the build",
+            "if": "inputs.shards <= 1",
+            "uses": ACTIONS["github-script"],
+            "env": {"SECRET_FILE": CACHE_SECRET_FILE},
+            "with": {"script": CACHE_CREDENTIAL_SCRIPT},
+        },
+        {
             "name": "Build wheel",
             "id": "build",
             "if": "inputs.shards <= 1",
-            "env": {"SESSION": row["session"], "ARCH": row["arch"], "TORCH": row["torch"]},
+            "env": {"SESSION": row["session"], "ARCH": row["arch"], "TORCH": row["torch"], **REMOTE_CACHE_ENV},
             # The session stops the build at build_timeout and keeps its directory for a resumed run.
             "run": 'nox -s "$SESSION" -- --arch "$ARCH" --torch "$TORCH"\n',
         },
@@ -456,8 +488,15 @@ def build_workflow() -> dict[str, Any]:
             "run": 'invoke assemble-shards --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH" --arch "$ARCH"\n',
         },
         {
+            # the build read and removed it; a build that stopped before it did leaves none to later steps
+            "name": "Remove the compiler cache's credential",
+            "if": "always()",
+            "env": {"SECRET_FILE": CACHE_SECRET_FILE},
+            "run": 'rm -f "$SECRET_FILE"\n',
+        },
+        {
             "name": "Save the compiler cache",
-            "if": "steps.build.outcome == 'success' && steps.restore.outputs.cache-hit != 'true'",
+            "if": f"steps.build.outcome == 'success' && steps.restore.outputs.cache-hit != 'true' && {READ_ONLY_CACHE}",
             "uses": ACTIONS["cache-save"],
             "timeout-minutes": 60,
             "env": dict(PROXY_ENV),
@@ -506,6 +545,8 @@ def build_workflow() -> dict[str, Any]:
                 # wheels leave it as an artifact that _publish.yml checks again before releasing them.
                 "permissions": {"contents": "read"},
                 "defaults": {"run": {"shell": "bash"}},
+                # who writes to the remote compiler cache (CACHE_MODE); the cache archive steps read it too
+                "env": {"WHEELHOUSE_COMPILER_CACHE_MODE": CACHE_MODE},
                 "steps": steps,
             }
         },
@@ -801,6 +842,8 @@ def shard_workflow() -> dict[str, Any]:
     for step in job["steps"]:
         if step.get("name") in ("Download the shards", "Assemble the wheels from the shards"):
             continue
+        if step.get("uses") == ACTIONS["github-script"]:  # a shard always builds
+            step = {key: value for key, value in step.items() if key != "if"}
         if step.get("id") == "build":
             step = {key: value for key, value in step.items() if key != "if"}
             step |= {"env": {**step["env"], "SHARD": _expr("inputs.shard")},

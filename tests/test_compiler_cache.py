@@ -8,6 +8,7 @@ compiled again for each Python, whatever the paths.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -314,3 +315,107 @@ def test_the_build_record_names_the_units_the_second_python_compiled_again(tmp_p
         record = BuildRecord.read(build.run(versions, rows[python], options).record)
         misses[python] = record.compiler_cache_misses
     assert misses == {"3.12": ["fixture", "fixture_cuda"], "3.11": ["fixture"]}
+
+
+@pytest.mark.skipif(_sccache() is None or shutil.which("nvcc", path="/usr/local/cuda/bin") is None,
+                    reason="needs sccache and nvcc")
+def test_the_counts_are_per_translation_unit_and_the_steps_are_counted_apart(tmp_path):
+    """Three nvcc units, compiled one at a time as a setuptools build without ninja does: sccache counts
+    3 compile requests but 12 misses (four cached steps each), which the build reported as it was. The
+    build's counts are per unit now; sccache's per step stay beside them."""
+    nvcc = "/usr/local/cuda/bin/nvcc"
+    tool = _sccache()
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    build_dir = tmp_path / "cache" / "builds" / "comp-x86_64-torch2.13.0-0123"
+    src = build_dir / "src"
+    src.mkdir(parents=True)
+    counts = []
+    for _ in range(2):
+        _, cache_env = build._compiler_cache(options, build_dir, build._free_port())
+        Path(cache_env["SCCACHE_ERROR_LOG"]).unlink(missing_ok=True)  # as the build does before its builder
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env}
+        try:
+            for unit in ("fwd", "bwd", "update"):
+                (src / f"{unit}.cu").write_text(f"__global__ void {unit}(float* x) {{ x[threadIdx.x] *= 2; }}\n")
+                subprocess.run([tool, nvcc, "-gencode", "arch=compute_90,code=sm_90", "-c", f"{unit}.cu", "-o",
+                                f"{unit}.o"], cwd=src, env=env, check=True, capture_output=True)
+            counts.append(build.sccache_stats(tool, env))
+        finally:
+            subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
+    cold, warm = counts
+    assert {key: cold[key] for key in ("requests", "hits", "misses", "step_hits", "step_misses")} == \
+        {"requests": 3, "hits": 0, "misses": 3, "step_hits": 0, "step_misses": 12}, cold
+    assert {key: warm[key] for key in ("requests", "hits", "misses", "step_hits", "step_misses")} == \
+        {"requests": 3, "hits": 3, "misses": 0, "step_hits": 12, "step_misses": 0}, warm
+
+
+@pytest.mark.skipif(_sccache() is None or shutil.which("cmake") is None, reason="needs sccache and cmake")
+def test_a_cmake_projects_compiles_go_through_the_cache_by_ninja(tmp_path):
+    """TransformerEngine's common library is a CMake build inside its setup.py: it compiled with neither the
+    cache nor (unless it chose it) ninja. CMake takes both from the builder's environment."""
+    tool = _sccache()
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist",
+                                 environ={"PATH": os.environ.get("PATH", "")})
+    build_dir = tmp_path / "cache" / "builds" / "comp-x86_64-torch2.13.0-0123"
+    project = build_dir / "src"
+    project.mkdir(parents=True)
+    (project / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.18)\nproject(common CXX)\n"
+                                            "add_library(common SHARED a.cpp b.cpp)\n")
+    for unit in ("a", "b"):
+        (project / f"{unit}.cpp").write_text(f"int {unit}() {{ return 1; }}\n")
+    _, cache_env = build._compiler_cache(options, build_dir, build._free_port())
+    assert cache_env["CMAKE_CXX_COMPILER_LAUNCHER"] == tool and cache_env["CMAKE_CUDA_COMPILER_LAUNCHER"] == tool
+    ninja_dir = str(Path(tool).parent)  # the tools' venv holds ninja beside sccache (requirements-tools.txt)
+    env = {"PATH": os.pathsep.join([ninja_dir, "/usr/bin", "/bin"]), "HOME": str(tmp_path), **cache_env}
+    try:
+        subprocess.run(["cmake", "-S", ".", "-B", "out"], cwd=project, env=env, check=True, capture_output=True)
+        subprocess.run(["cmake", "--build", "out"], cwd=project, env=env, check=True, capture_output=True)
+        stats = build.sccache_stats(tool, env)
+    finally:
+        subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
+    assert (project / "out" / "build.ninja").is_file()
+    units = {cache_log.translation_unit(out) for out, _ in cache_log.read_results(Path(cache_env["SCCACHE_ERROR_LOG"]))}
+    assert stats is not None and stats["requests"] >= 2 and {"a", "b"} <= units, (stats, units)  # and CMake's probe
+    # a generator the caller chose stays
+    assert "CMAKE_GENERATOR" not in build._compiler_cache(
+        build.BuildOptions(cache_dir=tmp_path / "c2", environ={"CMAKE_GENERATOR": "Unix Makefiles"}), build_dir, "1")[1]
+
+
+NO_NINJA_SETUP = """\
+import sys
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+sys.exit(1)  # the test stops here: the build's warning came before the builder
+setup(name="wheelhouse-fixture", ext_modules=[CppExtension("wheelhouse_fixture._C", ["csrc/fixture.cpp"])],
+      cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)})
+"""
+
+
+def test_a_project_that_compiles_without_ninja_is_named_by_the_plan_and_the_build(tmp_path, caplog):
+    import logging
+
+    from ci import matrix
+    from ci.errors import WheelhouseError
+    from ci.versions import load
+
+    src = tmp_path / "src"
+    shutil.copytree(build.REPO_ROOT / "tests" / "fixtures" / "fixture_ext", src)
+    (src / "setup.py").write_text(NO_NINJA_SETUP)
+    # a component name of its own: its sources' fixed build path is not the fixture's, which other builds use
+    versions_file = tmp_path / "versions.yaml"
+    versions_file.write_text((build.REPO_ROOT / "tests" / "fixtures" / "versions.yaml").read_text()
+                             .replace("  wheelhouse-fixture:", "  no-ninja-fixture:"))
+    versions = load(versions_file)
+    (row,) = matrix.expand(versions)
+    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
+                                 source=src, environ=dict(os.environ))
+    said = "setup.py builds its torch extensions without ninja (use_ninja=False): they compile one unit at a time"
+    assert f"  warning:        {said}" in build.plan(versions, row, options).render()
+    caplog.set_level(logging.WARNING, logger="wheelhouse")
+    with pytest.raises(WheelhouseError, match="exited with status"):
+        build.run(versions, row, options)
+    assert any(said in record.getMessage() for record in caplog.records)
+    # the fixture as it is builds with ninja: no warning
+    plain = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    assert "warning:" not in build.plan(versions, row, plain).render()

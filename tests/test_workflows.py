@@ -398,8 +398,9 @@ def test_caches_cannot_carry_one_builds_files_into_another(docs):
         "path": ".cache/compiler-cache/",
         "key": "wheelhouse-cc-${{ inputs.component }}-${{ inputs.arch }}-cu${{ inputs.cuda }}-torch${{ inputs.torch }}-"
                + inputs}
-    assert save["if"] == "steps.build.outcome == 'success' && steps.restore.outputs.cache-hit != 'true'"
-    assert restore["id"] == "restore"
+    assert save["if"] == ("steps.build.outcome == 'success' && steps.restore.outputs.cache-hit != 'true' "
+                          "&& env.WHEELHOUSE_COMPILER_CACHE_MODE == 'read-only'")
+    assert restore["id"] == "restore" and restore["if"] == "env.WHEELHOUSE_COMPILER_CACHE_MODE == 'read-only'"
     row = ("wheelhouse-resume-${{ inputs.component }}-${{ inputs.arch }}-cu${{ inputs.cuda }}-py${{ inputs.python }}-"
            f"torch${{{{ inputs.torch }}}}-{inputs}-")
     assert resume["with"] == {"path": ".cache/builds/\n.cache/compiler-cache/\n", "restore-keys": row,
@@ -710,3 +711,69 @@ def test_plan_comment_edits_the_marked_comment_or_creates_one(tmp_path):
     log.unlink()
     assert _run_script("plan_comment.sh", {**env, "IDS": ""}, path=bin_dir).returncode == 0
     assert log.read_text().splitlines()[1].startswith("api --method POST repos/o/r/issues/7/comments -f body=")
+
+
+# --- the remote compiler cache (ci/remote_cache.py) -----------------------------------------------
+
+
+def _github_expression(expression: str, context: dict[str, str]) -> object:
+    """Evaluate the cache mode's expression as GitHub does: ``&&``/``||`` give an operand (as Python's and/or),
+    ``format('{0}', x)`` is str.format, a missing context value is null (an empty string in a format)."""
+    body = expression.removeprefix("${{").removesuffix("}}")
+    body = body.replace("&&", " and ").replace("||", " or ").replace("format(", "_format(")
+    names = sorted(set(re.findall(r"github(?:\.\w+)+", body)), key=len, reverse=True)
+    values = {}
+    for index, name in enumerate(names):
+        body = body.replace(name, f"_v{index}")
+        values[f"_v{index}"] = context.get(name)
+    assert re.fullmatch(r"[\s()'a-z_0-9/{}=!,.-]+", body), body  # nothing else reaches eval
+    return eval(body, {"_format": lambda text, *args: text.format(*("" if a is None else a for a in args))}, values)
+
+
+@pytest.mark.parametrize(("event", "ref", "mode"), [
+    ("push", "refs/heads/main", "read-write"),
+    ("schedule", "refs/heads/main", "read-write"),
+    ("workflow_dispatch", "refs/heads/main", "read-write"),
+    ("workflow_dispatch", "refs/heads/feature", "read-only"),  # a dispatch of another branch's inputs
+    ("push", "refs/heads/feature", "read-only"),
+    ("push", "refs/tags/v1.0", "read-only"),  # the release workflow's tag: it reads what main wrote
+    ("pull_request", "refs/pull/7/merge", "read-only"),
+    ("pull_request", "refs/heads/main", "read-only"),
+    ("pull_request_target", "refs/heads/main", "read-only"),  # base-branch context running other code: never
+])
+def test_only_builds_of_the_default_branchs_inputs_write_to_the_remote_compiler_cache(docs, event, ref, mode):
+    """TanStack (2026-05): a fork's pull_request_target run wrote a poisoned entry into the shared cache that a
+    release on main restored. Here a build writes only when its inputs are on the default branch."""
+    for path in (BUILD, SHARD):
+        job = docs[path]["jobs"]["build"]
+        expression = job["env"]["WHEELHOUSE_COMPILER_CACHE_MODE"]
+        context = {"github.event_name": event, "github.ref": ref, "github.event.repository.default_branch": "main"}
+        assert _github_expression(expression, context) == mode, (path, event, ref)
+    # an event without the repository in its payload reads only
+    assert _github_expression(expression, {"github.event_name": "push", "github.ref": "refs/heads/main"}) == "read-only"
+
+
+def test_the_build_step_uses_the_remote_cache_and_only_it_gets_the_credentials_file(docs):
+    for path in (BUILD, SHARD):
+        steps = {step["name"]: step for _, step in _steps(docs[path])}
+        names = list(steps)
+        hand, build_step = steps["Hand the compiler cache's credential to the build"], steps["Build wheel"]
+        removal = steps["Remove the compiler cache's credential"]
+        secret = "${{ runner.temp }}/wheelhouse-compiler-cache.secret"
+        assert hand["uses"] == workflows.ACTIONS["github-script"] and hand["env"] == {"SECRET_FILE": secret}
+        script = hand["with"]["script"]
+        assert "${{" not in script and "process.env.ACTIONS_RUNTIME_TOKEN" in script and "mode: 0o600" in script
+        assert build_step["env"]["WHEELHOUSE_COMPILER_CACHE"] == "gha"
+        assert build_step["env"]["WHEELHOUSE_COMPILER_CACHE_SECRET_FILE"] == secret
+        assert names.index("Hand the compiler cache's credential to the build") + 1 == names.index("Build wheel")
+        assert removal["if"] == "always()" and removal["env"] == {"SECRET_FILE": secret}
+        assert names.index("Build wheel") < names.index("Remove the compiler cache's credential") \
+            < names.index("Upload wheel artifact" if path == BUILD else "Upload the shard artifact")
+        # no other step names the file or the cache's token
+        for name, step in steps.items():
+            if name not in ("Hand the compiler cache's credential to the build", "Build wheel",
+                            "Remove the compiler cache's credential"):
+                assert "compiler-cache.secret" not in _text(step) and "RUNTIME_TOKEN" not in _text(step), name
+    for path, doc in docs.items():  # and no job of the publish path holds a cache at all
+        if path in (PUBLISH, PUBLISH_INDEX):
+            assert "compiler-cache" not in _text(doc) and "COMPILER_CACHE" not in _text(doc), path
