@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import socket
@@ -879,18 +880,40 @@ def _start_sccache(tool: str, env: dict, place: build_place.BuildPlace, settings
         server_env = remote_cache.server_environment(env, settings.remote, settings.secret, settings.environ,
                                                      Path(private))
         server_env |= {"SCCACHE_NO_DAEMON": "1", "SCCACHE_START_SERVER": "1", "SCCACHE_IDLE_TIMEOUT": "0"}
-        server = build_place.spawn(place, [tool], server_env, end_with_parent=True, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        said = Path(private) / "server.out"  # why it did not start, if it does not
+        with said.open("w") as out:
+            server = build_place.spawn(place, [tool], server_env, end_with_parent=True, stdin=subprocess.DEVNULL,
+                                       stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + SCCACHE_START_S
         while time.monotonic() < deadline and server.poll() is None:
-            if _read_stats(tool, {**env, "SCCACHE_START_SERVER": "0", "SCCACHE_NO_DAEMON": "1"}) is not None:
+            # the port, not sccache's client: a client that finds no server starts one itself, which would take
+            # the port this one is about to listen on
+            if _listening(env["SCCACHE_SERVER_PORT"]):
                 return server
-            time.sleep(0.2)
-    _stop_sccache(tool, env, server)
+            time.sleep(0.1)
+        _stop_sccache(tool, env, server)
+        reason = _server_failure(said.read_text(errors="replace"), env.get("SCCACHE_ERROR_LOG"), SCCACHE_START_S)
     where = settings.remote.location if settings.remote is not None else f"port {env.get('SCCACHE_SERVER_PORT')}"
-    raise WheelhouseError(f"{tool}: the compiler cache's server did not start with {where} within {SCCACHE_START_S} s "
-                          f"(see {env.get('SCCACHE_ERROR_LOG', 'its log')}); check {remote_cache.SETTING} and its "
-                          f"credential, or build with {remote_cache.SETTING}=local")
+    raise WheelhouseError(f"the compiler cache's server did not start with {where} ({reason}); check "
+                          f"{remote_cache.SETTING} and its credential, or build with {remote_cache.SETTING}=local")
+
+
+def _server_failure(said: str, log: str | None, waited_s: int) -> str:
+    """Why sccache's server did not start, in a line: its own error line (its log holds it when it says
+    nothing), with the HTTP status of a store that refused it; never the store's whole answer."""
+    text = said
+    if log and Path(log).is_file():
+        text += "\n" + Path(log).read_text(errors="replace")[-20000:]
+    errors = re.findall(r"sccache: error: ([^\n<]*)", text) or re.findall(r"ERROR [^\]]*\] ([^\n<]*)", text)
+    status = re.findall(r"status: (\d{3})", text)
+    if not errors:
+        return " ".join(said.split())[-300:] or f"nothing said in {waited_s} s"
+    return errors[-1].strip().rstrip("=>").strip()[:300] + (f" (HTTP {status[-1]})" if status else "")
+
+
+def _listening(port: str) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", int(port))) == 0
 
 
 def _stop_sccache(tool: str, env: dict, server: subprocess.Popen) -> None:

@@ -218,7 +218,7 @@ def test_the_builds_sccache_server_does_not_stop_while_a_long_compile_runs(tmp_p
         _, cache_env = build._compiler_cache(options, tmp_path / "build", build._free_port())
         envs[name] = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env}
     assert envs["build"]["SCCACHE_IDLE_TIMEOUT"] == str(build.ORPHAN_SERVER_IDLE_S)
-    server = build._start_sccache(tool, envs["build"], place)
+    server = build._start_sccache(tool, envs["build"], place, build.ServerSettings())
     envs["control"]["SCCACHE_IDLE_TIMEOUT"] = "1"  # what a client-started server does, shortened
     subprocess.run([tool, "--start-server"], env=envs["control"], check=True, capture_output=True)
     try:

@@ -66,8 +66,9 @@ def _compile_on(options: build.BuildOptions, build_dir: Path, units: dict[str, s
     try:
         for name, text in units.items():
             (src / name).write_text(text)
-            subprocess.run([tool, *command, "-c", name, "-o", f"{name}.o"], cwd=src, env=builder_env,
-                           check=True, capture_output=True)
+            done = subprocess.run([tool, *command, "-c", name, "-o", f"{name}.o"], cwd=src, env=builder_env,
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
         stats = build.sccache_stats(tool, builder_env)
     finally:
         build._stop_sccache(tool, builder_env, server)
