@@ -724,12 +724,13 @@ def verify_wheel(c: Context, wheel: str | None = None, manifest: str | None = No
 @reports_errors
 def which_wheel(c: Context, index: str | None = None, package: list[str] | None = None) -> None:
     """Which world and wheels fit this interpreter's torch, Python, platform and GPUs, and how to install them."""
+    # The same code the published site serves as which-wheel.py (standard library only): this is its wrapper.
     from ci import which_wheel as which
 
-    if not index:
-        raise UsageError("name the published index with --index DIR or --index URL (e.g. wheelhouse/site)")
-    catalog = which.read_index(index)
-    answer = which.which_wheel(catalog, which.read_environment(), location=index, packages=package or [])
+    try:
+        answer = which.answer(index, package or [])
+    except which.IndexProblem as problem:
+        raise UsageError(str(problem)) from None
     print(answer.render())
     if answer.exit_code:
         raise Exit(code=answer.exit_code)

@@ -116,7 +116,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ci import install_commands, landing, provenance, wheel_packages
+from ci import install_commands, landing, provenance, wheel_packages, which_wheel
 from ci.catalog import ARCHIVED, Catalog, Context, Status, WheelEntry, build_catalog, release_page
 from ci.errors import UsageError, WheelhouseError
 from ci.naming import parse_title, version_key, world_path
@@ -266,7 +266,7 @@ class DigestCache:
             }
             wheels = {str(k): WheelFacts.from_json(v) for k, v in raw.get("wheels", {}).items()
                       if _SHA256_HEX.match(str(k))}
-        except (ValueError, TypeError, KeyError, AttributeError, WheelhouseError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError, WheelhouseError) as exc:
             raise WheelhouseError(
                 f"{source} is not a digest cache ({_one_line(exc)}): delete it and publish again to rebuild it"
             ) from None
@@ -929,7 +929,7 @@ def render_site(site: Site, *, base_url: str, site_name: str = "wheelhouse",
         for project in entry.projects:
             lock = install_commands.pylock(project, entry) if project.status.value != ARCHIVED else None
             if lock is not None:
-                files[f"{entry.path}/{install_commands.lock_name(project.name)}"] = lock
+                files[f"{entry.path}/{which_wheel.lock_name(project.name)}"] = lock
         statuses = {project.name: project.status for project in entry.projects}
         for rel, data in render_world(site.world(entry.path), label=entry.path, site_name=site_name,
                                       statuses=statuses).items():

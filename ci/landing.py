@@ -16,14 +16,13 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
-from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from ci import which_wheel
 from ci.catalog import ARCHIVED, Catalog, ProjectEntry, WheelEntry, WorldEntry
-from ci.install_commands import WHY_THEY_DIFFER, InstallCommands, commands, lock_name, project_dependencies
-from ci.wheels.archs import format_archs
+from ci.install_commands import WHY_THEY_DIFFER, project_dependencies, uv_project
+from ci.which_wheel import ANY, InstallCommands, commands, lock_name, size_text, wheel_axes
 
-ANY = "any"
 _STYLE = """\
 body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 72em; padding: 0 0.8em; line-height: 1.4; }
 pre { background: #f4f4f4; padding: 0.5em; overflow-x: auto; white-space: pre-wrap; word-break: break-all; }
@@ -49,30 +48,6 @@ def page(title: str, body: Sequence[str]) -> bytes:
 
 
 # --------------------------------------------------------------------------- axes of the table
-
-
-def _python_of(interpreter: str, abi: str) -> str:
-    """``3.11`` for cp311, ``>=3.9`` for an abi3 wheel, ``any`` for py3."""
-    if interpreter.startswith("cp") and interpreter[2:].isdigit():
-        version = f"{interpreter[2]}.{interpreter[3:]}"
-        return f">={version}" if abi == "abi3" else version
-    return ANY
-
-
-def _arch_of(platform: str) -> str:
-    if platform == ANY:
-        return ANY
-    for machine in ("x86_64", "aarch64", "ppc64le", "s390x", "armv7l", "i686"):
-        if platform.endswith("_" + machine):
-            return machine
-    return platform
-
-
-def wheel_axes(filename: str) -> tuple[frozenset[str], frozenset[str]]:
-    """The Pythons (``3.11``, ``>=3.9``, ``any``) and CPU archs (``x86_64``, ``any``) a wheel's tags name."""
-    tags = parse_wheel_filename(filename)[3]
-    return (frozenset(_python_of(t.interpreter, t.abi) for t in tags),
-            frozenset(_arch_of(t.platform) for t in tags))
 
 
 def _fits(wheel: WheelEntry, python: str, arch: str) -> bool:
@@ -107,24 +82,11 @@ def cell_wheel(project: ProjectEntry, python: str, arch: str) -> WheelEntry | No
 
 
 def archs_text(wheel: WheelEntry) -> str:
-    facts = wheel.facts
-    if facts is None or not facts.archs_known:
-        return "CUDA archs not recorded"
-    if not facts.has_device_code:
-        return "no CUDA code"
-    text = "sm " + format_archs(facts.cubins) if facts.cubins else "no cubins"
-    return text + (f"; PTX {format_archs(facts.ptx)}" if facts.ptx else "")
-
-
-def size_text(size: int) -> str:
-    return f"{size / (1024 * 1024):.1f} MiB" if size >= 1024 * 1024 else f"{size / 1024:.0f} KiB"
+    return which_wheel.archs_text(wheel.facts)
 
 
 def pin_text(wheel: WheelEntry) -> str:
-    facts = wheel.facts
-    if facts is None:
-        return "torch pin not recorded"
-    return f"torch{facts.torch_pin}" if facts.torch_pin else "no torch pin"
+    return which_wheel.pin_text(wheel.facts)
 
 
 def _cell(wheel: WheelEntry | None) -> str:
@@ -151,7 +113,7 @@ def _commands_html(world: WorldEntry, forms: InstallCommands, requirements: Sequ
             "line brings the other dependencies:</p>", _pre(forms.pip_locked), _pre(forms.uv_locked),
             '<p>In a uv project, these tables in pyproject.toml, with <code class="uv-dependencies">'
             + esc(", ".join(project_dependencies(world, requirements))) + "</code> among its dependencies:</p>",
-            f"<pre>{esc(forms.uv_project)}</pre>"]
+            f"<pre>{esc(uv_project(world, requirements))}</pre>"]
 
 
 def _pre(lines: Iterable[str]) -> str:

@@ -64,7 +64,7 @@ class SiteMarker:
                 raise ValueError("links is not a count")
             if not isinstance(files, list) or not all(isinstance(f, str) and _relative(f) for f in files):
                 raise ValueError("files is not a list of relative paths")
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, RecursionError) as exc:
             raise WheelhouseError(f"{source} is not a site marker this tool wrote ({exc}): the site cannot be "
                                   "told from someone else's files; name a new or empty directory or branch") from None
         return cls(store, links, frozenset(files))
@@ -87,7 +87,7 @@ def is_digest_cache(data: bytes | None) -> bool:
     try:
         doc = json.loads(data)
         DigestCache.from_json(data)
-    except (ValueError, WheelhouseError):
+    except (ValueError, RecursionError, WheelhouseError):
         return False
     return doc.get("version") == CACHE_VERSION and set(doc) <= {"version", "assets", "metadata", "sidecars", "wheels"}
 

@@ -17,7 +17,7 @@ from ci.store.model import Asset, Release
 from ci.versions import REPO_ROOT, load
 from ci.wheel_facts import WheelFacts
 from ci.wheels.archs import CudaArch, parse_arch_list
-from ci.which_wheel import _runs_on
+from ci.which_wheel import runs_on
 
 TITLE = "comp v1 - cu13.0.2 py3.11 torch2.13.0"
 
@@ -102,4 +102,4 @@ def _facts(cubins: str = "", ptx: str = "") -> WheelFacts:
     (_facts("9.0", ptx="10.0"), CudaArch(8, 9), False),  # PTX does not run on an older GPU
 ])
 def test_which_gpus_a_wheels_device_code_runs_on(facts, gpu, runs):
-    assert _runs_on(facts, gpu) is runs
+    assert runs_on(facts, gpu) is runs

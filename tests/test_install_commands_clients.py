@@ -34,6 +34,8 @@ from install_clients import (
     user_env,
 )
 
+from ci.which_wheel import LOCK_PIP
+
 EXPECTED = {"einops": "0.8.1", "flash-attn": "2.8.3", "torch": WORLD_TORCH}
 
 
@@ -86,6 +88,9 @@ def test_a_lock_file_refuses_other_bytes(indexes, tmp_path):
     tampered.write_text(lock.replace(url, changed.as_uri()))
     for command in (f"pip install --no-deps -r {tampered}", f"uv pip install -r {tampered}"):
         python = fresh_venv(tmp_path, command.split()[0])
+        if command.startswith("pip "):  # the lock form's first line: a pip that reads lock files
+            upgraded = run_commands([f"pip install 'pip>={LOCK_PIP}'"], python, user_env(tmp_path, indexes))
+            assert upgraded.failed is None, upgraded.output
         ran = run_commands([command], python, user_env(tmp_path, indexes))
         assert ran.failed == command, ran.output
         assert "flash-attn" not in installed(python, tmp_path)
