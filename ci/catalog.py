@@ -188,7 +188,8 @@ class Context:
     """What versions.yaml and the earlier publish say about the worlds, beyond the releases."""
 
     torch_indexes: Mapping[str, str | None] = field(default_factory=dict)
-    """world -> its torch index (None: the installer's configured one); a world not named gets PyTorch's."""
+    """world -> its torch index; a world not named, or named with None (versions.yaml's ``default``), gets
+    PyTorch's index of its CUDA."""
     current_worlds: frozenset[str] | None = None
     """The worlds a build_matrix row builds; None: every world counts as current."""
     current_projects: frozenset[str] | None = None
@@ -250,7 +251,8 @@ def _index_url(base_url: str, world: str) -> str:
     return f"{base_url}/{world}/simple/"
 
 
-def _torch_index(world: str, context: Context) -> str | None:
-    if world in context.torch_indexes:
-        return context.torch_indexes[world]
-    return derived_torch_index(world)
+def _torch_index(world: str, context: Context) -> str:
+    """The torch index the pages and records name for ``world``: versions.yaml's, else PyTorch's of its CUDA. A
+    row's ``default`` (pip's own configuration, for the build) is PyTorch's here too: a user's installer is
+    configured for the package index, whose torch is a CUDA build, so a CPU world would pull it."""
+    return context.torch_indexes.get(world) or derived_torch_index(world)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ci.catalog import INDEX_RECORD, WORLD_RECORD
 from ci.errors import WheelhouseError
 from ci.index import CACHE_FILE, CACHE_VERSION, DigestCache
+from ci.which_wheel import SERVED_NAME
 
 MARKER_FILE = "wheelhouse-site.json"
 _FORMAT = "wheelhouse-site"
@@ -32,7 +33,7 @@ _WORLD = r"(?:cpu|cu\d{2,4})/torch\d+\.\d+/"
 _PAGE = re.compile(rf"^(?:{_WORLD})?simple/(?:[a-z0-9][a-z0-9._-]*/)?index\.html$"
                    rf"|^{_WORLD}(?:index\.html|{re.escape(WORLD_RECORD)}|pylock\.[a-z0-9][a-z0-9-]*\.toml)$")
 """A PEP 503 page, or a world's page, record or lock file (ci/catalog.py, ci/install_commands.py)."""
-_ROOT_FILES = frozenset({".nojekyll", "index.html", CACHE_FILE, MARKER_FILE, INDEX_RECORD})
+_ROOT_FILES = frozenset({".nojekyll", "index.html", CACHE_FILE, MARKER_FILE, INDEX_RECORD, SERVED_NAME})
 _LANDING_ROW = re.compile(r"<tr><td>[^<]*</td><td>\d+</td><td>(\d+)</td>")
 
 

@@ -91,8 +91,23 @@ def url_problem(url: str) -> str | None:
         return None
     bad = next((c for c in url if not re.fullmatch(r"[A-Za-z0-9._~:/?#@%+=,-]", c, re.ASCII)), None)
     if bad is None:
-        return "is not an http://, https:// or file:// URL"
+        return "is not an http(s):// or file:// URL"
     return f"holds {shown(repr(bad))} (a URL here has letters, digits and ._~:/?#@%+=,- only; percent-encode the rest)"
+
+
+SERVED_NAME = "which-wheel.py"
+"""The name the site serves this file under."""
+_DEFAULT_LINE = "DEFAULT_INDEX: str | None = None\n"
+
+
+def served_copy(site_url: str) -> bytes:
+    """This file as the site at ``site_url`` serves it: the same code, with that site as the default ``--index``."""
+    if url_problem(site_url):
+        raise ValueError(f"{site_url!r} {url_problem(site_url)}")
+    source = Path(__file__).read_text(encoding="utf-8")
+    if source.count(_DEFAULT_LINE) != 1:
+        raise ValueError(f"{__file__} has no line {_DEFAULT_LINE.strip()!r} to set")
+    return source.replace(_DEFAULT_LINE, f"DEFAULT_INDEX: str | None = {site_url!r}\n", 1).encode("utf-8")
 
 
 def shown(text: object) -> str:
@@ -482,9 +497,10 @@ def _text(raw: Mapping[str, Any], key: str, at: str, pattern: re.Pattern[str] | 
     if value is None:
         return None
     where, path = at.split("|", 1)
-    if len(value) > _MAX_TEXT or not value.isprintable():
-        raise _bad(where, path + key, f"holds a control character, or more than {_MAX_TEXT} characters "
-                                      f"({shown(value[:80])})")
+    if not value.isprintable():
+        raise _bad(where, path + key, f"holds a control character ({shown(value[:120])})")
+    if len(value) > _MAX_TEXT:
+        raise _bad(where, path + key, f"is longer than {_MAX_TEXT} characters")
     if pattern is not None and not pattern.fullmatch(value):
         raise _bad(where, path + key, f"is not a valid value ({shown(value[:120])})")
     return value

@@ -44,16 +44,20 @@ def test_an_archived_project_comes_back_active_when_a_release_holds_it_again():
         {"name": "comp", "status": "active", "status_reason": ""}]
 
 
-def test_the_fixture_worlds_torch_comes_from_the_installers_own_index():
-    """torch_index: default (the demo's world): the torch step names no index, and uv gets ours only."""
+def test_a_cpu_world_whose_rows_take_torch_from_the_installers_index_names_pytorchs_cpu_index():
+    """torch_index: default (the demo's world, for the build) must not reach the pages as "the installer's own
+    index": there the package index's torch is a CUDA build, which a CPU world's commands would then install."""
     context = context_of(load(REPO_ROOT / "tests" / "fixtures" / "versions.yaml"))
     assert context.torch_indexes == {"cpu/torch2.13": None} and context.current_projects == {"wheelhouse-fixture"}
     rel = _release("f", "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0", "wheelhouse_fixture-0.1.0-py3-none-any.whl")
     _, files = site_files([rel], base_url=BASE, default_world=None, context=context)
     page = files["cpu/torch2.13/index.html"].decode()
-    assert "<pre>pip install &#x27;torch==2.13.*&#x27;\npip install --no-deps --index-url " in page
-    assert f"<pre>uv pip install --index {BASE}/cpu/torch2.13/simple/ wheelhouse-fixture==0.1.0</pre>" in page
-    assert json.loads(files[INDEX_RECORD])["worlds"][0]["torch_index"] is None
+    cpu = "https://download.pytorch.org/whl/cpu"
+    assert f"<pre>pip install --index-url {cpu} &#x27;torch==2.13.*&#x27;\npip install --no-deps --index-url " in page
+    assert (f"<pre>uv pip install --index {BASE}/cpu/torch2.13/simple/ --index {cpu} "
+            "wheelhouse-fixture==0.1.0</pre>") in page
+    assert "configured index" not in page
+    assert json.loads(files[INDEX_RECORD])["worlds"][0]["torch_index"] == cpu
 
 
 def test_a_cache_from_before_the_wheel_facts_downloads_each_wheel_once_more_then_never():
