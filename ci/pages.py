@@ -49,7 +49,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ci import log, matrix, toolchain, wheel_packages
 from ci.catalog import INDEX_RECORD, Context, parse_previous
 from ci.errors import RemoteError, UsageError, WheelhouseError
-from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, site_files, summarize
+from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, Site, site_files, summarize
 from ci.site_marker import MARKER_FILE, SiteMarker, is_digest_cache, landing_links, legacy_files
 from ci.store.model import Release, ReleaseStore
 from ci.versions import REPO_ROOT, Versions
@@ -849,6 +849,7 @@ def publish_index(
         context=context,
         rehosted=rehosted,
     )
+    _check_default_world(site)
     links = _wheel_links(files)
     files[MARKER_FILE] = SiteMarker(store, len(links), frozenset(files)).to_json()
     summary = summarize(site, files)
@@ -887,6 +888,18 @@ def read_live_site(base_url: str, get: Callable[[str], bytes | None]) -> LiveSit
     if is_digest_cache(cache):
         return LiveSite(url, cache, True, None, landing_links(landing))
     return LiveSite(url, cache)
+
+
+def _check_default_world(site: Site) -> None:
+    """/simple/ must not be re-pointed at a world without wheels while others have some: that is the mark of a
+    versions file other than the one the store was built and released with (its first row names the world)."""
+    served = [w.path for w in site.worlds if w.link_count]
+    default = site.world(site.default_world) if site.default_world else None
+    if served and site.default_world and (default is None or not default.link_count):
+        raise UsageError(
+            f"the world served at /simple/, {site.default_world} (the first build_matrix row's, or --default-world), "
+            f"has no wheels in this store, which holds {', '.join(served)}: set WHEELHOUSE_VERSIONS to the versions "
+            f"file the store was built and released with, or pass --default-world {served[0]}")
 
 
 def _check_same_store(published: str | None, store: str | None, where: str) -> None:
