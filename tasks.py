@@ -425,11 +425,19 @@ def _check_index_options(store: str | None, *, out: str | None, pages_artifact: 
         raise UsageError(missing_target)
 
 
-@task(help={"component": "only the timed builds of this component (default: all)"})
+@task(help={"component": "only the timed builds of this component (default: all)",
+            "record": "add the build of this build record (dist/<world>/<tag>-<arch>.build.json) to the model's "
+                      "timed builds (benchmarks/build_times.json) instead"})
 @reports_errors
-def time_model(c: Context, component: str | None = None) -> None:
+def time_model(c: Context, component: str | None = None, record: str | None = None) -> None:
     """The build-time model (ci/time_model.py) against every timed build: measured, predicted, error."""
     from ci import time_model as model
+
+    if record:
+        from ci import timed_builds
+
+        print(timed_builds.record(Path(record)))
+        return
 
     checks = [check for check in model.check() if component in (None, check.observed.component)]
     if not checks:
