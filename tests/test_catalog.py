@@ -107,3 +107,21 @@ def _facts(cubins: str = "", ptx: str = "") -> WheelFacts:
 ])
 def test_which_gpus_a_wheels_device_code_runs_on(facts, gpu, runs):
     assert runs_on(facts, gpu) is runs
+
+
+@pytest.mark.parametrize("reader", ["previous-index", "site-marker", "digest-cache", "digest-cache-probe"])
+def test_a_deeply_nested_record_of_an_earlier_publish_is_one_line(reader):
+    """R9: json.loads ends 200,000 nested brackets in RecursionError; each reader of what an earlier publish left
+    says so in its one line (or, probing whether a file is ours, answers no)."""
+    from ci.site_marker import SiteMarker, is_digest_cache
+
+    deep = b"[" * 200_000 + b"]" * 200_000
+    if reader == "digest-cache-probe":
+        assert is_digest_cache(deep) is False
+        return
+    read = {"previous-index": lambda: parse_previous(deep, source="wheelhouse-index.json of the target"),
+            "site-marker": lambda: SiteMarker.parse(deep, source="wheelhouse-site.json of the target"),
+            "digest-cache": lambda: DigestCache.from_json(deep, source="digests.json of the target")}[reader]
+    with pytest.raises(WheelhouseError) as error:
+        read()
+    assert "of the target" in str(error.value) and "\n" not in str(error.value)
