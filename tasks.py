@@ -425,11 +425,19 @@ def _check_index_options(store: str | None, *, out: str | None, pages_artifact: 
         raise UsageError(missing_target)
 
 
-@task(help={"component": "only the timed builds of this component (default: all)"})
+@task(help={"component": "only the timed builds of this component (default: all)",
+            "record": "add the build of this build record (dist/<world>/<tag>-<arch>.build.json) to the model's "
+                      "timed builds (benchmarks/build_times.json) instead"})
 @reports_errors
-def time_model(c: Context, component: str | None = None) -> None:
+def time_model(c: Context, component: str | None = None, record: str | None = None) -> None:
     """The build-time model (ci/time_model.py) against every timed build: measured, predicted, error."""
     from ci import time_model as model
+
+    if record:
+        from ci import timed_builds
+
+        print(timed_builds.record(Path(record)))
+        return
 
     checks = [check for check in model.check() if component in (None, check.observed.component)]
     if not checks:
@@ -724,12 +732,13 @@ def verify_wheel(c: Context, wheel: str | None = None, manifest: str | None = No
 @reports_errors
 def which_wheel(c: Context, index: str | None = None, package: list[str] | None = None) -> None:
     """Which world and wheels fit this interpreter's torch, Python, platform and GPUs, and how to install them."""
+    # The same code the published site serves as which-wheel.py (standard library only): this is its wrapper.
     from ci import which_wheel as which
 
-    if not index:
-        raise UsageError("name the published index with --index DIR or --index URL (e.g. wheelhouse/site)")
-    catalog = which.read_index(index)
-    answer = which.which_wheel(catalog, which.read_environment(), location=index, packages=package or [])
+    try:
+        answer = which.answer(index, package or [])
+    except which.IndexProblem as problem:
+        raise UsageError(str(problem)) from None
     print(answer.render())
     if answer.exit_code:
         raise Exit(code=answer.exit_code)

@@ -11,10 +11,15 @@ LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib"
 source "$LIB/env.sh"
 # shellcheck source=lib/arch.sh
 source "$LIB/arch.sh"
+# shellcheck source=lib/cuda_paths.sh
+source "$LIB/cuda_paths.sh"
 
 require_env MAX_JOBS CXX11_ABI DIST_DIR
 ensure_dist_dir
 export_extra_env
+# Its sources include torch's CUDA headers, which include cuSPARSE, cuBLAS and cuSOLVER: a minimal toolkit
+# (nvcc and the runtime) takes them from the row venv's CUDA wheels.
+ensure_torch_cuda_headers
 
 pip_install_build_deps ninja packaging wheel setuptools
 export CAUSAL_CONV1D_FORCE_BUILD=TRUE

@@ -569,6 +569,7 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     # an incomplete set of shards is refused before anything is installed or fetched
     shard_set = shards.collect(options.assemble, how_to_build=_how_to_build_shard(row)) if options.assemble else None
 
+    _git_source_reachable(versions, row, options)
     reused = " (this interpreter)" if options.reuse_env else ""
     steps.start(f"toolchain: Python {row.python}, torch {row.torch}{reused}", key="toolchain")
     python, interpreter = _interpreter(row, options, index)
@@ -664,6 +665,19 @@ def _interpreter(row: MatrixRow, options: BuildOptions, index: str | None) -> tu
     interpreter = toolchain.verify(python, row, env=options.environ)
     toolchain.check_cxx(options.environ)
     return python, interpreter
+
+
+def _git_source_reachable(versions: Versions, row: MatrixRow, options: BuildOptions) -> None:
+    """A git source that cannot be reached ends the build before the toolchain is installed: a CUDA torch venv
+    is gigabytes that an offline machine would download for nothing."""
+    source = versions.component(row.component).source
+    if source.kind != "git" or options.source is not None or options.assemble:
+        return
+    if sources.resolve_ref(source.location, "HEAD") is None:
+        raise WheelhouseError(log.redact(
+            f"{source.location} cannot be reached (git ls-remote), so its sources cannot be fetched; nothing was "
+            "installed: offline or behind a firewall, serve it from a mirror (the README's 'Building offline or from a "
+            "mirror'; WHEELHOUSE_TORCH_INDEX names a torch index), or build a checkout with --source DIR"))
 
 
 def _fetch_sources(versions: Versions, row: MatrixRow, options: BuildOptions, python: str,

@@ -1,6 +1,7 @@
 """The published record of what the index serves: per world, each project's wheels with their facts, and
 each world's and project's status. The HTML pages (ci/landing.py) and the JSON records are both made
-from it, so they cannot disagree; ``invoke which-wheel`` (ci/which_wheel.py) reads the JSON back.
+from it, so they cannot disagree; which-wheel (ci/which_wheel.py, which also defines the records' format and
+checks every value when it reads them back) reads the JSON.
 
 Files (beside the PEP 503 pages):
 
@@ -32,24 +33,22 @@ from ci import json_text
 from ci.errors import WheelhouseError
 from ci.toolchain import TORCH_INDEX_BASE
 from ci.wheel_facts import WheelFacts
+from ci.which_wheel import (
+    ACTIVE,
+    ARCHIVED,
+    DEPRECATED,
+    INDEX_FORMAT,
+    INDEX_RECORD,
+    RECORD_VERSION,
+    STATUSES,
+    WORLD_FORMAT,
+    WORLD_RECORD,
+    Status,
+    WorldPath,
+)
 
-INDEX_RECORD = "wheelhouse-index.json"
-WORLD_RECORD = "wheelhouse-world.json"
-_INDEX_FORMAT = "wheelhouse-index"
-_WORLD_FORMAT = "wheelhouse-world"
-_VERSION = 1
-ACTIVE, DEPRECATED, ARCHIVED = "active", "deprecated", "archived"
-STATUSES = (ACTIVE, DEPRECATED, ARCHIVED)
-
-
-@dataclass(frozen=True)
-class Status:
-    value: str = ACTIVE
-    reason: str = ""
-
-    @property
-    def active(self) -> bool:
-        return self.value == ACTIVE
+__all__ = ["ACTIVE", "ARCHIVED", "DEPRECATED", "INDEX_RECORD", "STATUSES", "WORLD_RECORD", "Catalog", "Context",
+           "ProjectEntry", "Status", "WheelEntry", "WorldEntry", "build_catalog", "parse_previous", "release_page"]
 
 
 @dataclass(frozen=True)
@@ -83,13 +82,6 @@ class WheelEntry:
                 "release": self.release, "release_url": self.release_url, "requires_python": self.requires_python,
                 "yanked": self.yanked, "facts": self.facts.to_json() if self.facts is not None else None}
 
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> WheelEntry:
-        facts = raw.get("facts")
-        return cls(str(raw["filename"]), str(raw["url"]), raw.get("sha256"), int(raw["size"]), str(raw["release"]),
-                   str(raw["release_url"]), raw.get("requires_python"), raw.get("yanked"),
-                   WheelFacts.from_json(facts) if facts is not None else None)
-
 
 @dataclass(frozen=True)
 class ProjectEntry:
@@ -113,7 +105,7 @@ class ProjectEntry:
 
 
 @dataclass(frozen=True)
-class WorldEntry:
+class WorldEntry(WorldPath):
     path: str
     """``cu130/torch2.13``"""
     index_url: str
@@ -123,39 +115,16 @@ class WorldEntry:
     status: Status = field(default_factory=Status)
     projects: tuple[ProjectEntry, ...] = ()
 
-    @property
-    def cuda(self) -> str:
-        """``13.0``, ``12.9``, or ``cpu``."""
-        tag = self.path.split("/")[0]
-        return "cpu" if tag == "cpu" else f"{tag[2:-1]}.{tag[-1]}"
-
-    @property
-    def torch(self) -> str:
-        """The torch line, ``2.13``."""
-        return self.path.split("/")[1].removeprefix("torch")
-
-    @property
-    def torch_requirement(self) -> str:
-        return f"torch=={self.torch}.*"
-
     def project(self, name: str) -> ProjectEntry | None:
         return next((p for p in self.projects if p.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": _WORLD_FORMAT, "version": _VERSION, "world": self.path, "cuda": self.cuda,
+        return {"format": WORLD_FORMAT, "version": RECORD_VERSION, "world": self.path, "cuda": self.cuda,
                 "torch": self.torch, "index": self.index_url, "torch_index": self.torch_index,
                 "status": self.status.value, "status_reason": self.status.reason,
                 "projects": [{"name": p.name, "status": p.status.value, "status_reason": p.status.reason,
                               "newest": str(p.newest) if p.newest is not None else None,
                               "wheels": [w.to_json() for w in p.wheels]} for p in self.projects]}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> WorldEntry:
-        if raw.get("format") != _WORLD_FORMAT or raw.get("version") != _VERSION:
-            raise ValueError(f'no "format": "{_WORLD_FORMAT}", "version": {_VERSION}')
-        projects = tuple(ProjectEntry(str(p["name"]), _status(p), tuple(WheelEntry.from_json(w) for w in p["wheels"]))
-                         for p in raw["projects"])
-        return cls(str(raw["world"]), str(raw["index"]), raw.get("torch_index"), _status(raw), projects)
 
 
 def _status(raw: Mapping[str, Any]) -> Status:
@@ -174,7 +143,7 @@ class Catalog:
         return next((w for w in self.worlds if w.path == path), None)
 
     def index_json(self) -> dict[str, Any]:
-        return {"format": _INDEX_FORMAT, "version": _VERSION, "default_world": self.default_world,
+        return {"format": INDEX_FORMAT, "version": RECORD_VERSION, "default_world": self.default_world,
                 "worlds": [{"world": w.path, "status": w.status.value, "status_reason": w.status.reason,
                             "torch_index": w.torch_index, "index": w.index_url, "record": f"{w.path}/{WORLD_RECORD}",
                             "projects": [{"name": p.name, "status": p.status.value, "status_reason": p.status.reason}
@@ -207,10 +176,13 @@ def parse_previous(data: bytes | None, *, source: str) -> Previous | None:
         return None
     try:
         raw = json.loads(data)
-        if raw.get("format") != _INDEX_FORMAT or raw.get("version") != _VERSION:
-            raise ValueError(f'no "format": "{_INDEX_FORMAT}", "version": {_VERSION}')
+        if raw.get("format") != INDEX_FORMAT or raw.get("version") != RECORD_VERSION:
+            raise ValueError(f'no "format": "{INDEX_FORMAT}", "version": {RECORD_VERSION}')
         worlds = {str(w["world"]): _status(w) for w in raw["worlds"]}
         projects = {str(w["world"]): {str(p["name"]): _status(p) for p in w["projects"]} for w in raw["worlds"]}
+    except RecursionError:
+        raise WheelhouseError(f"{source} is nested too deeply to be an index record of ours: retired worlds and "
+                              "components it named are not carried over") from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise WheelhouseError(f"{source} is not an index record this tool wrote ({exc}): retired worlds and "
                               "components it named are not carried over") from None
@@ -222,7 +194,8 @@ class Context:
     """What versions.yaml and the earlier publish say about the worlds, beyond the releases."""
 
     torch_indexes: Mapping[str, str | None] = field(default_factory=dict)
-    """world -> its torch index (None: the installer's configured one); a world not named gets PyTorch's."""
+    """world -> its torch index; a world not named, or named with None (versions.yaml's ``default``), gets
+    PyTorch's index of its CUDA."""
     current_worlds: frozenset[str] | None = None
     """The worlds a build_matrix row builds; None: every world counts as current."""
     current_projects: frozenset[str] | None = None
@@ -284,7 +257,8 @@ def _index_url(base_url: str, world: str) -> str:
     return f"{base_url}/{world}/simple/"
 
 
-def _torch_index(world: str, context: Context) -> str | None:
-    if world in context.torch_indexes:
-        return context.torch_indexes[world]
-    return derived_torch_index(world)
+def _torch_index(world: str, context: Context) -> str:
+    """The torch index the pages and records name for ``world``: versions.yaml's, else PyTorch's of its CUDA. A
+    row's ``default`` (pip's own configuration, for the build) is PyTorch's here too: a user's installer is
+    configured for the package index, whose torch is a CUDA build, so a CPU world would pull it."""
+    return context.torch_indexes.get(world) or derived_torch_index(world)

@@ -24,7 +24,8 @@ Files
     same release) are indexed; other assets are ignored. A wheel name must be a
     valid wheel filename (``packaging.utils.parse_wheel_filename``) made of
     ``[A-Za-z0-9._+-]`` only and an ASCII PEP 503 project name; its URL must be
-    ``http``, ``https`` or ``file``. Anything else is refused with a warning.
+    ``http``, ``https`` or ``file`` of the characters which-wheel accepts in a record
+    (:data:`ci.which_wheel.SAFE_URL`). Anything else is refused with a warning.
     Assets in state ``starter`` (failed uploads) are skipped with a warning.
 Projects
     Given ``projects`` (:func:`ci.wheel_packages.by_component` of versions.yaml),
@@ -110,13 +111,12 @@ from dataclasses import dataclass
 from email.parser import BytesHeaderParser
 from pathlib import Path
 from typing import IO, NamedTuple
-from urllib.parse import urlsplit
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ci import install_commands, json_text, landing, provenance, wheel_packages
+from ci import install_commands, json_text, landing, provenance, wheel_packages, which_wheel
 from ci.catalog import ARCHIVED, Catalog, Context, Status, WheelEntry, build_catalog, release_page
 from ci.errors import UsageError, WheelhouseError
 from ci.naming import parse_title, version_key, world_path
@@ -139,9 +139,6 @@ _MAX_FILENAME = 200
 _PROJECT_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 _SHA256_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
-_URL_SCHEMES = ("http", "https", "file")
-_INDEXABLE_SCHEME = re.compile(r"(?i:https?|file):")
-"""The schemes urlsplit would call http, https or file (a site build checks every asset URL: no urlsplit)."""
 
 
 def _esc(text: str) -> str:
@@ -266,7 +263,7 @@ class DigestCache:
             }
             wheels = {str(k): WheelFacts.from_json(v) for k, v in raw.get("wheels", {}).items()
                       if _SHA256_HEX.match(str(k))}
-        except (ValueError, TypeError, KeyError, AttributeError, WheelhouseError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError, WheelhouseError) as exc:
             raise WheelhouseError(
                 f"{source} is not a digest cache ({_one_line(exc)}): delete it and publish again to rebuild it"
             ) from None
@@ -435,7 +432,7 @@ class _Builder:
         if name is None or not self._indexable_tail(tail) or len(asset.name) > _MAX_FILENAME:
             return _wheel_project_checked(asset)
         if _url_problem(asset.url):
-            return None, f"URL {asset.url!r} is not an http, https or file URL"
+            return None, f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
         return name, None
 
     def _download(self, asset: Asset, limit: int | None = None) -> tuple[bytes | None, str, int]:
@@ -648,7 +645,8 @@ def _parse_wheel(filename: str):
 
 
 def _url_problem(url: str) -> bool:
-    return not _INDEXABLE_SCHEME.match(url) or "\n" in url or "\r" in url or "\t" in url
+    # what which-wheel accepts in a record (and so may print in a command): the same check here
+    return not which_wheel.SAFE_URL.fullmatch(url)
 
 
 def _indexable_project(project_part: str) -> str | None:
@@ -688,7 +686,7 @@ def _wheel_project_checked(asset: Asset) -> tuple[str, None] | tuple[None, str]:
     if not _PROJECT_NAME.match(name):
         return None, f"project name {name!r} is not a PEP 503 name"
     if _url_problem(asset.url):
-        return None, f"URL {asset.url!r} is not an http, https or file URL"
+        return None, f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
     return name, None  # packaging's canonical name is the PEP 503 normalised name
 
 
@@ -942,13 +940,14 @@ def render_site(site: Site, *, base_url: str, site_name: str = "wheelhouse",
         ".nojekyll": b"",
         "index.html": landing.render_landing(catalog, base_url=base_url, site_name=site_name, link_counts=counts),
         **catalog.files(),
+        which_wheel.SERVED_NAME: which_wheel.served_copy(base_url),
     }
     for entry in catalog.worlds:
         files[f"{entry.path}/index.html"] = landing.render_world_page(entry, base_url=base_url, site_name=site_name)
         for project in entry.projects:
             lock = install_commands.pylock(project, entry) if project.status.value != ARCHIVED else None
             if lock is not None:
-                files[f"{entry.path}/{install_commands.lock_name(project.name)}"] = lock
+                files[f"{entry.path}/{which_wheel.lock_name(project.name)}"] = lock
         statuses = {project.name: project.status for project in entry.projects}
         for rel, data in render_world(site.world(entry.path), label=entry.path, site_name=site_name,
                                       statuses=statuses).items():
@@ -970,11 +969,10 @@ def render_site(site: Site, *, base_url: str, site_name: str = "wheelhouse",
 
 def check_base_url(base_url: str) -> str:
     """``base_url`` without a trailing slash, or a WheelhouseError naming the fix."""
-    parts = urlsplit(base_url)
-    if parts.scheme not in _URL_SCHEMES or any(c in base_url for c in " \"'<>\r\n\t"):
-        raise UsageError(
-            f"base URL {base_url!r} is not an http(s):// or file:// URL: pass e.g. https://<owner>.github.io/<repo>"
-        )
+    problem = which_wheel.url_problem(base_url)
+    if problem:  # the URL goes into the commands, records and lock files the site prints
+        raise UsageError(f"base URL {which_wheel.shown(repr(base_url))} {problem}: pass e.g. "
+                         "https://<owner>.github.io/<repo>")
     return base_url.rstrip("/")
 
 

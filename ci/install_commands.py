@@ -1,5 +1,9 @@
 """The install commands the landing page and ``invoke which-wheel`` print, and each world's lock files.
 
+The commands themselves are made by ci/which_wheel.py (:func:`ci.which_wheel.commands`), the one file the
+site also serves to users, so the page and which-wheel print the same lines; here are the lock files and
+the uv project tables.
+
 What every form guarantees, whatever the package index (the installer's default) holds under the
 same names: each component comes from our world's index, torch from the world's torch index, and
 nothing is built from source.
@@ -19,11 +23,13 @@ nothing is built from source.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ci.catalog import ProjectEntry, WorldEntry
+from ci.which_wheel import InstallCommands, commands, lock_name
+
+__all__ = ["WHY_THEY_DIFFER", "InstallCommands", "commands", "lock_name", "project_dependencies", "pylock",
+           "uv_project"]
 
 WHY_THEY_DIFFER = (
     "pip merges all the indexes it is given and installs the highest version it finds, so a higher-versioned "
@@ -31,49 +37,6 @@ WHY_THEY_DIFFER = (
     "from their own index alone; uv takes every package from the first index that has it, so one command "
     "with our index first does the same."
 )
-
-
-def lock_name(project: str) -> str:
-    """``pylock.<project>.toml``: the PEP 751 name of a named lock file."""
-    return f"pylock.{project}.toml"
-
-
-@dataclass(frozen=True)
-class InstallCommands:
-    """Each form as the lines to run, in order."""
-
-    pip: tuple[str, ...]
-    uv: tuple[str, ...]
-    pip_locked: tuple[str, ...]
-    uv_locked: tuple[str, ...]
-    uv_project: str
-    """The pyproject.toml lines that pin the same indexes for a uv project."""
-
-
-def _q(text: str) -> str:
-    return shlex.quote(text)
-
-
-def commands(world: WorldEntry, requirements: Sequence[str], *, lock_base: str, torch_installed: bool = False) -> InstallCommands:
-    """The commands that install ``requirements`` (``flash-attn==2.8.3``, names of ``world``'s projects)
-    from ``world``; ``lock_base``: the URL of the world's folder (its lock files). With ``torch_installed``
-    (which-wheel found the world's torch), the torch step is left out."""
-    names = [r.split("==", 1)[0] for r in requirements]
-    wanted = " ".join(_q(r) for r in requirements)
-    torch = _q(world.torch_requirement)
-    pip_torch = (f"pip install --index-url {world.torch_index} {torch}" if world.torch_index
-                 else f"pip install {torch}")
-    uv_torch = (f"uv pip install --index {world.torch_index} {torch}" if world.torch_index
-                else f"uv pip install {torch}")
-    first = () if torch_installed else (pip_torch,)
-    uv_first = () if torch_installed else (uv_torch,)
-    pip = (*first, f"pip install --no-deps --index-url {world.index_url} {wanted}", f"pip install {wanted}")
-    uv_indexes = f"--index {world.index_url}" + (f" --index {world.torch_index}" if world.torch_index else "")
-    uv = (f"uv pip install {uv_indexes} {wanted}",)
-    locks = " ".join(f"-r {lock_base}/{lock_name(n)}" for n in names)
-    pip_locked = (*first, f"pip install --no-deps {locks}", f"pip install {wanted}")
-    uv_locked = (*uv_first, f"uv pip install {locks}", f"uv pip install {uv_indexes} {wanted}")
-    return InstallCommands(pip, uv, pip_locked, uv_locked, uv_project(world, requirements))
 
 
 def uv_index_name(world: str) -> str:
@@ -104,7 +67,11 @@ def project_dependencies(world: WorldEntry, requirements: Sequence[str]) -> tupl
 
 
 def _toml_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A TOML basic string: quotes and backslashes escaped, and every control character (DEL too, which TOML
+    forbids raw) as ``\\uXXXX``."""
+    escaped = (f"\\{c}" if c in '"\\' else f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c
+               for c in text)
+    return '"' + "".join(escaped) + '"'
 
 
 def pylock(project: ProjectEntry, world: WorldEntry) -> bytes | None:

@@ -49,7 +49,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ci import log, matrix, toolchain, wheel_packages
 from ci.catalog import INDEX_RECORD, Context, parse_previous
 from ci.errors import RemoteError, UsageError, WheelhouseError
-from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, site_files, summarize
+from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, Site, site_files, summarize
 from ci.site_marker import MARKER_FILE, SiteMarker, is_digest_cache, landing_links, legacy_files
 from ci.store.model import Release, ReleaseStore
 from ci.versions import REPO_ROOT, Versions
@@ -697,6 +697,10 @@ class IndexWhere:
     context: Context | None = None
     rehosted: Mapping[str, frozenset[str]] | None = None
     """What each component rehosts from upstream (:func:`ci.wheel_packages.rehosted_by_component`)."""
+    store_url: str | None = None
+    """Where a local store's root is served beside the site (:func:`served_store_url`); None: its wheel links are
+    the store's own (``file://`` for a local store, GitHub's download URLs)."""
+    warnings: tuple[str, ...] = ()
 
 
 def context_of(versions: Versions) -> Context:
@@ -722,8 +726,31 @@ def index_where(store: ReleaseStore, versions: Versions, *, github_repo: str | N
         raise UsageError(f"{store.description} keeps no site of its own: name where the index goes (--out, "
                          "--pages-artifact or --push-branch)")
     target, url = found
+    store_url, warning = served_store_url(store.root, target, base_url)
     return IndexWhere(target, url, default_world(versions, chosen_world), wheel_packages.by_component(versions),
-                      context_of(versions), wheel_packages.rehosted_by_component(versions))
+                      context_of(versions), wheel_packages.rehosted_by_component(versions), store_url,
+                      (warning,) if warning else ())
+
+
+def served_store_url(store_root: Path | None, target: PagesTarget, base_url: str | None) -> tuple[str | None, str | None]:
+    """(the URL a local store's root is served at, a warning) for a site published with ``--base-url``.
+
+    A site that lies inside the store (``<store>/site``, the default) is served with it: the server serves the
+    store's root, the site at ``base_url``, so the wheels are at ``base_url`` less the site's path in the store
+    (``http://host/site`` -> ``http://host/releases/...``). Elsewhere, or with a ``base_url`` that does not end
+    in that path, the wheel links stay the store's ``file://`` URLs, which only this machine can open: a warning
+    says so."""
+    if store_root is None or base_url is None or base_url.startswith("file:") or not isinstance(target, DirectoryTarget):
+        return None, None
+    site = target.path.resolve()
+    root = store_root.resolve()
+    base = base_url.rstrip("/")
+    rel = site.relative_to(root).as_posix() if site.is_relative_to(root) else None
+    if rel is None or rel == "." or not base.endswith("/" + rel):
+        return None, (f"the wheel links stay file:// URLs of the store {store_root}, which only this machine opens: "
+                      f"publish into the store ({store_root / 'site'}, the default) with --base-url naming that "
+                      "folder's URL, and serve the store's root there")
+    return base.removesuffix("/" + rel), None
 
 
 def publish(store: ReleaseStore, where: IndexWhere, *, releases: Iterable[Release] | None = None,
@@ -736,13 +763,17 @@ def publish(store: ReleaseStore, where: IndexWhere, *, releases: Iterable[Releas
     assets without a digest are hashed through the store too; a git target's clone is removed afterwards.
     ``allow_shrink``, ``force`` and ``shrink_flag`` are :func:`publish_index`'s."""
     target = where.target
+    if where.store_url is not None and store.root is not None:
+        from ci.store.local import LocalStore
+
+        store = LocalStore(store.root, base_url=where.store_url, must_exist=True)  # the same files, served URLs
     try:
         live = read_live_site(where.base_url, store.get_public) if target.built_fresh() else None
         return publish_index(store.list_releases() if releases is None else releases, target,
                              base_url=where.base_url, default_world=where.default_world, fetch=store.fetch,
                              dry_run=dry_run, allow_shrink=allow_shrink, store=store.description, live=live,
                              force=force, shrink_flag=shrink_flag, projects=where.projects, context=where.context,
-                             rehosted=where.rehosted)
+                             rehosted=where.rehosted, warnings=where.warnings)
     finally:
         target.close()
 
@@ -766,6 +797,7 @@ def publish_index(
     projects: Mapping[str, frozenset[str]] | None = None,
     context: Context | None = None,
     rehosted: Mapping[str, frozenset[str]] | None = None,
+    warnings: Iterable[str] = (),
 ) -> PublishOutcome:
     """Build the index of ``releases`` in memory and publish it, with its marker, to ``target``.
 
@@ -780,7 +812,7 @@ def publish_index(
     projects the earlier publish served (its ``wheelhouse-index.json``, the target's, else the live
     site's) that have no wheels now stay on the site, marked archived.
     """
-    warnings: list[str] = [live.warning] if live is not None and live.warning else []
+    warnings = [*warnings, *([live.warning] if live is not None and live.warning else [])]
     previous = target.previous_site()
     if previous is not None and previous.adopted:
         warnings.append(previous.adopted)
@@ -817,6 +849,7 @@ def publish_index(
         context=context,
         rehosted=rehosted,
     )
+    _check_default_world(site)
     links = _wheel_links(files)
     files[MARKER_FILE] = SiteMarker(store, len(links), frozenset(files)).to_json()
     summary = summarize(site, files)
@@ -855,6 +888,18 @@ def read_live_site(base_url: str, get: Callable[[str], bytes | None]) -> LiveSit
     if is_digest_cache(cache):
         return LiveSite(url, cache, True, None, landing_links(landing))
     return LiveSite(url, cache)
+
+
+def _check_default_world(site: Site) -> None:
+    """/simple/ must not be re-pointed at a world without wheels while others have some: that is the mark of a
+    versions file other than the one the store was built and released with (its first row names the world)."""
+    served = [w.path for w in site.worlds if w.link_count]
+    default = site.world(site.default_world) if site.default_world else None
+    if served and site.default_world and (default is None or not default.link_count):
+        raise UsageError(
+            f"the world served at /simple/, {site.default_world} (the first build_matrix row's, or --default-world), "
+            f"has no wheels in this store, which holds {', '.join(served)}: set WHEELHOUSE_VERSIONS to the versions "
+            f"file the store was built and released with, or pass --default-world {served[0]}")
 
 
 def _check_same_store(published: str | None, store: str | None, where: str) -> None:

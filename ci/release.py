@@ -27,7 +27,7 @@ from pathlib import Path
 from ci import build_record, log, manifest, matrix, provenance, wheel_packages
 from ci.build_record import BuildRecord
 from ci.digest import sha256_file
-from ci.errors import ConfigError, WheelhouseError
+from ci.errors import ConfigError, UsageError, WheelhouseError
 from ci.matrix import MatrixRow
 from ci.store.model import ReleaseStore
 from ci.versions import Versions
@@ -91,6 +91,11 @@ def read_record(row: MatrixRow, dist_root: Path) -> tuple[Path, BuildRecord]:
     """The build record of ``row`` under ``dist_root``, validated, and checked to be a build of that row."""
     path = build_record.path_for(row, dist_root)
     if not path.is_file():
+        # the same tag built into another world's folder: a build of another versions file's row
+        other = sorted(p for p in dist_root.glob(f"*/*/{path.name}") if p != path)
+        if other:
+            raise UsageError(f"no build record {path}, but {other[0]} is one of another world: it was built with "
+                             "another versions file; set WHEELHOUSE_VERSIONS to that file for the release too")
         raise WheelhouseError(
             f"no build record {path}; build the row first (nox -s {row.session}) or point --dist at the build output"
         )

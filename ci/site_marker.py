@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ci.catalog import INDEX_RECORD, WORLD_RECORD
 from ci.errors import WheelhouseError
 from ci.index import CACHE_FILE, CACHE_VERSION, DigestCache
+from ci.which_wheel import SERVED_NAME
 
 MARKER_FILE = "wheelhouse-site.json"
 _FORMAT = "wheelhouse-site"
@@ -32,7 +33,7 @@ _WORLD = r"(?:cpu|cu\d{2,4})/torch\d+\.\d+/"
 _PAGE = re.compile(rf"^(?:{_WORLD})?simple/(?:[a-z0-9][a-z0-9._-]*/)?index\.html$"
                    rf"|^{_WORLD}(?:index\.html|{re.escape(WORLD_RECORD)}|pylock\.[a-z0-9][a-z0-9-]*\.toml)$")
 """A PEP 503 page, or a world's page, record or lock file (ci/catalog.py, ci/install_commands.py)."""
-_ROOT_FILES = frozenset({".nojekyll", "index.html", CACHE_FILE, MARKER_FILE, INDEX_RECORD})
+_ROOT_FILES = frozenset({".nojekyll", "index.html", CACHE_FILE, MARKER_FILE, INDEX_RECORD, SERVED_NAME})
 _LANDING_ROW = re.compile(r"<tr><td>[^<]*</td><td>\d+</td><td>(\d+)</td>")
 
 
@@ -64,7 +65,7 @@ class SiteMarker:
                 raise ValueError("links is not a count")
             if not isinstance(files, list) or not all(isinstance(f, str) and _relative(f) for f in files):
                 raise ValueError("files is not a list of relative paths")
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, RecursionError) as exc:
             raise WheelhouseError(f"{source} is not a site marker this tool wrote ({exc}): the site cannot be "
                                   "told from someone else's files; name a new or empty directory or branch") from None
         return cls(store, links, frozenset(files))
@@ -87,7 +88,7 @@ def is_digest_cache(data: bytes | None) -> bool:
     try:
         doc = json.loads(data)
         DigestCache.from_json(data)
-    except (ValueError, WheelhouseError):
+    except (ValueError, RecursionError, WheelhouseError):
         return False
     return doc.get("version") == CACHE_VERSION and set(doc) <= {"version", "assets", "metadata", "sidecars", "wheels"}
 

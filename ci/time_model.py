@@ -20,8 +20,10 @@ off it is (``invoke time-model``).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from ci.matrix import MatrixRow
 
@@ -99,6 +101,18 @@ CALIBRATION: dict[str, Calibration] = {
     "megatron-bridge": Calibration(11, 0, 1.0, source="reports/device-reproduction-2026-12-01b: 11 s, pure Python"),
     "flashinfer": Calibration(22, 0, 1.0, source="device_results.json upstream_builds_2: 22 s, nothing compiled"),
 }
+
+
+BUILD_TIMES = Path(__file__).resolve().parent.parent / "benchmarks" / "build_times.json"
+"""Builds timed anywhere, added by ``invoke time-model --record`` (ci/timed_builds.py); the table above wins."""
+
+
+def measured(path: Path = BUILD_TIMES) -> dict[str, Calibration]:
+    raw = json.loads(path.read_text()) if path.is_file() else {}
+    return {component: Calibration(**entry) for component, entry in raw.items()}
+
+
+CALIBRATION.update({c: cal for c, cal in measured().items() if c not in CALIBRATION})
 
 
 @dataclass(frozen=True)

@@ -434,7 +434,8 @@ def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, installe
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
     python = venv_python(venv)
-    what = f"install torch {row.torch} (index: {index or 'pip default'})"
+    what = (f"install torch {row.torch} (index: {index or 'pip default'}; name another with WHEELHOUSE_TORCH_INDEX, "
+            "see the README's 'Building offline or from a mirror')")
     _LOG.info(f"creating venv {venv} from {base}" + (" with uv" if uv else ""))
     if uv:
         env = uv_cache_env(cache_dir)

@@ -12,16 +12,17 @@
 
 from __future__ import annotations
 
+import ensurepip
 import html
 import io
 import re
-import shlex
+import subprocess
 import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from index_helpers import UV, client_env, file_fetch, publish_release_files, release_of, run
+from index_helpers import REPO, UV, client_env, file_fetch, publish_release_files, release_of, run
 from stamp_helpers import fixture_facts, linked_shared_object, simple_index, torch_stand_in
 from wheel_factory import NVCC, build_wheel, cuda_shared_object
 
@@ -30,6 +31,7 @@ from ci.digest import sha256_file
 from ci.pages import DirectoryTarget, publish_index
 from ci.stamp import stamp_wheel
 from ci.wheels.metadata import extract_metadata
+from ci.which_wheel import LOCK_PIP
 
 WORLD = "cu130/torch2.13"
 OUR_VERSION = "2.8.3"
@@ -94,6 +96,7 @@ def package_index(root: Path) -> str:
     wheels = [torch_stand_in(root / "wheels", v) for v in ("2.13.9", "2.99.0")]
     wheels.append(build_wheel(root / "wheels", name="einops", version="0.8.1", tags="py3-none-any",
                               requires_python=None))
+    wheels.append(lock_capable_pip())
     url = simple_index(root / "index", wheels)
     sdist = _refusing_sdist(root / "index" / "simple" / "flash-attn")
     (sdist.parent / "index.html").write_text(
@@ -144,22 +147,51 @@ def user_env(tmp: Path, indexes: Indexes) -> dict[str, str]:
     return env
 
 
+CACHE = REPO / ".cache" / "test-clients"
+"""Files the client tests reuse between runs (kept by content: a file is downloaded or built once)."""
+
+
+def bundled_pip() -> Path:
+    """The pip wheel this Python's ensurepip installs into every new venv: the pip a fresh venv has."""
+    (wheel,) = sorted((Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"))
+    return wheel
+
+
+def lock_capable_pip() -> Path:
+    """A pip wheel of at least the version that installs lock files, for the stand-in package index (the printed
+    lock-file form's first line installs it): fetched once with this machine's own pip configuration."""
+    folder = CACHE / f"pip-{LOCK_PIP}"
+    found = sorted(folder.glob("pip-*.whl"))
+    if not found:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                               "--dest", str(folder), f"pip>={LOCK_PIP}"], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        found = sorted(folder.glob("pip-*.whl"))
+    return found[-1]
+
+
 def fresh_venv(tmp: Path, name: str = "venv") -> Path:
+    """A new venv as ``python -m venv`` makes it (the pip ensurepip bundles, nothing else); its python."""
     assert UV, "uv is not installed in the development venv"
     venv = tmp / name
-    proc = run([UV, "venv", "--quiet", "--python", sys.executable, str(venv)], client_env(tmp))
-    assert proc.returncode == 0, proc.stderr
-    return venv / "bin" / "python"
+    made = run([sys.executable, "-m", "venv", "--without-pip", str(venv)], client_env(tmp))
+    assert made.returncode == 0, made.stderr
+    python = venv / "bin" / "python"
+    seeded = run([UV, "pip", "install", "--quiet", "--offline", "--no-index", "--python", str(python), str(bundled_pip())],
+                 client_env(tmp))
+    assert seeded.returncode == 0, seeded.stderr
+    return python
 
 
-def argv(command: str, python: Path) -> list[str]:
-    """A printed ``pip …`` or ``uv pip …`` command as argv, installing into ``python``'s environment."""
-    words = shlex.split(command)
-    if words[0] == "pip":
-        return [sys.executable, "-m", "pip", "--python", str(python), *words[1:]]
-    assert words[:2] == ["uv", "pip"], command
-    assert UV
-    return [UV, "pip", words[2], "--python", str(python), *words[3:]]
+def shell_env(python: Path, env: dict[str, str]) -> dict[str, str]:
+    """``env`` as a user's shell has it with the venv of ``python`` active, and uv (alone) on PATH."""
+    venv = python.parent.parent
+    uv_bin = venv.parent / f"{venv.name}-uv-bin"
+    uv_bin.mkdir(exist_ok=True)
+    if not (uv_bin / "uv").exists():
+        assert UV
+        (uv_bin / "uv").symlink_to(UV)
+    return {**env, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}:{uv_bin}:/usr/bin:/bin"}
 
 
 @dataclass(frozen=True)
@@ -170,9 +202,11 @@ class Ran:
 
 
 def run_commands(commands: list[str], python: Path, env: dict[str, str]) -> Ran:
+    """Each printed command as it is printed, pasted into bash in a shell whose venv is ``python``'s."""
     output = []
+    shell = shell_env(python, env)
     for command in commands:
-        proc = run(argv(command, python), env)
+        proc = run(["bash", "-c", command], shell)
         output.append(f"$ {command}\n{proc.stdout}{proc.stderr}")
         if proc.returncode != 0:
             return Ran("\n".join(output), command)
@@ -182,7 +216,7 @@ def run_commands(commands: list[str], python: Path, env: dict[str, str]) -> Ran:
 def installed(python: Path, tmp: Path) -> dict[str, str]:
     assert UV
     listed = run([UV, "pip", "list", "--python", str(python), "--format", "freeze"], client_env(tmp)).stdout
-    return dict(line.split("==", 1) for line in listed.split())
+    return {name: version for name, version in (line.split("==", 1) for line in listed.split()) if name != "pip"}
 
 
 def ours_is_installed(python: Path) -> bool:

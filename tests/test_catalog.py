@@ -17,7 +17,7 @@ from ci.store.model import Asset, Release
 from ci.versions import REPO_ROOT, load
 from ci.wheel_facts import WheelFacts
 from ci.wheels.archs import CudaArch, parse_arch_list
-from ci.which_wheel import _runs_on
+from ci.which_wheel import runs_on
 
 TITLE = "comp v1 - cu13.0.2 py3.11 torch2.13.0"
 
@@ -44,16 +44,20 @@ def test_an_archived_project_comes_back_active_when_a_release_holds_it_again():
         {"name": "comp", "status": "active", "status_reason": ""}]
 
 
-def test_the_fixture_worlds_torch_comes_from_the_installers_own_index():
-    """torch_index: default (the demo's world): the torch step names no index, and uv gets ours only."""
+def test_a_cpu_world_whose_rows_take_torch_from_the_installers_index_names_pytorchs_cpu_index():
+    """torch_index: default (the demo's world, for the build) must not reach the pages as "the installer's own
+    index": there the package index's torch is a CUDA build, which a CPU world's commands would then install."""
     context = context_of(load(REPO_ROOT / "tests" / "fixtures" / "versions.yaml"))
     assert context.torch_indexes == {"cpu/torch2.13": None} and context.current_projects == {"wheelhouse-fixture"}
     rel = _release("f", "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0", "wheelhouse_fixture-0.1.0-py3-none-any.whl")
     _, files = site_files([rel], base_url=BASE, default_world=None, context=context)
     page = files["cpu/torch2.13/index.html"].decode()
-    assert "<pre>pip install &#x27;torch==2.13.*&#x27;\npip install --no-deps --index-url " in page
-    assert f"<pre>uv pip install --index {BASE}/cpu/torch2.13/simple/ wheelhouse-fixture==0.1.0</pre>" in page
-    assert json.loads(files[INDEX_RECORD])["worlds"][0]["torch_index"] is None
+    cpu = "https://download.pytorch.org/whl/cpu"
+    assert f"<pre>pip install --index-url {cpu} &#x27;torch==2.13.*&#x27;\npip install --no-deps --index-url " in page
+    assert (f"<pre>uv pip install --index {BASE}/cpu/torch2.13/simple/ --index {cpu} "
+            "wheelhouse-fixture==0.1.0</pre>") in page
+    assert "configured index" not in page
+    assert json.loads(files[INDEX_RECORD])["worlds"][0]["torch_index"] == cpu
 
 
 def test_a_cache_from_before_the_wheel_facts_downloads_each_wheel_once_more_then_never():
@@ -102,4 +106,22 @@ def _facts(cubins: str = "", ptx: str = "") -> WheelFacts:
     (_facts("9.0", ptx="10.0"), CudaArch(8, 9), False),  # PTX does not run on an older GPU
 ])
 def test_which_gpus_a_wheels_device_code_runs_on(facts, gpu, runs):
-    assert _runs_on(facts, gpu) is runs
+    assert runs_on(facts, gpu) is runs
+
+
+@pytest.mark.parametrize("reader", ["previous-index", "site-marker", "digest-cache", "digest-cache-probe"])
+def test_a_deeply_nested_record_of_an_earlier_publish_is_one_line(reader):
+    """R9: json.loads ends 200,000 nested brackets in RecursionError; each reader of what an earlier publish left
+    says so in its one line (or, probing whether a file is ours, answers no)."""
+    from ci.site_marker import SiteMarker, is_digest_cache
+
+    deep = b"[" * 200_000 + b"]" * 200_000
+    if reader == "digest-cache-probe":
+        assert is_digest_cache(deep) is False
+        return
+    read = {"previous-index": lambda: parse_previous(deep, source="wheelhouse-index.json of the target"),
+            "site-marker": lambda: SiteMarker.parse(deep, source="wheelhouse-site.json of the target"),
+            "digest-cache": lambda: DigestCache.from_json(deep, source="digests.json of the target")}[reader]
+    with pytest.raises(WheelhouseError) as error:
+        read()
+    assert "of the target" in str(error.value) and "\n" not in str(error.value)

@@ -55,6 +55,7 @@ NEEDS = {
     "build": "a real build, or what one wrote to dist/ or .cache/builds/",
 }
 PUBLISH = "<!-- docs-test: publish every row -->"
+DOCS_CACHE = REPO / ".cache" / "docs-test" / ".cache"
 ELLIPSIS = "…"
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 # what a command line may hold besides the command: variable assignments before it
@@ -340,6 +341,9 @@ def scratch_env(root: Path, home: Path) -> dict[str, str]:
            if not k.startswith(("WHEELHOUSE_", "GITHUB_", "GH_", "ACTIONS_", "RUNNER_", "NOX_", "PYTEST_"))}
     env.pop("VIRTUAL_ENV", None)
     bin_dir = str(Path(sys.executable).parent)
+    # The builds' checkouts and compiler cache outlive the scratch copy (named .cache, as the guide's paths
+    # show it): the CPU-world walk-through's compile is a cache hit after the first run.
+    env.update(WHEELHOUSE_CACHE=str(DOCS_CACHE))
     env.update(PATH=os.pathsep.join([bin_dir, env.get("PATH", "")]), PYTHONUNBUFFERED="1", HOME=str(home),
                GIT_AUTHOR_NAME="docs", GIT_AUTHOR_EMAIL="docs@example.invalid", GIT_COMMITTER_NAME="docs",
                GIT_COMMITTER_EMAIL="docs@example.invalid", WHEELHOUSE_WRITE_GAP="0", NO_COLOR="1")
@@ -376,8 +380,12 @@ class Scratch:
     def _bash(self, step: Step) -> Outcome:
         syntax = subprocess.run(["bash", "-n"], input=step.text, capture_output=True, text=True)
         problems = [f"bash cannot parse it: {syntax.stderr.strip()}"] if syntax.returncode else []
+        exported: dict[str, str] = {}  # `export WHEELHOUSE_VERSIONS=...` holds for the block's later commands
         for assigned, words in commands(step.text):
-            problems += [f"`{shlex.join(words)}`: {p}" for p in self.tools.problems(assigned, words)]
+            if words[0] == "export":
+                exported.update(w.partition("=")[::2] for w in words[1:] if ASSIGNMENT.match(w))
+                continue
+            problems += [f"`{shlex.join(words)}`: {p}" for p in self.tools.problems({**exported, **assigned}, words)]
         if step.needs is not None or problems:
             return Outcome(problems=problems)
         result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", step.text], cwd=self.root, env=self.env,
@@ -449,7 +457,10 @@ def test_every_runnable_block_runs_somewhere() -> None:
     runnable = [s for s in STEPS if s.kind == "bash" and s.needs is None and s.doc == GUIDE]
     text = "\n".join(s.text for s in runnable)
     for command in (r"invoke matrix --component causal-conv1d", r"nox -l", r"nox -s build-causal-conv1d-\S+ -- .*--dry-run",
-                    r"invoke prune", r"invoke workflows"):
+                    r"invoke prune", r"invoke workflows",
+                    # the CPU world, end to end: a build, its release, the index, which-wheel, the install, a call
+                    r"nox -s build-tiny-scale-3\.11 -- --reuse-env", r"invoke release --component tiny-scale",
+                    r"invoke publish-index", r"site/which-wheel\.py", r"\| bash -ex", r"tiny_scale\.scale\("):
         assert re.search(command, text), f"no runnable block of the guide runs {command!r}"
     assert any(s.exits == 2 and s.output and "unknown key" in s.output for s in runnable), \
         "the guide shows no mistyped key answered by its one line"

@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from index_helpers import UV, run
+from index_helpers import UV, client_env, run
 from install_clients import (
     SDIST,
     SOURCE_BUILD,
@@ -28,11 +28,19 @@ from install_clients import (
     fresh_venv,
     install_forms,
     installed,
+    lock_capable_pip,
     ours_is_installed,
     printed_blocks,
     run_commands,
     user_env,
 )
+from provenance_helpers import release_fixture
+from stamp_helpers import simple_index, torch_stand_in
+from wheel_factory import build_wheel
+
+from ci.catalog import Context
+from ci.pages import DirectoryTarget, IndexWhere, publish
+from ci.which_wheel import LOCK_PIP
 
 EXPECTED = {"einops": "0.8.1", "flash-attn": "2.8.3", "torch": WORLD_TORCH}
 
@@ -86,6 +94,9 @@ def test_a_lock_file_refuses_other_bytes(indexes, tmp_path):
     tampered.write_text(lock.replace(url, changed.as_uri()))
     for command in (f"pip install --no-deps -r {tampered}", f"uv pip install -r {tampered}"):
         python = fresh_venv(tmp_path, command.split()[0])
+        if command.startswith("pip "):  # the lock form's first line: a pip that reads lock files
+            upgraded = run_commands([f"pip install 'pip>={LOCK_PIP}'"], python, user_env(tmp_path, indexes))
+            assert upgraded.failed is None, upgraded.output
         ran = run_commands([command], python, user_env(tmp_path, indexes))
         assert ran.failed == command, ran.output
         assert "flash-attn" not in installed(python, tmp_path)
@@ -109,3 +120,41 @@ def test_the_uv_project_form_takes_our_wheel_and_the_worlds_torch(indexes, tmp_p
     assert SOURCE_BUILD not in proc.stderr
     assert installed(python, tmp_path) == EXPECTED
     assert ours_is_installed(python)
+
+
+# --------------------------------------------------------------------------- a CPU world
+
+CPU_WORLD = "cpu/torch2.13"
+
+
+@pytest.fixture(scope="module")
+def cpu_world(fixture_wheel, tmp_path_factory):
+    """The fixture's CPU world, published from a local store; its torch index offers ``2.13.0+cpu``; the package
+    index offers the torch a stock installer finds there for Linux, ``2.13.0`` built for CUDA (it requires an
+    ``nvidia-cublas-cu13``, also there), and the pip that reads lock files."""
+    root = tmp_path_factory.mktemp("cpu-world")
+    released = release_fixture(fixture_wheel, root)
+    torch_index = simple_index(root / "torch-index", [torch_stand_in(root / "torch-wheels", "2.13.0+cpu")])
+    cuda_torch = build_wheel(root / "pkg-wheels", name="torch", version="2.13.0", tags="py3-none-any",
+                             requires_python=None, requires=["nvidia-cublas-cu13"])
+    cublas = build_wheel(root / "pkg-wheels", name="nvidia_cublas_cu13", version="13.0.0", tags="py3-none-any",
+                         requires_python=None)
+    package_index = simple_index(root / "package-index", [cuda_torch, cublas, lock_capable_pip()])
+    site = released.store.root / "site"
+    where = IndexWhere(DirectoryTarget(site), site.as_uri(), CPU_WORLD,
+                       context=Context(torch_indexes={CPU_WORLD: torch_index.rstrip("/")}))
+    publish(released.store, where)
+    return site, package_index
+
+
+@pytest.mark.parametrize("form", ["pip", "uv", "pip-locked", "uv-locked"])
+def test_a_cpu_worlds_commands_install_the_cpu_torch_not_the_package_indexs_cuda_torch(form, cpu_world, tmp_path):
+    """A fresh venv without torch runs the CPU world's printed commands: torch 2.13.0+cpu from the world's torch
+    index, no nvidia-* package; uv's command names the torch index too (it took the package index's before)."""
+    site, package_index = cpu_world
+    commands = install_forms((site / CPU_WORLD / "index.html").read_text())[form]
+    python = fresh_venv(tmp_path)
+    env = {**client_env(tmp_path), "PIP_INDEX_URL": package_index, "UV_DEFAULT_INDEX": package_index}
+    ran = run_commands(commands, python, env)
+    assert ran.failed is None, ran.output
+    assert installed(python, tmp_path) == {"torch": "2.13.0+cpu", "wheelhouse-fixture": "0.1.0"}, ran.output

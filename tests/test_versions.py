@@ -177,7 +177,9 @@ MALFORMED = [
     ("wheel-packages-name", mutated(_set(["components", "demo", "wheel_packages"], ["../x"])), None),
     ("torch-index-not-url", mutated(_set(["build_matrix", 0, "torch_index"], "not a url")),
      "versions.yaml: build_matrix[0].torch_index: string 'not a url' is malformed; write \"default\" (pip's own "
-     "configuration) or an http(s):// or file:// index URL without spaces or quotes, e.g. https://download.pytorch.org/whl/cu130"),
+     "configuration, for the build; the pages name PyTorch's index of the row's CUDA) or an http(s):// or file:// "
+     "index URL of letters, digits and ._~:/?#@%+=,- (percent-encode the rest), e.g. "
+     "https://download.pytorch.org/whl/cu130"),
     ("max-jobs-huge", mutated(_set(["components", "demo", "max_jobs"], 10**30)),
      "versions.yaml: components.demo.max_jobs: 1000000000000000000000000000000 is too large; the maximum is 256"),
     ("build-timeout-zero", mutated(_set(["components", "demo", "build_timeout"], "0")), None),
