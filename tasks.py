@@ -227,7 +227,8 @@ def _wheel_paths(specs: list[str]) -> list[Path]:
     help={
         "wheel": "a wheel file to check, or a quoted glob (repeat --wheel for several)",
         "torch": "target torch: a python interpreter, site-packages dir, torch dir, or a torch wheel read in place",
-        "require_archs": "CUDA archs the fat binaries must cover, e.g. '8.0;9.0;10.0' (sm_90a covers 9.0)",
+        "require_archs": ("CUDA archs each shared object must hold as exact targets, e.g. '8.0;9.0a;12.0f' "
+                          "(sm_90a serves 9.0; 9.0a needs sm_90a)"),
         "pythons": "CPython versions that must each have every extension module, e.g. 3.10,3.11",
         "audit": "also run auditwheel show on each wheel",
         "json": "print the versioned JSON report",
