@@ -50,6 +50,7 @@ from ci import (
     sbom,
     shard_model,
     shards,
+    smoke,
     sources,
     stamp,
     toolchain,
@@ -139,6 +140,8 @@ class BuildPlan:
             return log.redact("\n".join(lines))
         lines.append(f"  then:           {stamp.describe_plan(self.row)}")
         lines.append(f"                  wheel checks ({', '.join(checks)}), .metadata files, build record")
+        if smoke.describe_plan(self.row):
+            lines.append(f"                  {smoke.describe_plan(self.row)}")
         return log.redact("\n".join(lines))  # an index URL may carry its password
 
 
@@ -524,6 +527,11 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     # the build's own paths must not be where the wheel's import looks (ci/wheels/paths.py)
     build_paths = (str(reproducible.CANONICAL_ROOT), str(build_dir), str(interpreter.torch_dir.parent))
     checks = _check_wheels(row, wheels, interpreter.torch_dir, build_paths) if options.run_checks else {"ran": False}
+    if options.run_checks and row.settings.smoke_test:  # ci/smoke.py: the wheels installed and used, before dist/
+        steps.start(f"smoke test: {len(row.settings.smoke_test)} command(s) in a fresh venv", key="smoke")
+        smoked = smoke.run(row, wheels, cache_dir=options.cache_dir, index=index, environ=options.environ,
+                           reuse=interpreter if options.reuse_env else None)
+        checks["smoke_test"] = smoked.to_json() if smoked else None
 
     ninja_steps = ninja_log.slowest_steps(build_dir / "src")  # read before the build directory goes
     if ninja_steps["slowest"]:
