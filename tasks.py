@@ -179,7 +179,7 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
     if json_:
         print(json.dumps([row.to_json() for row in rows], indent=2))
     elif not github_output:
-        from ci import time_model
+        from ci import size_model, time_model
 
         first, _ = matrix_module.stages(rows)
         for row in rows:
@@ -187,8 +187,9 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
             prediction = time_model.predict(row)
             predicted = prediction.short() if prediction else "not timed yet"
             stage = "first" if row in first else "then"
+            sizes = size_model.predict(row).short()
             print(f"{row.session:40} {row.arch:8} {cuda:10} py{'+'.join(row.pythons):10} torch{row.torch:8} "
-                  f"{stage:5} {predicted:24} {row.release_tag}")
+                  f"{stage:5} {predicted:24} {sizes:42} {row.release_tag}")
         over = [row for row in rows if (p := time_model.predict(row)) is not None and not p.fits]
         print(f"{len(rows)} row(s)" + (f"; {len(over)} predicted over build_timeout (the resumable path; "
                                        "`nox -s build-<component>-<python> -- --dry-run` says how many runs)"

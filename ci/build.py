@@ -50,6 +50,7 @@ from ci import (
     sbom,
     shard_model,
     shards,
+    size_model,
     smoke,
     sources,
     stamp,
@@ -107,6 +108,8 @@ class BuildPlan:
     shards: str = ""
     """How the row is split (versions.yaml's shards, this build's --shard or --assemble) and what the time model
     says it needs; empty for a row that is not split."""
+    wheel_sizes: str = ""
+    """The row's release assets and their predicted sizes (ci/size_model.py)."""
 
     def render(self) -> str:
         lines = [
@@ -118,6 +121,7 @@ class BuildPlan:
             f"  wheels to:      {self.dist_dir}",
             f"  timeout:        {self.row.settings.build_timeout} ({self.timeout_s} s)",
             f"  predicted:      {_predicted(self.row)}",
+            f"  wheel sizes:    {self.wheel_sizes}",
             f"  compiler cache: {self.compiler_cache or 'none found (install sccache or ccache)'}",
         ]
         if self.row.bundle_pythons:
@@ -399,6 +403,7 @@ def _command(row: MatrixRow) -> list[str]:
 
 
 def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan:
+    size_model.refuse_over_budget(row, versions_name=versions.path.name, dist_root=options.dist_root)
     component = versions.component(row.component)
     index = _torch_index(row, options)
     if options.reuse_env:
@@ -435,6 +440,7 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
         bundle_interpreters=bundle,
         shard=options.shard,
         shards=_describe_shards(row, options),
+        wheel_sizes=size_model.predict(row, dist_root=options.dist_root).describe(),
     )
 
 
@@ -464,6 +470,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResul
     of the log with its duration (a folded group on GitHub Actions).
     """
     credentials.refuse_if_exposed_above(options.environ)
+    size_model.refuse_over_budget(row, versions_name=versions.path.name, dist_root=options.dist_root)  # before hours
     with log.Steps(_LOG) as steps:
         return _run(versions, row, options, steps)
 

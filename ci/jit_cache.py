@@ -32,7 +32,7 @@ import json
 import shutil
 import sys
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from typing import Any
 from ci import ninja_log, shards
 from ci.digest import sha256_file
 from ci.errors import ConfigError, UsageError, WheelhouseError
-from ci.wheels.archs import CudaArch, format_archs, missing_archs, parse_arch
+from ci.wheels.archs import CudaArch, format_archs, missing_archs, parse_arch, parse_arch_list
 from ci.wheels.elf import ElfFile
 from ci.wheels.fatbin import scan_elf
 from ci.wheels.record import file_record_hash, record_hash
@@ -49,6 +49,7 @@ MODULE_LIST = "modules.json"
 WHEEL_MANIFEST = "wheelhouse-jit-cache.json"
 """The member of the wheel's dist-info naming the modules it was built to hold."""
 PACKAGE = "flashinfer_jit_cache"
+PROJECT = "flashinfer-jit-cache"
 JIT_CACHE_DIR = f"{PACKAGE}/jit_cache"
 WHEEL_TAG = "cp39-abi3-linux_{arch}"
 """Upstream's tag, but for the platform: its modules are no Python extensions (any CPython 3.9+ loads them
@@ -137,6 +138,32 @@ def compile_units(cuda_sources: int, archs: Sequence[str]) -> int:
     """A module's compiles: each CUDA translation unit once per arch it is compiled for (at least one: the link,
     a host source). Known from the module list alone, so every shard job computes the same."""
     return max(1, cuda_sources) * max(1, sum(1 for code in archs if not code.startswith("compute_")))
+
+
+def provider_tag(target: CudaArch) -> str:
+    """Upstream's name of the provider wheel of one arch target: ``sm90a`` for 9.0a, ``sm120f`` for 12.0f."""
+    return f"sm{target.major}{target.minor}{target.suffix}"
+
+
+def provider_project(tag: str) -> str:
+    """``flashinfer-jit-cache-sm90a``: a provider's distribution, as upstream names it."""
+    return f"{PROJECT}-{tag}"
+
+
+def provider_compiles(modules: Sequence[Mapping[str, Any]], cuda_arch_list: str) -> dict[str, int]:
+    """Compiles per provider of a module list (a record's ``modules`` or a module list's): each module's CUDA
+    sources once per arch it compiles for, given to the list's target of that arch (a module's own ``sm_120a``
+    goes to the 12.0f provider), or to a provider of its own where the list names none."""
+    targets = {t.base: t for t in parse_arch_list(cuda_arch_list).archs} if cuda_arch_list.strip() else {}
+    counts: dict[str, int] = {}
+    for module in modules:
+        for code in module.get("archs") or ():
+            if code.startswith("compute_"):
+                continue
+            arch = parse_arch(code)
+            tag = provider_tag(targets.get(arch.base, arch))
+            counts[tag] = counts.get(tag, 0) + max(1, int(module.get("cuda_sources") or 0))
+    return counts
 
 
 def parse_patterns(text: str | None) -> tuple[str, ...]:
