@@ -79,6 +79,8 @@ def run(row: MatrixRow, wheels: list[Path], *, cache_dir: Path, index: str | Non
         python, torch_source, uv = _venv(row, root / "venv", cache_dir=cache_dir, index=index, env=env, reuse=reuse)
         requirements = _install(row, python, wheels, env=env, uv=uv, offline_ok=reuse is not None)
         run_env = _command_environment(env, root / "venv")
+        if row.cuda != "cpu" and "CUDA_HOME" not in run_env and (nvcc := toolchain.find_nvcc(env)) is not None:
+            run_env["CUDA_HOME"] = str(toolchain.cuda_home(nvcc))  # the toolkit a JIT (DeepGEMM's) compiles with
         driver, stub_env = _driver(row, python, run_env, root)
         run_env.update(stub_env)
         (root / "run").mkdir()
