@@ -76,40 +76,52 @@ def run(row: MatrixRow, wheels: list[Path], *, cache_dir: Path, index: str | Non
     with tempfile.TemporaryDirectory(prefix=f"{row.component}-", dir=cache_dir / "smoke") as work:
         root = Path(work)
         env = credentials.build_environment(environ).environ
-        python, torch_source, uv = _venv(row, root / "venv", cache_dir=cache_dir, index=index, env=env, reuse=reuse)
-        requirements = _install(row, python, wheels, env=env, uv=uv, offline_ok=reuse is not None)
+        venv = _venv(row, root / "venv", cache_dir=cache_dir, index=index, env=env, reuse=reuse)
+        requirements = _install(row, venv, wheels, env=env, offline_ok=reuse is not None)
         run_env = _command_environment(env, root / "venv")
         if row.cuda != "cpu" and "CUDA_HOME" not in run_env and (nvcc := toolchain.find_nvcc(env)) is not None:
             run_env["CUDA_HOME"] = str(toolchain.cuda_home(nvcc))  # the toolkit a JIT (DeepGEMM's) compiles with
-        driver, stub_env = _driver(row, python, run_env, root)
+        driver, stub_env = _driver(row, venv.python, run_env, root)
         run_env.update(stub_env)
         (root / "run").mkdir()
         for command in commands:
             _run_command(row, command, cwd=root / "run", env=run_env, driver=driver)
-    return SmokeResult(tuple(commands), time.monotonic() - started, torch_source, driver, tuple(requirements))
+    return SmokeResult(tuple(commands), time.monotonic() - started, venv.torch, driver, tuple(requirements))
+
+
+@dataclass(frozen=True)
+class _Venv:
+    python: Path
+    torch: str
+    """Where its torch came from."""
+    install: list[str]
+    """The command that installs into it, without what to install."""
+    uv: str | None = None
 
 
 def _venv(row: MatrixRow, venv: Path, *, cache_dir: Path, index: str | None, env: dict[str, str],
-          reuse: toolchain.Interpreter | None) -> tuple[Path, str, str | None]:
-    """(the venv's python, where its torch came from, uv when the venv is uv's)."""
+          reuse: toolchain.Interpreter | None) -> _Venv:
     python = toolchain.venv_python(venv)
     if reuse is not None:
-        _step([str(reuse.python), "-m", "venv", str(venv)], "create the smoke test's venv", env)
-        site = Path(_site_packages(python, env))
-        # the build interpreter's packages (torch among them) after the venv's own: the wheels installed here win
-        (site / "wheelhouse-build-interpreter.pth").write_text("".join(f"{d}\n" for d in reuse.site_dirs))
-        return python, f"the build interpreter's packages ({reuse.python}, torch {reuse.torch_version})", None
+        # no pip in it (ensurepip may be missing from the machine's Python): the build interpreter's pip installs
+        # into it, and the interpreter's packages (torch among them) come after its own, so the wheels win
+        _step([str(reuse.python), "-m", "venv", "--without-pip", str(venv)], "create the smoke test's venv", env)
+        (Path(_site_packages(python, env)) / "wheelhouse-build-interpreter.pth").write_text(
+            "".join(f"{d}\n" for d in reuse.site_dirs))
+        return _Venv(python, f"the build interpreter's packages ({reuse.python}, torch {reuse.torch_version})",
+                     [str(reuse.python), "-m", "pip", "--python", str(python), "install", "--disable-pip-version-check"])
     uv = toolchain.find_uv()
     base = toolchain.find_python(row.python)
     what = f"install torch {row.torch} into the smoke test's venv"
+    source = f"{' '.join(toolchain.torch_requirements(row))} from {index or 'the configured index'}"
     if uv:
         uv_env = toolchain.uv_cache_env(cache_dir, env)
         _step([uv, "venv", "--quiet", "--python", str(base), str(venv)], "create the smoke test's venv", uv_env)
         _step(toolchain.uv_install_command(uv, python, toolchain.torch_requirements(row), index), what, uv_env)
-    else:
-        _step([str(base), "-m", "venv", str(venv)], "create the smoke test's venv", env)
-        _step(toolchain.install_command(python, row, index), what, env)
-    return python, f"{' '.join(toolchain.torch_requirements(row))} from {index or 'the configured index'}", uv
+        return _Venv(python, source, [uv, "pip", "install", "--python", str(python)], uv)
+    _step([str(base), "-m", "venv", str(venv)], "create the smoke test's venv", env)
+    _step(toolchain.install_command(python, row, index), what, env)
+    return _Venv(python, source, [str(python), "-m", "pip", "install", "--disable-pip-version-check"])
 
 
 def _site_packages(python: Path, env: dict[str, str]) -> str:
@@ -119,24 +131,17 @@ def _site_packages(python: Path, env: dict[str, str]) -> str:
                           capture_output=True, text=True, check=True, env=env).stdout.strip()
 
 
-def _install(row: MatrixRow, python: Path, wheels: list[Path], *, env: dict[str, str], uv: str | None,
-             offline_ok: bool) -> list[str]:
+def _install(row: MatrixRow, venv: _Venv, wheels: list[Path], *, env: dict[str, str], offline_ok: bool) -> list[str]:
     """The wheels with --no-deps, then their declared requirements; returns those requirements."""
-    files = [str(w) for w in wheels]
-    if uv:
-        uv_env = {**env, "VIRTUAL_ENV": str(python.parent.parent)}
-        _step([uv, "pip", "install", "--python", str(python), "--no-deps", "--no-index", "--", *files],
-              "install the built wheels into the smoke test's venv", uv_env)
-    else:
-        _step([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--no-index", "--",
-               *files], "install the built wheels into the smoke test's venv", env)
+    _step([*venv.install, "--no-deps", "--no-index", "--", *map(str, wheels)],
+          "install the built wheels into the smoke test's venv", env)
     requirements = declared_requirements(wheels, row.python)
     if not requirements:
         return []
     # offline (--reuse-env on a machine without an index), pip's retries would only stretch the failure out
     retries = ["--retries", "1", "--timeout", "15"] if offline_ok else []
-    command = (toolchain.uv_install_command(uv, python, requirements, None) if uv else
-               [str(python), "-m", "pip", "install", "--disable-pip-version-check", *retries, "--", *requirements])
+    command = (toolchain.uv_install_command(venv.uv, venv.python, requirements, None) if venv.uv else
+               [*venv.install, *retries, "--", *requirements])
     _LOG.info(f"installing the wheels' declared requirements: {' '.join(requirements)}")
     result = log.stream(command, env=env, logger=_LOG)
     if result.returncode != 0:
