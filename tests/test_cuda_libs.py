@@ -68,8 +68,8 @@ def test_cuda_library_names() -> None:
     assert all(is_cuda_library(name) for name in ("libcublasLt.so.13", "libcudart.so.13", "libcudnn.so.9",
                                                    "libnccl.so.2", "libnvshmem_host.so.3", "libnvrtc.so.13",
                                                    "libcusparse.so.12", "libcurand.so.10", "libnvJitLink.so.13"))
-    assert not any(is_cuda_library(name) for name in ("libcuda.so.1", "libc.so.6", "libstdc++.so.6", "libc10.so",
-                                                       "libtorch_cuda.so"))
+    assert not any(is_cuda_library(name) for name in ("libcuda.so.1", "libnvidia-ml.so.1", "libc.so.6",
+                                                       "libstdc++.so.6", "libc10.so", "libtorch_cuda.so"))
 
 
 def test_newer_symbol_than_the_pinned_library_is_refused(versioned_pair: dict[str, Path]) -> None:

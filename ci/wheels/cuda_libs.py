@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from ci.wheels.abi import ElfNeeds, TorchTarget
 
 # libcudart, libcublas(Lt), libcudnn*, libcufft, libcurand, libcusparse(Lt), libcusolver, libcupti, libcufile,
-# libnvrtc, libnvJitLink, libnvshmem*, libnvToolsExt, libnccl; not the driver's libcuda.so.1
-_CUDA_LIBRARY = re.compile(r"^lib(?:cu(?!da\.so)|nv|nccl)[A-Za-z0-9_+-]*\.so(?:\.|$)")
+# libnvrtc, libnvJitLink, libnvshmem*, libnvToolsExt, libnccl; not the driver's (libcuda.so.1, libnvidia-ml.so.1...),
+# which come with the machine's driver, not with a wheel
+_CUDA_LIBRARY = re.compile(r"^lib(?:cu(?!da\.so)|nv(?!idia-)|nccl)[A-Za-z0-9_+-]*\.so(?:\.|$)")
 MAX_CUDA_SYMBOLS = 1 << 16
 """Distinct CUDA-library symbols kept per shared object (a real extension takes a few hundred)."""
 SHOWN = 5
