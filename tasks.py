@@ -179,7 +179,7 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
     if json_:
         print(json.dumps([row.to_json() for row in rows], indent=2))
     elif not github_output:
-        from ci import time_model
+        from ci import size_model, time_model
 
         first, _ = matrix_module.stages(rows)
         for row in rows:
@@ -187,8 +187,9 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
             prediction = time_model.predict(row)
             predicted = prediction.short() if prediction else "not timed yet"
             stage = "first" if row in first else "then"
+            sizes = size_model.predict(row).short()
             print(f"{row.session:40} {row.arch:8} {cuda:10} py{'+'.join(row.pythons):10} torch{row.torch:8} "
-                  f"{stage:5} {predicted:24} {row.release_tag}")
+                  f"{stage:5} {predicted:24} {sizes:42} {row.release_tag}")
         over = [row for row in rows if (p := time_model.predict(row)) is not None and not p.fits]
         print(f"{len(rows)} row(s)" + (f"; {len(over)} predicted over build_timeout (the resumable path; "
                                        "`nox -s build-<component>-<python> -- --dry-run` says how many runs)"
@@ -227,7 +228,8 @@ def _wheel_paths(specs: list[str]) -> list[Path]:
     help={
         "wheel": "a wheel file to check, or a quoted glob (repeat --wheel for several)",
         "torch": "target torch: a python interpreter, site-packages dir, torch dir, or a torch wheel read in place",
-        "require_archs": "CUDA archs the fat binaries must cover, e.g. '8.0;9.0;10.0' (sm_90a covers 9.0)",
+        "require_archs": ("CUDA archs each shared object must hold as exact targets, e.g. '8.0;9.0a;12.0f' "
+                          "(sm_90a serves 9.0; 9.0a needs sm_90a)"),
         "pythons": "CPython versions that must each have every extension module, e.g. 3.10,3.11",
         "audit": "also run auditwheel show on each wheel",
         "json": "print the versioned JSON report",

@@ -293,6 +293,35 @@ def jit_cache_table(label: str = "6(h)") -> tuple[Table, list[str]] | None:
     return table, notes
 
 
+def size_table(label: str = "6(i)") -> tuple[Table, list[str]] | None:
+    """6(i): every wheel the GPU machine built, its measured size beside ci/size_model.py's prediction of it from the
+    other builds of its project (benchmarks/wheel_sizes.json, from device_results.json)."""
+    from ci import size_model
+
+    if not size_model.SIZES_FILE.is_file():
+        return None
+    data = size_model.load_data()
+    rows = []
+    for point, predicted, how in size_model.predicted_against_measured(data):
+        error = f"{(predicted - point.bytes) / point.bytes:+.0%}" if predicted is not None else ""
+        built = f"{point.archs} arch(s)" if point.archs else "no device code"
+        if point.pythons > 1:
+            built += f", {point.pythons} Pythons"
+        if point.compiles:
+            built += f", {point.compiles} compiles"
+        rows.append([point.project, point.where, built, f"{point.bytes / 2**20:.1f} MiB",
+                     f"{predicted / 2**20:.1f} MiB" if predicted is not None else "-", error, how])
+    table = Table(["wheel's project", "built (device_results.json)", "holding", "measured", "predicted",
+                   "error", "predicted from"], rows)
+    notes = [f"{label}: each wheel's size predicted by ci/size_model.py (bytes = base + per unit x units: archs, "
+             "bundled Pythons, or jit-cache compiles) from the other builds of its project alone, so no wheel predicts "
+             "itself; one build alone predicts nothing. The model the plans use is fitted to all of them "
+             "(`python -m ci.size_model --write` writes benchmarks/wheel_sizes.json); with one build a project's bytes "
+             "count per unit, which over-predicts wheels of more archs (the 9-arch fast-hadamard-transform: +41%), "
+             "the safe side of a budget. `invoke matrix` shows each row's sizes beside its time."]
+    return table, notes
+
+
 def run(ctx: Context) -> Figure:
     table_a, notes_a, summary, reps_a = compiler_cache(ctx)
     tables = [table_a]
@@ -304,18 +333,20 @@ def run(ctx: Context) -> Figure:
         notes += notes_b
         for upstream in (upstream_table(), upstream_rows_table("upstream_builds_2", "6(d)"),
                          upstream_rows_table("upstream_builds_3", "6(e)"),
-                         upstream_rows_table("upstream_builds_4", "6(f)"), all_archs_table(), jit_cache_table()):
+                         upstream_rows_table("upstream_builds_4", "6(f)"), all_archs_table(), jit_cache_table(),
+                         size_table()):
             if upstream is not None:
                 tables.append(upstream[0])
                 notes += upstream[1]
-        where_b = ("6(b) to 6(h): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
+        where_b = ("6(b) to 6(i): the GPU machine (benchmarks/device_results.json)" if DEVICE_RESULTS.is_file()
                    else "6(b): not measured in this run (no benchmarks/device_results.json)")
     return Figure(
         NAME, TITLE,
         compared=("(a) cold vs warm sccache for the fixture extension built by `ci.build.run` on "
                   "tests/fixtures/versions.yaml; (b) causal-conv1d 1.7.0 built for one arch (arch_filter) vs nine; "
                   "(c) to (f) the real upstream components built on the GPU machine from their sources, sm_90; (g) with every "
-                  "arch versions.yaml lists; (h) a subset of flashinfer-jit-cache by shards"),
+                  "arch versions.yaml lists; (h) a subset of flashinfer-jit-cache by shards; (i) each wheel's size against "
+                  "ci/size_model.py's prediction"),
         where=f"6(a): this machine (CPU torch 2.13 venv, sccache, {os.cpu_count()} cores); {where_b}",
         repetitions=f"6(a): {reps_a}; min / median",
         tables=tables,

@@ -191,6 +191,11 @@ def _pure_python_versions(work: Path) -> tuple[Path, Path]:
             raise RuntimeError(f"{FIXTURE_VERSIONS}: no '{old}' to replace; update benchmarks/rebuilds.py's "
                                f"pure-Python versions file to its new shape")
         versions_text = versions_text.replace(old, new)
+    # the fixture's smoke test imports the fixture's package: the project's own import instead
+    smoke = re.compile(r"^    # the extension imported[^\n]*\n    smoke_test:\n(?:      [^\n]*\n)+", re.M)
+    if not smoke.search(versions_text):
+        raise RuntimeError(f"{FIXTURE_VERSIONS}: no smoke_test of the fixture to replace; update benchmarks/rebuilds.py")
+    versions_text = smoke.sub(f'    smoke_test:\n      - python -c "import {PURE_PROJECT}"\n', versions_text)
     versions_file = work / "versions.yaml"
     versions_file.write_text(versions_text)
     return project, versions_file

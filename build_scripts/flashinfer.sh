@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# flashinfer's wheels, as many of the three as wheel_packages lists:
+# flashinfer's wheels, as many as wheel_packages lists:
 #   flashinfer-python     py3-none-any JIT core, built here (no compiled code:
 #                         its kernels compile at run time from the headers it carries)
 #   flashinfer-cubin      py3-none-any, NVIDIA's prebuilt kernels; upstream's build
 #                         only downloads them from its artifact server, so it must
 #                         be in rehost: downloaded from pip's configured index
-#   flashinfer-jit-cache  platform wheel of flashinfer's ahead-of-time compile of
-#                         its kernels for TORCH_CUDA_ARCH_LIST, built here through
-#                         flashinfer.aot (793 modules, 3962 CUDA translation units
-#                         for sm_90 alone), by shards when versions.yaml splits the
-#                         row (lib/flashinfer.sh, flashinfer_jit_cache_build); with
-#                         rehost, downloaded from flashinfer's index for the row's CUDA
+#   flashinfer-jit-cache  flashinfer's ahead-of-time compile of its kernels, built
+#                         here through flashinfer.aot (793 modules, 3962 CUDA
+#                         translation units for sm_90 alone) as upstream's provider
+#                         layout: one flashinfer-jit-cache-<sm..> wheel per arch of
+#                         TORCH_CUDA_ARCH_LIST and the flashinfer-jit-cache shim that
+#                         serves the one fitting the GPU, by shards when versions.yaml
+#                         splits the row (lib/flashinfer.sh, flashinfer_jit_cache_build);
+#                         with rehost, upstream's one wheel from flashinfer's index
 # The two py3-none-any wheels come only from the x86_64 row: they are the same
 # bytes on every arch. A shard build (WHEELHOUSE_SHARD=I/N) compiles its share of
 # the jit-cache modules and nothing else; the assembly (WHEELHOUSE_ASSEMBLE=1)

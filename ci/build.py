@@ -55,6 +55,8 @@ from ci import (
     sbom,
     shard_model,
     shards,
+    size_model,
+    smoke,
     sources,
     stamp,
     toolchain,
@@ -113,6 +115,8 @@ class BuildPlan:
     says it needs; empty for a row that is not split."""
     warnings: tuple[str, ...] = ()
     """What in the sources keeps compiles serial or away from the cache (ci/compile_path.py)."""
+    wheel_sizes: str = ""
+    """The row's release assets and their predicted sizes (ci/size_model.py)."""
 
     def render(self) -> str:
         lines = [
@@ -124,6 +128,7 @@ class BuildPlan:
             f"  wheels to:      {self.dist_dir}",
             f"  timeout:        {self.row.settings.build_timeout} ({self.timeout_s} s)",
             f"  predicted:      {_predicted(self.row)}",
+            f"  wheel sizes:    {self.wheel_sizes}",
             f"  compiler cache: {self.compiler_cache or 'none found (install sccache or ccache)'}",
         ]
         if self.row.bundle_pythons:
@@ -148,6 +153,8 @@ class BuildPlan:
             return log.redact("\n".join(lines))
         lines.append(f"  then:           {stamp.describe_plan(self.row)}")
         lines.append(f"                  wheel checks ({', '.join(checks)}), .metadata files, build record")
+        if smoke.describe_plan(self.row):
+            lines.append(f"                  {smoke.describe_plan(self.row)}")
         return log.redact("\n".join(lines))  # an index URL may carry its password
 
 
@@ -478,6 +485,7 @@ def _command(row: MatrixRow) -> list[str]:
 
 
 def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan:
+    size_model.refuse_over_budget(row, versions_name=versions.path.name, dist_root=options.dist_root)
     component = versions.component(row.component)
     index = _torch_index(row, options)
     if options.reuse_env:
@@ -515,6 +523,7 @@ def plan(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildPlan
         shard=options.shard,
         shards=_describe_shards(row, options),
         warnings=tuple(_compile_warnings(component, options)),
+        wheel_sizes=size_model.predict(row, dist_root=options.dist_root).describe(),
     )
 
 
@@ -557,6 +566,7 @@ def run(versions: Versions, row: MatrixRow, options: BuildOptions) -> BuildResul
     of the log with its duration (a folded group on GitHub Actions).
     """
     credentials.refuse_if_exposed_above(options.environ)
+    size_model.refuse_over_budget(row, versions_name=versions.path.name, dist_root=options.dist_root)  # before hours
     with log.Steps(_LOG) as steps:
         return _run(versions, row, options, steps)
 
@@ -628,6 +638,11 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     # the build's own paths must not be where the wheel's import looks (ci/wheels/paths.py)
     build_paths = (build_place.FIXED_BUILD_ROOT, str(build_dir), str(interpreter.torch_dir.parent))
     checks = _check_wheels(row, wheels, interpreter.torch_dir, build_paths) if options.run_checks else {"ran": False}
+    if options.run_checks and row.settings.smoke_test:  # ci/smoke.py: the wheels installed and used, before dist/
+        steps.start(f"smoke test: {len(row.settings.smoke_test)} command(s) in a fresh venv", key="smoke")
+        smoked = smoke.run(row, wheels, cache_dir=options.cache_dir, index=index, environ=options.environ,
+                           reuse=interpreter if options.reuse_env else None)
+        checks["smoke_test"] = smoked.to_json() if smoked else None
 
     ninja_steps = ninja_log.slowest_steps(build_dir / "src")  # read before the build directory goes
     if ninja_steps["slowest"]:

@@ -83,11 +83,13 @@ class Plan:
 
 
 def _predicted(decision: Decision) -> str:
-    """The build's predicted time on its runner and whether it fits build_timeout (ci/time_model.py)."""
-    from ci import time_model
+    """The build's predicted time on its runner and whether it fits build_timeout (ci/time_model.py), and its wheels'
+    predicted sizes (ci/size_model.py)."""
+    from ci import size_model, time_model
 
     prediction = time_model.predict(decision.row)
-    return prediction.short() if prediction else "not timed yet"
+    timed = prediction.short() if prediction else "not timed yet"
+    return f"{timed}, {size_model.predict(decision.row).short()}"
 
 
 def _resumable_lines(rows: list[MatrixRow]) -> list[str]:
@@ -142,6 +144,11 @@ def decide(
         decision, size = _decide_row(versions, row, by_tag.get(row.release_tag), store, revisions[row.component])
         read_bytes += size
         decisions.append(decision)
+    from ci import size_model
+
+    for decision in decisions:  # a row to build whose wheel could not be uploaded is refused before any build
+        if decision.build:
+            size_model.refuse_over_budget(decision.row, versions_name=versions.path.name)
     return Plan(tuple(decisions), read_bytes)
 
 

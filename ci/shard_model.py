@@ -245,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--also", type=Path, action="append", default=[],
                         help="a build record (or shards) of another build: its measured modules add rates only")
     parser.add_argument("--module-list", type=Path,
-                        help="model this module list (modules.json of build_scripts/lib/flashinfer_aot.py list), "
-                             "with the record's measurements as rates")
+                        help="model this module list (build/aot/modules.json: the builder's lists merged by "
+                             "ci.jit_cache merge), with the record's measurements as rates")
     parser.add_argument("--write", type=Path, help="write the modules the model read (for benchmarks/module_times/)")
     parser.add_argument("--note", default="", help="with --write: where and how the times were measured")
     args = parser.parse_args(argv)
@@ -285,8 +285,8 @@ def _combined(record: Path, also: list[Path], module_list: Path | None) -> dict[
     listing = ModuleList.read(module_list)
     measured = [m for m in modules["modules"] if m.get("seconds") is not None]
     return {"cuda_arch_list": listing.cuda_arch_list, "flashinfer_version": listing.document["flashinfer_version"],
-            "modules": [{"name": m.name, "cuda_sources": m.cuda_sources, "archs": list(m.archs), "family": m.family,
-                         "seconds": None} for m in listing.modules],
+            "modules": [{"name": m.key, "provider": m.provider, "cuda_sources": m.cuda_sources, "archs": list(m.archs),
+                         "family": m.family, "seconds": None} for m in listing.modules],
             "measured_elsewhere": [*modules.get("measured_elsewhere", []), *measured, *extra]}
 
 

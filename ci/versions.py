@@ -132,6 +132,8 @@ class Settings:
     build_path_exceptions: Mapping[str, str]
     """Shared objects (member path or glob) allowed to name build paths where an import reads them, with
     the reason (ci/wheels/paths.py)."""
+    smoke_test: tuple[str, ...]
+    """Commands run after the checks in a fresh venv holding the row's torch and wheels (ci/smoke.py)."""
 
     @property
     def runs_on_labels(self) -> tuple[str, ...]:

@@ -3,11 +3,11 @@
 Two real modules of flashinfer 0.6.13's sm_90a list (the float16 decode kernel with head_dim 128 and
 ``silu_and_mul``) are compiled with nvcc here (no GPU needed) through the builder's shard path, as
 two shards (``nox -s build-flashinfer-3.12 -- --shard I/2``); the assembly refuses to start while a
-shard is missing, then builds flashinfer-python and makes the jit-cache wheel from both shards,
-checks them, and leaves them in dist/ with their .metadata and build record (per-module compile
-seconds included). Both wheels are installed into a directory, and flashinfer's own loader takes
-the decode module from the jit-cache with its JIT off and no nvcc anywhere; a module the wheel
-lacks is refused.
+shard is missing, then builds flashinfer-python and makes the jit-cache wheels from both shards (the
+flashinfer-jit-cache shim and the flashinfer-jit-cache-sm90a provider), checks them, and leaves them in
+dist/ with their .metadata and build record (per-module compile seconds included). The three wheels are
+installed into a directory, and flashinfer's own loader takes the decode module from the provider the shim
+selects, with its JIT off and no nvcc anywhere; a module the provider lacks is refused.
 
 Needs (else skipped):
 - ``WHEELHOUSE_TEST_CUDA_TORCH_PYTHON``: an interpreter with a CUDA build of torch (the row is made
@@ -65,7 +65,7 @@ components:
     source: {{git: "https://github.com/flashinfer-ai/flashinfer.git", submodules: [3rdparty/cutlass, 3rdparty/cccl, 3rdparty/spdlog]}}
     ref: v0.6.13
     builder: flashinfer
-    wheel_packages: [flashinfer-python, flashinfer-jit-cache]
+    wheel_packages: [flashinfer-python, flashinfer-jit-cache, flashinfer-jit-cache-sm90a]
     torch_cuda_arch_list: "9.0a"
     verify_wheel_archs: false
     runs_on: ubuntu-24.04
@@ -94,7 +94,7 @@ def test_two_real_modules_by_shards_make_a_jit_cache_flashinfer_loads_without_co
     tag = f"flashinfer-v0.6.13-py{row['python']}-torch{row['torch']}-x86_64"
     shards_dir = dist / world / "shards" / tag
     manifest = json.loads((shards_dir / "shard-1-of-2" / "shard.json").read_text())
-    assert list(manifest["modules"]) == [DECODE] and manifest["modules"][DECODE]["seconds"] > 0
+    assert list(manifest["modules"]) == [f"sm90a/{DECODE}"] and manifest["modules"][f"sm90a/{DECODE}"]["seconds"] > 0
     assert manifest["cache"]["hits"] == 0  # a fresh compiler cache: its seconds are compile times
 
     assemble = ["-m", "invoke", "assemble-shards", "--component", "flashinfer", "--reuse-env", "--source", SOURCES,
@@ -112,24 +112,25 @@ def test_two_real_modules_by_shards_make_a_jit_cache_flashinfer_loads_without_co
     assert done.returncode == 0, done.stderr[-3000:]
     print(f"two shards and the assembly: {time.monotonic() - started:.0f} s")
 
-    wheel = dist / world / "flashinfer_jit_cache-0.6.13-cp39-abi3-linux_x86_64.whl"
-    assert (dist / world / f"{wheel.name}.metadata").is_file()
+    shim = dist / world / "flashinfer_jit_cache-0.6.13-cp39-abi3-linux_x86_64.whl"
+    wheel = dist / world / "flashinfer_jit_cache_sm90a-0.6.13-cp39-abi3-linux_x86_64.whl"
+    assert (dist / world / f"{wheel.name}.metadata").is_file() and (dist / world / f"{shim.name}.metadata").is_file()
     record = BuildRecord.read(dist / world / f"{tag}.build.json")
     assert record.checks_passed and sorted(w.name for w in record.wheels) == [
-        "flashinfer_jit_cache-0.6.13-cp39-abi3-linux_x86_64.whl", "flashinfer_python-0.6.13-py3-none-any.whl"]
+        shim.name, wheel.name, "flashinfer_python-0.6.13-py3-none-any.whl"]
     timed = {m["name"]: m["seconds"] for m in record.modules["modules"] if m["seconds"] is not None}
-    assert sorted(timed) == sorted([DECODE, "silu_and_mul"]) and len(record.modules["modules"]) == 793
+    assert sorted(timed) == sorted([f"sm90a/{DECODE}", "sm90a/silu_and_mul"]) and len(record.modules["modules"]) == 793
     print("compile seconds:", json.dumps(timed))
-    report = check_wheels([wheel], pythons=row["python"], use_cuobjdump=False)
+    report = check_wheels([shim, wheel], pythons=row["python"], use_cuobjdump=False)
     assert report.ok, report.problems
-    assert [str(a) for a in report.wheels[0].archs.cubin_archs] == ["9.0a"]
+    assert [str(a) for a in report.wheels[1].archs.cubin_archs] == ["9.0a"]
     with zipfile.ZipFile(wheel) as zf:
-        assert f"flashinfer_jit_cache/jit_cache/{DECODE}/{DECODE}.so" in zf.namelist()
+        assert f"flashinfer_jit_cache/providers/sm90a/jit_cache/{DECODE}/{DECODE}.so" in zf.namelist()
 
-    # both wheels installed, and flashinfer's own loader: the cache serves the module, nothing compiles
+    # the three wheels installed, and flashinfer's own loader: the sm90a provider serves the module, nothing compiles
     target = tmp_path / "installed"
     python_wheel = dist / world / "flashinfer_python-0.6.13-py3-none-any.whl"
-    subprocess.run([PYTHON, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel),
+    subprocess.run([PYTHON, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(shim), str(wheel),
                     str(python_wheel)], check=True, capture_output=True)
     probe = f"""
 import shutil, torch, flashinfer

@@ -477,6 +477,7 @@ def test_symlinked_patch_leading_out_of_the_repository_is_refused(tmp_path):
 
 
 FIXTURE_TEXT = (REPO / "tests" / "fixtures" / "versions.yaml").read_text()
+AFTER_FIXTURE = FIXTURE_TEXT.count("\n") + 1  # the first line a case appends to the fixture's text
 
 
 def alias_bomb(levels: int) -> str:
@@ -491,19 +492,19 @@ BOUNDS = [
      "more than 20000 values with aliases expanded at line 7; a versions file needs far fewer: "
      "write values out instead of repeating aliases"),
     ("alias-inside-itself", FIXTURE_TEXT + "x-loop: &loop [1, *loop]\n",
-     "alias *loop is inside the value it names at line 21; remove the alias"),
+     f"alias *loop is inside the value it names at line {AFTER_FIXTURE}; remove the alias"),
     ("deep-flow", FIXTURE_TEXT + "x-deep: " + "[" * 5000 + "]" * 5000 + "\n",
-     "nested more than 20 levels at line 21; a versions file needs far fewer: flatten it"),
+     f"nested more than 20 levels at line {AFTER_FIXTURE}; a versions file needs far fewer: flatten it"),
     ("deep-block", FIXTURE_TEXT + "x-deep:\n" + "".join(" " * (i + 1) + "- \n" for i in range(400)),
-     "nested more than 20 levels at line 41; a versions file needs far fewer: flatten it"),
+     f"nested more than 20 levels at line {AFTER_FIXTURE + 20}; a versions file needs far fewer: flatten it"),
     ("deep-mapping", FIXTURE_TEXT + "x-deep: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
-     "nested more than 20 levels at line 21; a versions file needs far fewer: flatten it"),
+     f"nested more than 20 levels at line {AFTER_FIXTURE}; a versions file needs far fewer: flatten it"),
     ("too-many-values", FIXTURE_TEXT + "x-many: [" + "1," * 20000 + "]\n",
-     "more than 20000 values with aliases expanded at line 21; a versions file needs far fewer: "
+     f"more than 20000 values with aliases expanded at line {AFTER_FIXTURE}; a versions file needs far fewer: "
      "write values out instead of repeating aliases"),
     ("too-large", FIXTURE_TEXT + "# " + "x" * (1 << 20) + "\n",
      "larger than 1 MiB; a versions file needs far less: remove what is not build configuration"),
-    ("list-as-key", FIXTURE_TEXT + "? [a, b]\n: 1\n", "invalid YAML at line 21 column 3: a list cannot be a mapping key; "
+    ("list-as-key", FIXTURE_TEXT + "? [a, b]\n: 1\n", f"invalid YAML at line {AFTER_FIXTURE} column 3: a list cannot be a mapping key; "
      "fix the syntax there"),
 ]
 

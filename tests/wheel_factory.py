@@ -230,6 +230,31 @@ def cuda_shared_object(archs: Iterable[str] = ("80", "90")) -> Path:
     return _compile_cached("cuda-so", [CUDA_SOURCE, *archs, version], build)
 
 
+def gencode_shared_object(gencodes: Iterable[str], *, device_link: bool = False) -> Path:
+    """A real host .so from nvcc with these ``-gencode`` values (``compute_120f,code=sm_120f``).
+
+    ``device_link``: compile relocatable device code (-rdc) and device-link it the way a build that forgets the
+    arch flags does (``nvcc -dlink`` without -gencode), which adds a cubin of nvcc's default arch.
+    """
+    gencodes = tuple(gencodes)
+    version = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True, check=True).stdout
+    flags = [f"-gencode=arch={g.split(',code=')[0]},code={g.split(',code=')[1]}" for g in gencodes]
+
+    def build(d: Path) -> None:
+        (d / "k.cu").write_text(CUDA_SOURCE)
+        rdc = ["-rdc=true"] if device_link else []
+        subprocess.run([str(NVCC), "-c", "k.cu", "-o", "k.o", "-Xcompiler", "-fPIC", *rdc, *flags], cwd=d, check=True,
+                       capture_output=True)
+        objects = ["k.o"]
+        if device_link:
+            subprocess.run([str(NVCC), "-dlink", "k.o", "-o", "dlink.o", "-Xcompiler", "-fPIC"], cwd=d, check=True,
+                           capture_output=True)
+            objects.append("dlink.o")
+        subprocess.run(["g++", "-shared", *objects, "-o", "lib.so"], cwd=d, check=True)
+
+    return _compile_cached("gencode-so", [CUDA_SOURCE, *gencodes, str(device_link), version], build)
+
+
 def host_shared_object(extra_flags: Iterable[str] = ()) -> Path:
     """A host-only C++ .so (no device code) referencing a c10 symbol, CPython API and libc."""
     flags = tuple(extra_flags)

@@ -189,24 +189,36 @@ wheelhouse_jit_cache() {
     )
 }
 
+# flashinfer_provider_tag TARGET: the provider of one arch target as upstream
+# names it ("9.0a" -> sm90a, "12.0f" -> sm120f, "8.0" -> sm80).
+flashinfer_provider_tag() {
+    local target="$1"
+    [[ "$target" =~ ^([0-9]+)\.([0-9])([af]?)$ ]] || die "cannot name the provider of arch target '$target'"
+    printf 'sm%s%s%s\n' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[3]}"
+}
+
 # flashinfer_jit_cache_build VERSION: flashinfer-jit-cache from the sources
 # (the current directory) through flashinfer's own AOT entry point
-# (lib/flashinfer_aot.py), for TORCH_CUDA_ARCH_LIST. Shards live in
-# WHEELHOUSE_SHARDS_DIR (default: shards/ beside DIST_DIR). Three modes:
+# (lib/flashinfer_aot.py), as upstream's layout has it: one provider wheel per
+# arch target of TORCH_CUDA_ARCH_LIST (its module list made and compiled with
+# FLASHINFER_CUDA_ARCH_LIST set to that target alone, in build/aot/<provider>)
+# and the shim (ci/jit_cache.py). Shards live in WHEELHOUSE_SHARDS_DIR
+# (default: shards/ beside DIST_DIR). Three modes:
 #   WHEELHOUSE_SHARD=I/N     compile shard I of N into its directory there; no wheel
-#   WHEELHOUSE_ASSEMBLE=1    compile nothing: the wheel from the shards there
-#   neither                  every module as shard 1/1, then the wheel
+#   WHEELHOUSE_ASSEMBLE=1    compile nothing: the wheels from the shards there
+#   neither                  every module as shard 1/1, then the wheels
 # WHEELHOUSE_JIT_CACHE_MODULES (globs of module names, from extra_env)
-# narrows the module list to a subset.
+# narrows every provider's list to a subset.
 flashinfer_jit_cache_build() {
-    local version="$1" aot deps shards_dir spec shard_dir lib
-    local -a common
+    local version="$1" aot deps shards_dir spec shard_dir lib target tag
+    local -a common lists=() logs=() targets
     lib="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
     aot="$PWD/build/aot"
     shards_dir="${WHEELHOUSE_SHARDS_DIR:-$(dirname "$DIST_DIR")/shards}"
     mkdir -p "$aot" "$shards_dir"
     FLASHINFER_CUDA_ARCH_LIST="$(flashinfer_arch_list "${TORCH_CUDA_ARCH_LIST:-}")" || exit 1
-    export FLASHINFER_CUDA_ARCH_LIST FLASHINFER_NVCC_THREADS="${NVCC_THREADS:-1}"
+    read -r -a targets <<<"$FLASHINFER_CUDA_ARCH_LIST"
+    export FLASHINFER_NVCC_THREADS="${NVCC_THREADS:-1}"
     if [[ -n "${SCCACHE_DIR:-}" ]] && command -v sccache >/dev/null 2>&1; then
         export FLASHINFER_NVCC_LAUNCHER=sccache FLASHINFER_CXX_LAUNCHER=sccache
     fi
@@ -225,8 +237,16 @@ flashinfer_jit_cache_build() {
     ensure_cuda_libraries cublas cublasLt nvrtc
     [[ -n "${CUDA_HOME:-}" ]] && append_path PATH "$CUDA_HOME/bin"
     deps="$(flashinfer_aot_deps "$PWD/build/aot-deps" "${extra[@]}")" || exit 1
-    log_info "flashinfer-jit-cache: FLASHINFER_CUDA_ARCH_LIST=$FLASHINFER_CUDA_ARCH_LIST, modules ${WHEELHOUSE_JIT_CACHE_MODULES:-all}"
-    PYTHONPATH="$deps" row_python "$lib/flashinfer_aot.py" list --project . --build-dir "$aot" --out "$aot/modules.json"
+    log_info "flashinfer-jit-cache: one provider per target of $FLASHINFER_CUDA_ARCH_LIST, modules ${WHEELHOUSE_JIT_CACHE_MODULES:-all}"
+    for target in "${targets[@]}"; do
+        tag="$(flashinfer_provider_tag "$target")" || exit 1
+        mkdir -p "$aot/$tag"
+        FLASHINFER_CUDA_ARCH_LIST="$target" PYTHONPATH="$deps" row_python "$lib/flashinfer_aot.py" list --project . \
+            --build-dir "$aot/$tag" --out "$aot/$tag/modules.json"
+        lists+=("$aot/$tag/modules.json")
+        logs+=(--ninja-log "$tag=$aot/$tag/cached_ops/.ninja_log")
+    done
+    wheelhouse_jit_cache merge --lists "${lists[@]}" --out "$aot/modules.json"
     common=(--modules "$aot/modules.json" --patterns "${WHEELHOUSE_JIT_CACHE_MODULES:-}")
     if [[ "${WHEELHOUSE_ASSEMBLE:-}" != 1 ]]; then
         if [[ -z "${WHEELHOUSE_SHARD:-}" ]]; then
@@ -235,17 +255,22 @@ flashinfer_jit_cache_build() {
         spec="${WHEELHOUSE_SHARD:-1/1}"
         shard_dir="$(wheelhouse_jit_cache select "${common[@]}" --shard "$spec" --shards-dir "$shards_dir" \
             --out "$aot/shard-modules.txt")" || exit 1
-        PYTHONPATH="$deps" row_python "$lib/flashinfer_aot.py" compile --project . --build-dir "$aot" \
-            --modules "$aot/shard-modules.txt" --out "$shard_dir/jit_cache"
-        wheelhouse_jit_cache finish-shard "${common[@]}" --shard "$spec" --dir "$shard_dir" \
-            --ninja-log "$aot/cached_ops/.ninja_log"
+        for target in "${targets[@]}"; do
+            tag="$(flashinfer_provider_tag "$target")" || exit 1
+            # this provider's share of the shard, by module name (the list's keys are <provider>/<name>)
+            sed -n "s|^$tag/||p" "$aot/shard-modules.txt" >"$aot/$tag/shard-modules.txt"
+            [[ -s "$aot/$tag/shard-modules.txt" ]] || continue
+            FLASHINFER_CUDA_ARCH_LIST="$target" PYTHONPATH="$deps" row_python "$lib/flashinfer_aot.py" compile \
+                --project . --build-dir "$aot/$tag" --modules "$aot/$tag/shard-modules.txt" \
+                --out "$shard_dir/jit_cache/$tag"
+        done
+        wheelhouse_jit_cache finish-shard "${common[@]}" --shard "$spec" --dir "$shard_dir" "${logs[@]}"
         if [[ -n "${WHEELHOUSE_SHARD:-}" ]]; then
             return 0
         fi
     fi
-    wheelhouse_jit_cache pack "${common[@]}" --shards "$shards_dir" \
-        --package-dir "$PWD/flashinfer-jit-cache/flashinfer_jit_cache" --version "$version" \
+    wheelhouse_jit_cache pack "${common[@]}" --shards "$shards_dir" --version "$version" \
         --git-version "${SOURCE_REVISION:-unknown}" --arch "$TARGET_ARCH" --dist "$DIST_DIR" \
+        --wheel-packages "${WHEEL_PACKAGES:-}" \
         --how-to-build "nox -s build-$COMPONENT-${PYTHON_VERSION:-3} -- --shard {shard}"
 }
-

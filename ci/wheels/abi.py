@@ -50,6 +50,7 @@ from typing import IO
 
 from ci.errors import CheckFailed
 from ci.wheels.archive import WheelArchive, open_wheel
+from ci.wheels.cuda_libs import MAX_CUDA_SYMBOLS, is_cuda_library
 from ci.wheels.elf import EM_CUDA, ElfFile, demangle, is_elf
 
 _TORCH_CXX = re.compile(
@@ -115,6 +116,8 @@ class ElfNeeds:
     missing_count: int = 0
     uses_cxx11_abi: bool | None = None
     """True: references std::__cxx11; False: passes old-ABI std::string to torch; None: cannot tell."""
+    cuda_symbols: tuple[tuple[str, str, str], ...] = ()
+    """(name, version, library) of each versioned symbol it takes from a CUDA library (ci/wheels/cuda_libs.py)."""
 
     @property
     def links_cuda(self) -> bool:
@@ -133,11 +136,15 @@ def elf_needs(member: str, elf: ElfFile, exports: TorchExports | None) -> ElfNee
     old_abi_sample: list[str] = []
     mentions_cxx11 = False
     runtime_symbol = None
+    cuda_symbols: dict[tuple[str, str, str], None] = {}
     for sym in elf.dynamic_symbols():
         if sym.defined:
             if runtime_symbol is None and sym.name in _CXX_RUNTIME_OWN:
                 runtime_symbol = sym.name
             continue
+        if (sym.binding != "WEAK" and sym.version and sym.version_file and is_cuda_library(sym.version_file)
+                and len(cuda_symbols) < MAX_CUDA_SYMBOLS):
+            cuda_symbols[(sym.name, sym.version, sym.version_file)] = None
         if exports is None or sym.binding == "WEAK":
             continue
         mentions_cxx11 = mentions_cxx11 or _mentions_cxx11(sym.name)
@@ -157,7 +164,7 @@ def elf_needs(member: str, elf: ElfFile, exports: TorchExports | None) -> ElfNee
     elif any("std::string" in d or "std::basic_string<" in d for d in demangle(old_abi_sample).values()):
         cxx11 = False
     return ElfNeeds(member, elf.needed_libraries(), runtime_symbol, torch_needed, tuple(missing), missing_count,
-                    cxx11)
+                    cxx11, tuple(cuda_symbols))
 
 
 def links_libstdcxx_dynamically(needed: Iterable[str]) -> bool:

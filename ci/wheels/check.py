@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ci.digest import sha256_file
@@ -34,6 +34,7 @@ from ci.wheels.archs import ArchList, format_archs, parse_arch_list
 from ci.wheels.audit import AuditResult, audit_show
 from ci.wheels.contents import content_problems
 from ci.wheels.coverage import CoverageResult, check_coverage, parse_pythons
+from ci.wheels.cuda_libs import LibrarySet, SkewResult, check_skew, pinned_by_torch, toolkit_libraries
 from ci.wheels.elf import EM_AARCH64, EM_CUDA, EM_X86_64, ElfFile, is_elf
 from ci.wheels.fatbin import ArchScan, HeaderBudget, MemberArchs, arch_problems, find_cuobjdump, scan_elf
 from ci.wheels.metadata import read_metadata, requires_python_of
@@ -54,6 +55,7 @@ class WheelReport:
     abi: AbiResult | None = None
     archs: ArchScan | None = None
     audit: AuditResult | None = None
+    cuda_libraries: SkewResult | None = None
     allowed_build_paths: tuple[str, ...] = ()
     """Build paths a shared object names where an import reads them, allowed by versions.yaml (with the reason)."""
 
@@ -104,6 +106,8 @@ class CheckReport:
             if w.archs is not None:
                 ptx = format_archs(w.archs.ptx_archs)
                 lines.append(f"  CUDA cubins: {format_archs(w.archs.cubin_archs)}; PTX: {ptx}")
+            if w.cuda_libraries is not None:
+                lines.append(f"  CUDA libraries: {w.cuda_libraries.describe()}")
             if w.audit is not None:
                 tag = w.audit.best_tag or "unclassified"
                 lines.append(f"  auditwheel: {tag}" + ("" if w.audit.classified else f" ({w.audit.summary})"))
@@ -177,6 +181,9 @@ def _wheel_dict(w: WheelReport) -> dict[str, Any]:
                 for m in w.archs.members
             ],
         }
+    if w.cuda_libraries is not None:
+        data["cuda_libraries"] = {"against": w.cuda_libraries.against, "checked": w.cuda_libraries.checked,
+                                  "note": w.cuda_libraries.note}
     if w.audit is not None:
         data["auditwheel"] = {
             "classified": w.audit.classified,
@@ -187,14 +194,23 @@ def _wheel_dict(w: WheelReport) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True)
+class _CudaWorld:
+    """The CUDA libraries a wheel is compared with: the ones the target torch pins, and where a missing symbol
+    may be found instead (the toolkit the build used)."""
+
+    pinned: LibrarySet
+    candidates: tuple[LibrarySet, ...] = ()
+
+
 def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None, cuobjdump: Path | None,  # noqa: C901 - the one place every check is called from, in report order
              required: ArchList | None, audit: bool, build_paths: tuple[str, ...] = (),
-             build_path_exceptions: Mapping[str, str] | None = None) -> WheelReport:
+             build_path_exceptions: Mapping[str, str] | None = None, cuda_world: _CudaWorld | None = None) -> WheelReport:
     if not path.is_file():
         return WheelReport(path, None, None, (f"{path.name}: no such file ({path}); check the path",))
     sha256, size = sha256_file(path), path.stat().st_size
     problems: list[str] = []
-    coverage = abi = archs = audit_result = None
+    coverage = abi = archs = audit_result = skew = None
     allowed: list[str] = []
     try:
         with open_wheel(path) as archive:
@@ -245,10 +261,14 @@ def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None,
                 cuda = bool(device) or any(n.links_cuda for n in needs)
                 abi = evaluate_abi(path.name, needs, exports, cuda_wheel=cuda)
                 problems.extend(abi.problems)
+            if cuda_world is not None:
+                skew = check_skew(path.name, needs, cuda_world.pinned, candidates=cuda_world.candidates,
+                                  carried={PurePosixPath(name).name for name in archive.names()})
+                problems.extend(skew.problems)
         audit_result = audit_show(path) if audit else None
     except CheckFailed as exc:
         problems.append(str(exc))
-    return WheelReport(path, sha256, size, tuple(problems), coverage, abi, archs, audit_result, tuple(allowed))
+    return WheelReport(path, sha256, size, tuple(problems), coverage, abi, archs, audit_result, skew, tuple(allowed))
 
 
 _MACHINES = {"x86_64": EM_X86_64, "aarch64": EM_AARCH64}
@@ -279,6 +299,8 @@ def check_wheels(
     use_cuobjdump: bool = True,
     build_paths: Iterable[str] = (FIXED_BUILD_ROOT,),
     build_path_exceptions: Mapping[str, str] | None = None,
+    cuda_libraries: LibrarySet | None = None,
+    library_candidates: Iterable[LibrarySet] | None = None,
 ) -> CheckReport:
     """Check wheels; never raises for a defective wheel (it is in the report), only for bad arguments.
 
@@ -286,6 +308,9 @@ def check_wheels(
     ``require_archs``: ``"8.0;9.0a;10.0"``-style list; ``pythons``: ``"3.10,3.11"``.
     ``build_paths``: the build's directories, which a shared object must not name for run time (besides any
     site-packages in its rpath; ci/wheels/paths.py), unless ``build_path_exceptions`` allows the member.
+    ``cuda_libraries``: the CUDA libraries the wheels' versioned symbols must be defined by (ci/wheels/cuda_libs.py);
+    by default those the torch target pins, when there is one; ``library_candidates``: where a symbol they lack
+    may be found, to name in the message (by default the CUDA toolkit of ``cuda_home`` or of the builds).
     """
     wheel_paths = [Path(p) for p in paths]
     required = parse_arch_list(require_archs) if isinstance(require_archs, str) else require_archs
@@ -294,7 +319,12 @@ def check_wheels(
     cuobjdump = find_cuobjdump(cuda_home) if use_cuobjdump else None
     exports = scan_torch_exports(target) if target is not None else None
     searched = tuple(str(p) for p in build_paths)
-    reports = [_inspect(p, wanted_pythons, exports, cuobjdump, required, audit, searched, build_path_exceptions)
+    pinned = cuda_libraries or (pinned_by_torch(target) if target is not None else None)
+    world = None
+    if pinned is not None:
+        candidates = library_candidates if library_candidates is not None else [toolkit_libraries(_toolkit(cuda_home))]
+        world = _CudaWorld(pinned, tuple(candidates))
+    reports = [_inspect(p, wanted_pythons, exports, cuobjdump, required, audit, searched, build_path_exceptions, world)
                for p in wheel_paths]
     return CheckReport(
         wheels=tuple(reports),
@@ -303,6 +333,17 @@ def check_wheels(
         required_archs=str(required) if required else None,
         pythons=wanted_pythons,
     )
+
+
+def _toolkit(cuda_home: Path | str | None) -> Path | None:
+    """The CUDA toolkit a missing symbol may be found in: ``cuda_home``, else the one builds use (ci/toolchain.py)."""
+    if cuda_home is not None:
+        return Path(cuda_home)
+    from ci.toolchain import cuda_home as home_of
+    from ci.toolchain import find_nvcc
+
+    nvcc = find_nvcc()
+    return home_of(nvcc) if nvcc is not None else None
 
 
 __all__ = ["REPORT_VERSION", "CheckReport", "WheelReport", "check_wheels"]

@@ -15,16 +15,21 @@ when a model first runs:
     must be in the wheel with that digest. Upstream's build downloads only
     those: the ``.so`` entries of the CuTe-DSL manifests are loaded at run
     time, and its own wheels do not carry them.
-``flashinfer-jit-cache``
-    flashinfer's ahead-of-time compile of its kernels, one shared object per
-    module (``flashinfer_jit_cache/jit_cache/<module>/<module>.so``); which
-    modules exist is decided by flashinfer's ``aot.py`` for the arch list. A
-    wheel built here (ci/jit_cache.py) names them in its dist-info
+``flashinfer-jit-cache-<provider>``
+    flashinfer's ahead-of-time compile of its kernels for one arch target, one
+    shared object per module
+    (``flashinfer_jit_cache/providers/<provider>/jit_cache/<module>/<module>.so``);
+    which modules exist is decided by flashinfer's ``aot.py`` for the target. A
+    provider built here (ci/jit_cache.py) names them in its dist-info
     (``wheelhouse-jit-cache.json``: the list ``gen_all_modules`` gave at build
     time, and the archs each module's ninja file compiled for): each must be in
     the wheel, with a cubin for each of its archs (the fatbin scan of the wheel
-    checks), and no other module may be. Upstream's own wheel names none, so a
-    rehosted one is asked for at least one module.
+    checks), and no other module may be; its ``manifest.json`` (what the shim
+    reads) must name the same modules, and its entry point must be registered.
+``flashinfer-jit-cache``
+    built here, the shim over the providers: its selection code, the
+    compatibility data it reads, and no module. Upstream's own monolithic wheel
+    names no module list, so a rehosted one is asked for at least one module.
 
 :func:`content_problems` returns one line per problem, naming the member.
 """
@@ -103,11 +108,12 @@ def _flashinfer_cubin(archive: WheelArchive) -> list[str]:
     return problems
 
 
-def _flashinfer_jit_cache(archive: WheelArchive, device: Sequence[MemberArchs]) -> list[str]:
+def _flashinfer_jit_cache(archive: WheelArchive, _device: Sequence[MemberArchs]) -> list[str]:
+    """The shim built here (a manifest naming its providers), or upstream's monolithic wheel, rehosted."""
     from ci import jit_cache
 
     label = archive.path.name
-    names = archive.names()
+    names = set(archive.names())
     modules = sorted(n for n in names if n.startswith(JIT_CACHE_ROOT) and n.endswith(".so"))
     manifest_name = f"{archive.dist_info}/{jit_cache.WHEEL_MANIFEST}"
     if manifest_name not in names:  # upstream's wheel, rehosted: it says nothing of what it should hold
@@ -115,23 +121,48 @@ def _flashinfer_jit_cache(archive: WheelArchive, device: Sequence[MemberArchs]) 
             return []
         return [f"{label}: has no compiled module under {JIT_CACHE_ROOT}; "
                 "its ahead-of-time compile produced nothing: rebuild or rehost the wheel"]
+    needed = (f"{jit_cache.PACKAGE}/__init__.py", f"{jit_cache.PACKAGE}/_cuda_compat.json")
+    problems = [f"{label}: lacks {member}, which the shim selects its provider with; assemble the wheel again"
+                for member in needed if member not in names]
+    problems += [f"{label}: {member} is a module in the shim, which serves its providers' only; rebuild the wheel"
+                 for member in modules]
+    return problems
+
+
+def _flashinfer_jit_cache_provider(archive: WheelArchive, device: Sequence[MemberArchs]) -> list[str]:
+    """A provider built here: every module its manifest lists, with a cubin of each of its archs, and no other."""
+    from ci import jit_cache
+
+    label = archive.path.name
+    tag = archive.wheel_name.name.removeprefix(jit_cache.PROJECT + "-")
+    root = f"{jit_cache.PROVIDERS_PACKAGE}/{tag}/"
+    names = set(archive.names())
+    manifest_name = f"{archive.dist_info}/{jit_cache.WHEEL_MANIFEST}"
     try:
         manifest = json.loads(archive.read_small(manifest_name))
         listed = {name: tuple(entry["archs"]) for name, entry in manifest["modules"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return [f"{label}: {manifest_name} is not a module list this checkout reads; rebuild the wheel"]
-    cubins = {scan.member: scan.cubins for scan in device}
+        served = set(json.loads(archive.read_small(f"{root}manifest.json"))["modules"])
+        entry_points = archive.read_small(f"{archive.dist_info}/entry_points.txt").decode("utf-8", "replace")
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        return [f"{label}: its manifests are not what this checkout writes ({error}); rebuild the wheel"]
     problems = []
+    if f"[{jit_cache.ENTRY_POINT_GROUP}]" not in entry_points or f"{tag} = " not in entry_points:
+        problems.append(f"{label}: registers no {jit_cache.ENTRY_POINT_GROUP} entry point {tag}, so the shim "
+                        "cannot find it; rebuild the wheel")
+    if served != set(listed):
+        problems.append(f"{label}: {root}manifest.json names other modules than {manifest_name}; rebuild the wheel")
+    cubins = {scan.member: scan.cubins for scan in device}
     for name, archs in sorted(listed.items()):
-        member = f"{JIT_CACHE_ROOT}{name}/{name}.so"
+        member = f"{root}jit_cache/{name}/{name}.so"
         if member not in names:
             problems.append(f"{label}: lacks module {name} ({member}), which flashinfer's AOT list names for "
-                            f"{manifest.get('cuda_arch_list')}; its shard was incomplete: assemble the wheel again")
+                            f"{manifest.get('target')}; its shard was incomplete: assemble the wheel again")
             continue
         problem = jit_cache.arch_problem(name, archs, cubins.get(member, ()))
         if problem:
             problems.append(f"{label}: {problem}; rebuild its shard")
-    unlisted = [m for m in modules if m.removeprefix(JIT_CACHE_ROOT).split("/")[0] not in listed]
+    modules = sorted(n for n in names if n.startswith(f"{root}jit_cache/") and n.endswith(".so"))
+    unlisted = [m for m in modules if m.removeprefix(f"{root}jit_cache/").split("/")[0] not in listed]
     problems += [f"{label}: {member} is no module of {manifest_name}; rebuild the wheel" for member in unlisted]
     return problems
 
@@ -146,7 +177,10 @@ RULES: dict[str, Callable[[WheelArchive, Sequence[MemberArchs]], list[str]]] = {
 def content_problems(archive: WheelArchive, device: Sequence[MemberArchs] = ()) -> list[str]:
     """What the wheel lacks of what its package must hold (nothing for packages without a rule); ``device``:
     the fatbin scan of its members (ci/wheels/fatbin.py), for the rules that look at archs."""
-    rule = RULES.get(archive.wheel_name.name)
+    name = archive.wheel_name.name
+    if name.startswith("flashinfer-jit-cache-"):
+        return _flashinfer_jit_cache_provider(archive, device)
+    rule = RULES.get(name)
     return rule(archive, device) if rule else []
 
 

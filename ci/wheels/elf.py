@@ -32,6 +32,7 @@ SHT_NOBITS = 8  # a section with no bytes in the file (.bss)
 SHT_DYNSYM = 11
 DT_NULL = 0
 DT_NEEDED = 1
+DT_SONAME = 14
 DT_RPATH = 15
 DT_RUNPATH = 29
 SHT_GNU_VERDEF = 0x6FFFFFFD
@@ -270,6 +271,10 @@ class ElfFile:
     def needed_libraries(self) -> tuple[str, ...]:
         """The shared libraries this file needs (``DT_NEEDED``), in order."""
         return tuple(name for _, name in self.dynamic_strings(DT_NEEDED))
+
+    def soname(self) -> str | None:
+        """The name a library is needed by (``DT_SONAME``), if it has one."""
+        return next((name for _, name in self.dynamic_strings(DT_SONAME)), None)
 
     def dynamic_strings(self, *tags: int) -> list[tuple[int, str]]:
         """(tag, string) for each ``.dynamic`` entry with one of ``tags``, whose value is a name in the dynamic

@@ -5,7 +5,9 @@ wheel in bounded chunks (a wheel of any size keeps memory flat), then:
 
 - with ``cuobjdump`` available (PATH, or ``<cuda_home>/bin``): a member with a
   fatbin section is copied to a temporary file for it, and
-  ``cuobjdump --list-elf --list-ptx`` names each embedded cubin/PTX;
+  ``cuobjdump --list-elf --list-ptx`` names each embedded cubin/PTX. It names a
+  family cubin by its base (cuobjdump 13.2 lists nvcc 13.0's ``sm_120f`` as
+  ``sm_120``), so the family flag is taken from the containers' own headers;
 - otherwise the fatbin containers in the ELF's ``.nv_fatbin*``/``__nv_relfatbin``
   sections are parsed here. Container: a 16-byte header (``u32`` magic
   ``0xBA55ED50``, or ``0x466243B1`` for relocatable code; ``u16`` version 1;
@@ -40,7 +42,7 @@ from pathlib import Path
 
 from ci.errors import CheckFailed
 from ci.wheels.archive import WheelArchive, open_wheel
-from ci.wheels.archs import ArchList, CudaArch, format_archs, missing_archs
+from ci.wheels.archs import ArchList, CudaArch, fallback, format_archs, missing_archs, stray_archs
 from ci.wheels.elf import EM_CUDA, ElfFile, Section, is_elf
 
 FATBIN_MAGICS = (0xBA55ED50, 0x466243B1)
@@ -211,6 +213,12 @@ def _cuobjdump(tool: Path, path: Path, label: str) -> tuple[set[CudaArch], set[C
     return cubins, ptx
 
 
+def _with_families(listed: set[CudaArch], parsed: set[CudaArch]) -> set[CudaArch]:
+    """cuobjdump's targets, each plain one that the container headers flag as a family target (``f``) renamed so."""
+    family = {arch.base for arch in parsed if arch.suffix == "f"}
+    return {CudaArch(a.major, a.minor, "f") if not a.suffix and a.base in family else a for a in listed}
+
+
 def scan_elf(member: str, elf: ElfFile, cuobjdump: Path | None = None,
              budget: HeaderBudget | None = None) -> MemberArchs | None:
     """The device code of one ELF; None when it has none. ``budget``: the wheel's, shared by its members."""
@@ -223,19 +231,19 @@ def scan_elf(member: str, elf: ElfFile, cuobjdump: Path | None = None,
     sections = elf.sections_with_prefix(*FATBIN_SECTION_PREFIXES)
     if not sections or budget.spent:
         return None
+    method = "fatbin"
+    for section in sections:
+        if not _scan_section(elf, section, cubins, ptx, budget):
+            _regex_section(elf, section, cubins, ptx)
+            method = "regex"
     if cuobjdump is not None:
         with tempfile.TemporaryDirectory(prefix="wheel-cuobjdump-") as tmp:
             copy = Path(tmp) / "member.so"
             with open(copy, "wb") as out:
                 elf.copy_to(out)
-            cubins, ptx = _cuobjdump(cuobjdump, copy, member)
+            listed_cubins, listed_ptx = _cuobjdump(cuobjdump, copy, member)
+        cubins, ptx = _with_families(listed_cubins, cubins), _with_families(listed_ptx, ptx)
         method = "cuobjdump"
-    else:
-        method = "fatbin"
-        for section in sections:
-            if not _scan_section(elf, section, cubins, ptx, budget):
-                _regex_section(elf, section, cubins, ptx)
-                method = "regex"
     if not cubins and not ptx:
         return None
     return MemberArchs(member, tuple(sorted(cubins)), tuple(sorted(ptx)), method)
@@ -258,18 +266,51 @@ def scan_wheel_archs(wheel: Path | str, *, cuda_home: Path | str | None = None, 
         return scan_archive_archs(archive, tool)
 
 
+STANDALONE_CUBINS = "standalone cubins"
+"""The member name the arch gate gives a wheel's ``.cubin`` files, taken together (each holds one target)."""
+
+
 def arch_problems(scan: ArchScan, required: ArchList) -> tuple[str, ...]:
-    """One line when required architectures have no cubin (compared on base archs), else nothing."""
-    problems = []
-    missing = missing_archs(required, scan.cubin_archs)
-    if missing:
-        problems.append(
-            f"{scan.wheel}: device code is missing required CUDA arch(es) {format_archs(missing)} "
-            f"(found cubins for {format_archs(scan.cubin_archs)}); add them to TORCH_CUDA_ARCH_LIST and rebuild"
-        )
+    """One line per shared object whose device code does not hold every entry of ``required`` as its exact target
+    (missing, or reached only through a family member's cubin, another flavour or PTX), and per shared object with
+    cubins the list does not ask for; the wheel's ``.cubin`` files count as one object."""
+    if not scan.members:
+        return (f"{scan.wheel}: device code is missing required CUDA arch(es) {format_archs(required.archs)} "
+                "(found cubins for none); add them to TORCH_CUDA_ARCH_LIST and rebuild",)
+    problems = [line for member, cubins, ptx in _device_groups(scan)
+                for line in _member_problems(scan.wheel, member, cubins, ptx, required)]
     if required.ptx and not scan.ptx_archs:
         problems.append(f"{scan.wheel}: +PTX was required but the wheel embeds no PTX; build with +PTX")
     return tuple(problems)
+
+
+def _device_groups(scan: ArchScan) -> list[tuple[str, tuple[CudaArch, ...], tuple[CudaArch, ...]]]:
+    groups = [(m.member, m.cubins, m.ptx) for m in scan.members if m.method != "cubin"]
+    standalone = [m for m in scan.members if m.method == "cubin"]
+    if standalone:
+        groups.append((STANDALONE_CUBINS, tuple(sorted({a for m in standalone for a in m.cubins})), ()))
+    return groups
+
+
+def _member_problems(wheel: str, member: str, cubins: tuple[CudaArch, ...], ptx: tuple[CudaArch, ...],
+                     required: ArchList) -> list[str]:
+    problems = []
+    missing = missing_archs(required, cubins)
+    absent = [arch for arch in missing if fallback(arch, cubins, ptx) is None]
+    if absent:
+        problems.append(f"{wheel}: {member}: device code is missing required CUDA arch(es) {format_archs(absent)} "
+                        f"(found cubins for {format_archs(cubins)}); add them to TORCH_CUDA_ARCH_LIST and rebuild")
+    for arch in missing:
+        how = fallback(arch, cubins, ptx)
+        if how is not None:
+            problems.append(f"{wheel}: {member}: {arch} is covered only through {how}; the arch list asks for the "
+                            f"exact target {arch.sm}: build that -gencode (code={arch.sm})")
+    stray = stray_archs(required, cubins)
+    if stray:
+        problems.append(f"{wheel}: {member}: cubins for {', '.join(a.sm for a in stray)}, which the arch list "
+                        f"({required}) does not ask for: nvcc's default arch of a device link (-dlink) or a compile "
+                        "without -gencode; pass the list's -gencode flags to every nvcc step, the device link too")
+    return problems
 
 
 def union_archs(scans: Iterable[ArchScan]) -> tuple[CudaArch, ...]:

@@ -5,15 +5,16 @@
 #   1. shard 1/2 of the device versions file's flashinfer-aot subset (sm_90a: the decode module the
 #      kernel test loads and one module of each large family, 52 CUDA sources), through the builder's
 #      shard path and flashinfer's own ahead-of-time entry point; the assembly, tried then, refuses
-#      in one line naming shard 2/2; then shard 2/2, and the assembly: flashinfer-python and the
-#      jit-cache wheel from both shards, checked
+#      in one line naming shard 2/2; then shard 2/2, and the assembly: flashinfer-python, and the
+#      jit-cache as upstream's provider layout has it (the flashinfer-jit-cache shim and the
+#      flashinfer-jit-cache-sm90a provider) from both shards, checked
 #   2. per-module compile seconds from the build record, and the time model's extrapolation to the
 #      whole sm_90a list (793 modules) on these 16 cores and on a hosted runner (4 cores, 16 GB, 6 h),
 #      with the shard count each needs; the wheel's size against upstream's
-#   3. release both wheels, index them, pip install both from the index into a clean target
+#   3. release the wheels, index them, pip install the three from the index into a clean target
 #   4. flashinfer's decode kernel from the installed jit-cache against the attention formula, with the
-#      JIT off, an empty JIT workspace and no nvcc on PATH or under CUDA_HOME
-#      (tests/gpu/test_flashinfer_jit_cache.py)
+#      JIT off, an empty JIT workspace and no nvcc on PATH or under CUDA_HOME: the shim chose the sm90a
+#      provider for this GPU (tests/gpu/test_flashinfer_jit_cache.py)
 # The bundle for it: `invoke device-bundle --snapshots DIR --components flashinfer-aot` (the mirror,
 # 3rdparty/spdlog's tree from upstream's 0.6.13 sdist, and .device/build-deps: apache-tvm-ffi and what it
 # needs, which the AOT and flashinfer's run-time import ask for; tests/gpu/device_bundle.py).
@@ -46,9 +47,11 @@ echo "the assembly with shard 2/2 missing: exit $status" | tee -a "$RESULTS/jit-
 jc_timed "jit-cache shard 2/2 (sm_90a subset)" "$PY" -m nox -s "$JC_SESSION" -- --reuse-env --dist "$DIST" --shard 2/2
 jc_timed "jit-cache assembly (flashinfer-python + the jit-cache from 2 shards)" \
     "$PY" -m invoke assemble-shards --component "$JC_COMPONENT" "${JC_ROW[@]}" --reuse-env --dist "$DIST"
-JC_WHEEL="$(ls "$DIST/$WORLD"/flashinfer_jit_cache-*.whl)"
+JC_WHEEL="$(ls "$DIST/$WORLD"/flashinfer_jit_cache_sm90a-*.whl)"  # the provider: the modules are there
+JC_SHIM="$(ls "$DIST/$WORLD"/flashinfer_jit_cache-*.whl)"
 JC_RECORD="$(ls "$DIST/$WORLD/$JC_COMPONENT"-*-x86_64.build.json)"
-"$PY" -m invoke check-wheel --wheel "$JC_WHEEL" --torch "$PY" --pythons 3.12 | tee "$RESULTS/jit-cache-check.txt"
+"$PY" -m invoke check-wheel --wheel "$JC_SHIM" --wheel "$JC_WHEEL" --torch "$PY" --pythons 3.12 \
+    | tee "$RESULTS/jit-cache-check.txt"
 cp "$JC_RECORD" "$RESULTS/"
 
 step "2. per-module compile seconds, the extrapolation, the wheel's size"
@@ -77,23 +80,25 @@ PY
 import json, os, sys, zipfile
 wheel, record, upstream = sys.argv[1], json.load(open(sys.argv[2]))["modules"]["modules"], sys.argv[3]
 sources = {m["name"]: max(1, m["cuda_sources"]) for m in record}
+root = "flashinfer_jit_cache/providers/sm90a/jit_cache/"
 with zipfile.ZipFile(wheel) as zf:
-    built = {i.filename.split("/")[2]: i.compress_size for i in zf.infolist()
-             if i.filename.startswith("flashinfer_jit_cache/jit_cache/") and i.filename.endswith(".so")}
+    built = {"sm90a/" + i.filename[len(root):].split("/")[0]: i.compress_size for i in zf.infolist()
+             if i.filename.startswith(root) and i.filename.endswith(".so")}
 size = os.path.getsize(wheel)
 per_source = sum(built.values()) / sum(sources[n] for n in built)
-print(f"this wheel: {size} bytes, {len(built)} modules; by CUDA source, the whole list would be "
+print(f"this provider wheel: {size} bytes, {len(built)} modules; by CUDA source, the whole list would be "
       f"~{per_source * sum(sources.values()) / 2**20:.0f} MiB")
 print(f"upstream's flashinfer-jit-cache 0.6.13 (cu130, x86_64): "
       + (f"{int(upstream)} bytes" if upstream else "size unknown (its index, flashinfer.ai, is not reachable here)"))
 PY
 
-step "3. release, index, install both from the index"
+step "3. release, index, install the three from the index"
 "$PY" -m invoke release --component "$JC_COMPONENT" "${JC_ROW[@]}" --dist "$DIST"
 "$PY" -m invoke publish-index
 INDEX="file://$WORK/store/site/$WORLD/simple/"
 env -u PIP_NO_INDEX -u PIP_FIND_LINKS "$PY" -m pip install --no-deps --target "$WORK/clean-jit-cache" \
-    --index-url "$INDEX" flashinfer-python flashinfer-jit-cache 2>&1 | tee "$RESULTS/jit-cache-pip-install.txt"
+    --index-url "$INDEX" flashinfer-python flashinfer-jit-cache flashinfer-jit-cache-sm90a 2>&1 \
+    | tee "$RESULTS/jit-cache-pip-install.txt"
 # flashinfer imports tvm_ffi at run time: the machine's image lacks it, and --no-deps took none of the
 # requirements, so the wheel the build installed it from (.device/build-deps) goes into the target too
 "$PY" -m pip install -q --no-deps --target "$WORK/clean-jit-cache" "$ROOT"/.device/build-deps/apache_tvm_ffi-*.whl \

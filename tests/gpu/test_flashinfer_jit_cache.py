@@ -1,8 +1,9 @@
 """flashinfer's kernels from the flashinfer-jit-cache wheel we built, installed from our index, nothing compiled.
 
 Run by ``tests/gpu/run_on_device.sh jit-cache`` (tests/gpu/flashinfer_jit_cache.sh) after it built a
-subset of the jit-cache for sm_90a by shards, assembled it, released and indexed it with the
-flashinfer-python wheel, and installed both from that index. That script runs this file with
+subset of the jit-cache for sm_90a by shards, assembled it as upstream's provider layout (the
+flashinfer-jit-cache shim and the flashinfer-jit-cache-sm90a provider), released and indexed it with the
+flashinfer-python wheel, and installed the three from that index. That script runs this file with
 flashinfer's JIT turned off (``FLASHINFER_DISABLE_JIT=1``: a module missing from the cache raises
 ``MissingJITCacheError`` instead of compiling), an empty JIT workspace, and no nvcc on PATH or under
 CUDA_HOME: a kernel that runs here came from the wheel. Elsewhere these tests skip.
@@ -53,11 +54,15 @@ def test_the_decode_module_is_served_by_the_installed_jit_cache(flashinfer):
     import flashinfer_jit_cache
     from flashinfer.jit import gen_single_decode_module
 
+    # this GPU (sm_90, which flashinfer compiles for as sm90a) is served by the sm90a provider, exactly
+    provider = flashinfer_jit_cache.select_provider()
+    assert flashinfer_jit_cache.target_architectures() == {"sm90a"} and provider is not None
+    assert provider.provider_id == "sm90a" and provider.distribution == "flashinfer-jit-cache-sm90a"
     spec = gen_single_decode_module(DECODE["dtype"], DECODE["dtype"], DECODE["dtype"], DECODE["head_dim"],
                                     DECODE["head_dim"], 0, False, False)
     cache = Path(flashinfer_jit_cache.get_jit_cache_dir()).resolve()
-    print(f"{spec.name}: {spec.aot_path}")
-    assert spec.is_aot and cache in spec.aot_path.resolve().parents
+    print(f"{spec.name}: {spec.aot_path} (provider {provider.distribution})")
+    assert cache == provider.jit_cache_dir and spec.is_aot and cache in spec.aot_path.resolve().parents
 
 
 @pytest.mark.parametrize("kv_len", [1024, 4097])

@@ -1,0 +1,100 @@
+"""Wheel sizes planned before the build (ci/size_model.py): the data file is what its command writes from
+benchmarks/device_results.json, every real row gets a size, and a row whose asset would pass the budget is
+refused in one line before anything is built."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import build, matrix, size_model
+from ci.errors import ConfigError
+from ci.versions import load
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_data_file_is_what_its_command_writes_from_the_device_results() -> None:
+    written = size_model.document(json.loads(size_model.DEVICE_RESULTS.read_text()))
+    assert json.loads(size_model.SIZES_FILE.read_text()) == written
+    hadamard = written["projects"]["fast-hadamard-transform"]
+    # two arch counts (1 and 9, built on the GPU machine): a base and a per-arch cubin share
+    assert hadamard["scales_with"] == "archs" and hadamard["base"] + 9 * hadamard["per_unit"] == pytest.approx(
+        47896880, rel=0.01)
+    assert written["projects"]["deep-gemm"]["scales_with"] == "pythons"  # one _C per bundled Python
+    assert written["projects"]["megatron-bridge"] == {**written["projects"]["megatron-bridge"], "scales_with": "nothing",
+                                                      "per_unit": 0}
+    jit = written["projects"]["flashinfer-jit-cache"]
+    assert jit["scales_with"] == "compiles" and jit["per_unit"] == 7008618 // 52  # 11 modules, 52 sm_90a compiles
+
+
+def test_one_build_is_all_per_unit_and_a_falling_fit_is_the_mean() -> None:
+    one = [size_model.Measured("p", "p-1-cp312-cp312-linux_x86_64.whl", 100, 2, 1, 0, "x")]
+    assert size_model.fit(one) == {"scales_with": "archs", "base": 0, "per_unit": 50}
+    falling = [size_model.Measured("p", "w", 100, 1, 1, 0, "x"), size_model.Measured("p", "w", 90, 3, 1, 0, "x")]
+    assert size_model.fit(falling) == {"scales_with": "archs", "base": 95, "per_unit": 0}
+
+
+def test_every_real_row_is_sized_and_fits() -> None:
+    versions = load()
+    for row in matrix.expand(versions):
+        sizes = size_model.predict(row)
+        assert not sizes.over_budget, sizes.describe()
+        measured = [a for a in sizes.assets if a.bytes is not None]
+        assert measured, f"{row.label}: no wheel sized"
+    (x86,) = [r for r in matrix.expand(versions) if r.component == "flashinfer" and r.arch == "x86_64"]
+    assets = {a.name: a for a in size_model.predict(x86).assets}
+    providers = {name: a.bytes for name, a in assets.items() if name.startswith("flashinfer-jit-cache-")}
+    assert sorted(providers) == ["flashinfer-jit-cache-sm100a", "flashinfer-jit-cache-sm120f",
+                                 "flashinfer-jit-cache-sm80", "flashinfer-jit-cache-sm90a"]
+    per_compile = json.loads(size_model.SIZES_FILE.read_text())["projects"]["flashinfer-jit-cache"]["per_unit"]
+    assert providers["flashinfer-jit-cache-sm90a"] == 4226 * per_compile  # the row's list: 4226 sm_90a compiles
+    # one wheel of all four would be 1.73 GiB, 170 MiB under the budget; the largest provider is 543 MiB
+    assert sum(providers.values()) > 1.7 * 2**30 and max(providers.values()) < 0.6 * 2**30
+    assert assets["flashinfer-cubin"].bytes is None and "rehosted" in assets["flashinfer-cubin"].how
+
+
+def _heavy_attention(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The size data with flash-attn's cubins 600 MiB per arch: four archs no longer fit one asset."""
+    data = json.loads(size_model.SIZES_FILE.read_text())
+    data["projects"]["flash-attn"]["per_unit"] = 600 * 2**20
+    heavy = tmp_path / "wheel_sizes.json"
+    heavy.write_text(json.dumps(data))
+    monkeypatch.setattr(size_model, "SIZES_FILE", heavy)
+
+
+def test_a_plan_with_an_asset_past_the_budget_is_refused_in_one_line(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _heavy_attention(tmp_path, monkeypatch)
+    versions = load()
+    row = next(r for r in matrix.expand(versions) if r.component == "flash-attention" and r.arch == "x86_64")
+    with pytest.raises(ConfigError) as refused:
+        build.plan(versions, row, build.BuildOptions(cache_dir=REPO / ".cache"))
+    assert str(refused.value) == (
+        "versions.yaml: components.flash-attention: flash-attention (x86_64 cu13.0.2 py3.11 torch2.13.0): flash-attn "
+        "would be 2.34 GiB (1 build(s), 4 archs), past the 1.90 GiB a release asset may take (GitHub refuses 2 GiB); "
+        "build fewer archs into one wheel: drop some from torch_cuda_arch_list (arch_overrides per CPU arch), or split "
+        "the component into one component per arch family")
+    # the same row with the aarch64 list (two archs) fits, and build.run refuses before it fetches anything
+    aarch64 = next(r for r in matrix.expand(versions) if r.component == "flash-attention" and r.arch == "aarch64")
+    assert not size_model.predict(aarch64).over_budget
+    with pytest.raises(ConfigError, match=r"past the 1\.90 GiB"):
+        build.run(versions, row, build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist"))
+    assert not (tmp_path / "cache").exists()
+
+
+def test_invoke_matrix_and_the_dry_run_show_the_sizes_beside_the_time() -> None:
+    env = {**os.environ, "WHEELHOUSE_VERSIONS": str(REPO / "versions.yaml")}
+    shown = subprocess.run([sys.executable, "-m", "invoke", "matrix", "--component", "flashinfer"], cwd=REPO, env=env,
+                           capture_output=True, text=True, check=True).stdout
+    first = shown.splitlines()[0]
+    assert "h (fits)" in first and "GiB in 7, largest 543 MiB (fits)" in first
+    versions = load()
+    row = next(r for r in matrix.expand(versions) if r.component == "flashinfer" and r.arch == "x86_64")
+    text = build.plan(versions, row, build.BuildOptions(cache_dir=REPO / ".cache")).render()
+    assert "  wheel sizes:    flashinfer-python " in text and "flashinfer-jit-cache-sm90a 543 MiB (4226 compiles" in text
