@@ -42,8 +42,10 @@ def test_the_sweep_builds_every_component_of_versions_yaml_with_its_own_settings
         assert ours.torch_cuda_arch_list == entry["torch_cuda_arch_list"]
         assert not ours.torch_cuda_arch_list or ours.torch_cuda_arch_list.startswith("9.0")
         assert set(given.extra_env) <= set(ours.extra_env) or row.component == "flashinfer"
+        assert ours.smoke_test == tuple(entry.get("smoke_test") or given.smoke_test), row.component
     flashinfer = swept.component("flashinfer").settings_for("x86_64")
-    assert flashinfer.wheel_packages == ("flashinfer-python", "flashinfer-jit-cache") and not flashinfer.rehost
+    assert flashinfer.wheel_packages == ("flashinfer-python", "flashinfer-jit-cache", "flashinfer-jit-cache-sm90a")
+    assert not flashinfer.rehost
     assert flashinfer.extra_env["WHEELHOUSE_JIT_CACHE_MODULES"] == sweep.JIT_CACHE_MODULE
     assert "-DFLASHATTENTION_DISABLE_DROPOUT" in swept.component("flash-attention").settings_for("x86_64").extra_env[
         "NVCC_APPEND_FLAGS"]

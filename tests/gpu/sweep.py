@@ -55,8 +55,10 @@ DEVICE_VERSIONS = ROOT / "tests" / "fixtures" / "versions-device.yaml"
 RESULTS = ROOT / "benchmarks" / "device_results.json"
 # where each component's sources come from in the device file (flashinfer's git sources are flashinfer-aot's)
 DEVICE_ENTRY = {"flashinfer": "flashinfer-aot"}
-# the sm_90 settings the device file gives each component
-ARCH_SETTINGS = ("torch_cuda_arch_list", "arch_filter", "verify_wheel_archs", "nvcc_threads", "build_timeout")
+# what the device file gives each component for this machine: the sm_90 settings, and smoke tests that need
+# nothing the machine lacks (megatron-core, flashinfer-cubin)
+MACHINE_SETTINGS = ("torch_cuda_arch_list", "arch_filter", "verify_wheel_archs", "nvcc_threads", "build_timeout",
+                    "smoke_test")
 # a share of the machine's 16 cores (jobs may exceed cores: most builds have serial stretches)
 JOBS = {"transformer-engine": 12, "flash-attention": 6, "apex": 6, "deep-ep": 4, "flash-mla": 6,
         "fast-hadamard-transform": 2, "deep-gemm": 2, "flashinfer": 2, "megatron-bridge": 1}
@@ -68,7 +70,8 @@ FLASH_ATTENTION_SWITCHES = " ".join(f"-DFLASHATTENTION_DISABLE_{name}"
 JIT_CACHE_MODULE = ("single_decode_with_kv_cache_dtype_q_f16_dtype_kv_f16_dtype_o_f16_head_dim_qk_128_head_dim_vo_128_"
                     "posenc_0_use_swa_False_use_logits_cap_False")
 REDUCED = {
-    "flashinfer": f"no flashinfer-cubin (downloaded by upstream's build; no index here); jit-cache: {JIT_CACHE_MODULE}",
+    "flashinfer": ("no flashinfer-cubin (downloaded by upstream's build; no index here); the jit-cache shim and its "
+                   f"sm90a provider, holding {JIT_CACHE_MODULE}"),
     "flash-attention": f"every unit with {FLASH_ATTENTION_SWITCHES}; the full sm_90 build: upstream_builds_2",
     "deep-gemm": "one Python: no bundle",
 }
@@ -141,10 +144,13 @@ def variant(*, versions: Path = ROOT / "versions.yaml", device: Path = DEVICE_VE
         given = machine["components"][source_name]
         entry = _x86_64_entry(real["components"][name])
         entry["source"], entry["ref"] = copy.deepcopy(given["source"]), given["ref"]
-        for key in ARCH_SETTINGS:
-            entry.pop(key, None)
+        for key in MACHINE_SETTINGS:
+            if key in given or key != "smoke_test":
+                entry.pop(key, None)
             if key in given:
                 entry[key] = copy.deepcopy(given[key])
+        if set(given.get("wheel_packages", ())) < set(entry["wheel_packages"]):  # the projects its archs make
+            entry["wheel_packages"] = list(given["wheel_packages"])
         entry["extra_env"] = {**(entry.get("extra_env") or {}), **(given.get("extra_env") or {})}
         for key in ("arches", "python_versions", "bundle_pythons", "job_timeout_minutes", "shards", "rehost"):
             entry.pop(key, None)
