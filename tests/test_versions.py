@@ -109,6 +109,18 @@ MALFORMED = [
      "(demo); rehost only one of them, or add it to wheel_packages"),
     ("shards-zero", mutated(_set(["components", "demo", "shards"], 0)),
      "versions.yaml: components.demo.shards: 0 is too small; the minimum is 1"),
+    # a builder that does not declare it builds by shards (ci/shards.py BUILDER_DECLARATION): each of the N jobs
+    # would run the whole build and leave no shard
+    ("shards-builder-cannot", mutated(_set(["components", "demo", "shards"], 256)),
+     "versions.yaml: components.demo.shards: 256 shards, but build_scripts/fixture.sh does not build by shards (it "
+     "has no '# wheelhouse-builder: builds-by-shards' line): each shard job would run the whole build and leave no "
+     "shard; set shards: 1, or make the builder build one shard (WHEELHOUSE_SHARD) and assemble them "
+     "(WHEELHOUSE_ASSEMBLE)"),
+    ("shards-override-builder-cannot", mutated(_set(["components", "demo", "arch_overrides", "aarch64", "shards"], 2)),
+     "versions.yaml: components.demo.arch_overrides.aarch64.shards: 2 shards, but build_scripts/fixture.sh does not "
+     "build by shards (it has no '# wheelhouse-builder: builds-by-shards' line): each shard job would run the whole "
+     "build and leave no shard; set shards: 1, or make the builder build one shard (WHEELHOUSE_SHARD) and assemble "
+     "them (WHEELHOUSE_ASSEMBLE)"),
     ("python-not-in-matrix", mutated(_set(["components", "demo", "python_versions"], ["3.13"])),
      "versions.yaml: components.demo.python_versions[0]: Python '3.13' is not in build_matrix (3.11, 3.12); "
      "remove it or add a build_matrix row for it"),
