@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ci import bounded_json
 from ci.errors import ConfigError, WheelhouseError
 from ci.manifest import Manifest
 from ci.plan import wheel_covers_arch
@@ -208,7 +209,7 @@ class Provenance:
 def parse(data: bytes, *, where: str) -> Provenance:
     """Read a statement this module wrote; one line naming ``where`` and the fault otherwise."""
     try:
-        raw = json.loads(data)
+        raw = bounded_json.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise WheelhouseError(f"{where}: not JSON ({exc}); download the release's {PREFIX}<arch>{SUFFIX}") from None
     if not isinstance(raw, dict) or raw.get("_type") != STATEMENT_TYPE or raw.get("predicateType") != PREDICATE_TYPE:

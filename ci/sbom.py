@@ -34,7 +34,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ci import log, toolchain
+from ci import bounded_json, log, toolchain
 from ci.digest import sha256_file
 from ci.errors import CheckFailed
 from ci.matrix import MatrixRow
@@ -374,7 +374,7 @@ def read_document(wheel: Path | str) -> dict[str, Any]:
         data = archive.read_small(name)
         label = archive.wheel_name.filename
     try:
-        return json.loads(data.decode("utf-8"))
+        return bounded_json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise CheckFailed(f"{label}: {name} is not JSON ({exc}); rebuild the wheel") from None
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ci import bounded_json
 from ci.digest import sha256_file
 from ci.errors import UsageError, WheelhouseError
 
@@ -160,7 +161,7 @@ def read_checked(path: Path, what: str, problem: Callable[[Any], str | None], fi
     """The JSON document at ``path`` once ``problem`` finds nothing wrong with it; UsageError (one line ending in
     ``fix``) for a file that cannot be read or parsed, or has a problem."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = bounded_json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: not a readable {what} ({exc}); {fix}") from None
     found = problem(raw)

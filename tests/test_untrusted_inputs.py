@@ -108,6 +108,11 @@ def _fixture_record(**changes) -> str:
     ("[]", "holds a JSON list, not a build record"),
     (_fixture_record(row={"component": 1}), "build record field 'row.component' is an integer, not a string"),
     (_fixture_record(schema=0), "build record schema 0, but this checkout reads schema 2"),
+    # deeper than json.loads can recurse: RecursionError, a traceback, before the depth limit (adversarial R9)
+    ("[" * 100_000 + "]" * 100_000, "not a readable build record (nested more than 64 levels (far deeper than "
+                                    "Python's JSON reader goes))"),
+    ('{"a":' * 65 + "1" + "}" * 65, "not a readable build record (nested more than 64 levels; no document of this "
+                                   "tool is)"),
 ])
 def test_release_with_a_malformed_build_record(tmp_path, content, problem):
     record = tmp_path / "dist" / "cpu" / "torch2.13" / RECORD_NAME
@@ -257,6 +262,39 @@ def test_a_local_store_record_of_the_wrong_shape_is_one_line(tmp_path, record, p
     line = one_line(invoke("publish-index", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "site")), 1)
     assert line == (f"error: local store: {release / 'release.json'} is not a release record ({problem}); restore "
                     "it from a copy or remove that release folder")
+
+
+def test_a_local_store_record_nested_past_the_json_readers_depth_is_one_line(tmp_path):
+    release = tmp_path / "store" / "releases" / "x"
+    release.mkdir(parents=True)
+    (release / "release.json").write_text("[" * 100_000 + "]" * 100_000)
+    line = one_line(invoke("publish-index", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "site")), 1)
+    assert line == (f"error: local store: {release / 'release.json'} is unreadable (nested more than 64 levels (far "
+                    "deeper than Python's JSON reader goes)); remove that release")
+
+
+@pytest.mark.parametrize("name", ["wheelhouse-site.json", "digests.json"])
+def test_a_published_site_file_nested_past_the_json_readers_depth_is_not_ours(tmp_path, name):
+    """The site a publish would replace: its marker and digest cache are read before anything is written."""
+    (tmp_path / "store" / "releases").mkdir(parents=True)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / name).write_text("{\"a\":" * 100_000 + "1" + "}" * 100_000)
+    result = invoke("publish-index", "--store", str(tmp_path / "store"), "--out", str(site))
+    assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr, result.stderr[-3000:]
+    assert result.returncode in (0, 1), result.stderr
+    if result.returncode:
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000,
+                                  "[" * 65 + "]" * 65])
+def test_the_bounded_json_reader_refuses_depth_as_a_value_error(text):
+    from ci import bounded_json
+
+    with pytest.raises(ValueError, match="nested more than 64 levels"):
+        bounded_json.loads(text)
+    assert bounded_json.depth(bounded_json.loads("[" * 64 + "]" * 64)) == 64  # the limit itself is read
 
 
 @pytest.mark.parametrize("option", ["--out", "--pages-artifact"])

@@ -135,6 +135,10 @@ def test_bad_inputs_are_one_line_exit_2(released, tmp_path):
     manifest.update(release_tag="other-1.0-py3.11-torch2.13.0", wheels=[{"name": "x-1.0-py3-none-any.whl",
                                                                          "sha256": "0" * 64, "size": 1}])
     (other / released.manifest.name).write_text(json.dumps(manifest))
+    deep = tmp_path / "deep"  # adversarial R9: json.loads recursed into a RecursionError traceback
+    deep.mkdir()
+    (deep / released.manifest.name).write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    (deep / released.provenance.name).write_text("[" * 100_000 + "]" * 100_000)
     no_statement = tmp_path / "no-statement"
     no_statement.mkdir()
     shutil.copyfile(released.manifest, no_statement / released.manifest.name)
@@ -154,6 +158,11 @@ def test_bad_inputs_are_one_line_exit_2(released, tmp_path):
             f"{no_statement / released.provenance.name}: no such file; download wheelhouse-provenance-x86_64.intoto.json",
         ("--wheel", str(released.wheel), "--manifest", str(released.manifest), "--provenance", str(released.manifest)):
             f"{released.manifest}: not an in-toto statement with an SLSA provenance v1 predicate",
+        ("--wheel", str(released.wheel), "--manifest", str(deep / released.manifest.name)):
+            f"{deep / released.manifest.name}: manifest is not JSON (nested more than 64 levels",
+        ("--wheel", str(released.wheel), "--manifest", str(released.manifest), "--provenance",
+         str(deep / released.provenance.name)):
+            f"{deep / released.provenance.name}: not JSON (nested more than 64 levels",
         ("--wheel", str(released.wheel)): "name the wheel's release with exactly one of --manifest PATH or --release DIR",
         ("--manifest", str(released.manifest)): "name the wheel to check with --wheel PATH",
     }

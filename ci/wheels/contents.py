@@ -32,10 +32,10 @@ when a model first runs:
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 from collections.abc import Callable, Sequence
 
+from ci import bounded_json
 from ci.wheels.archive import WheelArchive
 from ci.wheels.fatbin import MemberArchs
 
@@ -116,7 +116,7 @@ def _flashinfer_jit_cache(archive: WheelArchive, device: Sequence[MemberArchs]) 
         return [f"{label}: has no compiled module under {JIT_CACHE_ROOT}; "
                 "its ahead-of-time compile produced nothing: rebuild or rehost the wheel"]
     try:
-        manifest = json.loads(archive.read_small(manifest_name))
+        manifest = bounded_json.loads(archive.read_small(manifest_name))
         listed = {name: tuple(entry["archs"]) for name, entry in manifest["modules"].items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return [f"{label}: {manifest_name} is not a module list this checkout reads; rebuild the wheel"]
