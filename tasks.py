@@ -279,17 +279,17 @@ def fix_wheel(c: Context, wheel: list[str] | None = None, strip_local_version: b
 
 
 def _release_row(versions: Versions, component: str, python: str | None, torch: str | None,
-                 arch: str | None) -> MatrixRow:
+                 arch: str | None, cuda: str | None = None) -> MatrixRow:
     from ci import build
 
     rows = matrix_module.select(
         matrix_module.expand(versions), versions=versions, component=component, python=python, torch=torch,
-        arch=arch or build.host_arch(),
+        arch=arch or build.host_arch(), cuda=cuda,
     )
     if len(rows) != 1:
         raise WheelhouseError(
-            f"{len(rows)} rows match component={component} python={python} torch={torch} arch={arch}; "
-            "name --python, --torch and --arch so that exactly one matches"
+            f"{len(rows)} rows match component={component} python={python} torch={torch} arch={arch} cuda={cuda}; "
+            "name --python, --torch, --arch and --cuda so that exactly one matches"
         )
     return rows[0]
 
@@ -300,6 +300,7 @@ def _release_row(versions: Versions, component: str, python: str | None, torch: 
         "python": "the row's Python (X.Y)",
         "torch": "the row's torch version",
         "arch": "the row's arch (default: this machine's)",
+        "cuda": "the row's CUDA version, or cpu (when the matrix has several for this Python and torch)",
         "dist": "where the build put the wheels (default: dist/)",
         "dry_run": "print the exact steps (and API calls) without changing anything",
         "no_clobber": "refuse to replace an asset whose bytes differ",
@@ -308,8 +309,8 @@ def _release_row(versions: Versions, component: str, python: str | None, torch: 
 )
 @reports_errors
 def release(c: Context, component: str | None = None, python: str | None = None, torch: str | None = None,
-            arch: str | None = None, dist: str = "dist", dry_run: bool = False, no_clobber: bool = False,
-            store: str | None = None) -> None:
+            arch: str | None = None, cuda: str | None = None, dist: str = "dist", dry_run: bool = False,
+            no_clobber: bool = False, store: str | None = None) -> None:
     """Upload one built row: ensure the release, upload wheels and .metadata, then the manifest last."""
     from ci import release as release_module
 
@@ -318,7 +319,7 @@ def release(c: Context, component: str | None = None, python: str | None = None,
     dry_run = dry_run or _core_dry(c)
 
     versions = load(_env().versions_path)
-    row = _release_row(versions, component, python, torch, arch)
+    row = _release_row(versions, component, python, torch, arch, cuda)
     plan = release_module.plan(versions, row, Path(dist).resolve())
     target = _store(store, dry_run=dry_run)
     print(f"release {row.release_tag} in {target.description}:")
@@ -479,6 +480,7 @@ def device_bundle(c: Context, snapshots: str | None = None, components: str | No
         "python": "the row's Python (X.Y)",
         "torch": "the row's torch version",
         "arch": "the row's arch (default: this machine's)",
+        "cuda": "the row's CUDA version, or cpu (when the matrix has several for this Python and torch)",
         "dist": "where the shards are (<dist>/<world>/shards/<release tag>-<arch>/) and the wheels go (default: dist/)",
         "shards": "take the shards from this directory instead",
         "reuse_env": "build in the current interpreter (verified), as the build session's --reuse-env",
@@ -487,8 +489,8 @@ def device_bundle(c: Context, snapshots: str | None = None, components: str | No
 )
 @reports_errors
 def assemble_shards(c: Context, component: str | None = None, python: str | None = None, torch: str | None = None,
-                    arch: str | None = None, dist: str = "dist", shards: str | None = None, reuse_env: bool = False,
-                    source: str | None = None) -> None:
+                    arch: str | None = None, cuda: str | None = None, dist: str = "dist", shards: str | None = None,
+                    reuse_env: bool = False, source: str | None = None) -> None:
     """Assemble a row's wheels from every shard of it (nox -s build-... -- --shard I/N), check them, and put them
     in dist/<world>/ with their .metadata and build record, as a build does."""
     from ci import build
@@ -497,7 +499,7 @@ def assemble_shards(c: Context, component: str | None = None, python: str | None
         raise Exit("error: assemble-shards: name --component C (invoke matrix lists the components)", code=2)
     env = _env()
     versions = load(env.versions_path)
-    row = _release_row(versions, component, python, torch, arch)
+    row = _release_row(versions, component, python, torch, arch, cuda)
     dist_root = Path(dist).resolve()
     checkout = Path(source).resolve() if source else None
     if checkout is not None and not checkout.is_dir():

@@ -552,6 +552,7 @@ def publish_workflow() -> dict[str, Any]:
                 "PYTHON": row["python"],
                 "TORCH": row["torch"],
                 "ARCH": row["arch"],
+                "CUDA": row["cuda"],
             },
             "run": _script("publish_row.sh"),
         },

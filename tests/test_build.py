@@ -146,7 +146,7 @@ def test_fixture_builds_through_the_nox_session(tmp_path):
     (wheel,) = world.glob("*.whl")
     assert wheel.name == "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"
     assert (world / f"{wheel.name}.metadata").read_text().startswith("Metadata-Version:")
-    record_path = world / "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0-x86_64.build.json"
+    record_path = world / "wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0-x86_64.build.json"
     record = json.loads(record_path.read_text())
     # the record the build wrote reads back whole and is written again byte for byte
     assert BuildRecord.read(record_path).to_json() == record_path.read_text()

@@ -180,3 +180,46 @@ def test_release_notes_say_which_wheels_are_upstreams():
         rows["flashinfer"])
     assert "rehosted" not in release.notes(rows["flash-attention"])
     assert wheel_packages.rehosted_by_component(versions)["flashinfer"] == frozenset({"flashinfer-cubin"})
+
+
+TWO_WORLDS = """
+build_matrix:
+  - {arch: x86_64, cuda: cpu, python: "3.11", torch: "2.13.0", cxx11_abi: "TRUE", torch_index: default}
+  - {arch: x86_64, cuda: "13.0.2", python: "3.11", torch: "2.13.0", cxx11_abi: "TRUE"}
+components:
+  demo:
+    source: {path: tests/fixtures/fixture_ext}
+    ref: "1.0"
+    builder: fixture
+    runs_on: ubuntu-24.04
+"""
+
+
+def test_a_cpu_and_a_cuda_row_of_one_python_and_torch_release_into_two_releases(tmp_path):
+    """The tag names the world: the CPU row's wheel and the CUDA row's wheel of one file name, each released in turn,
+    keep their own bytes (the anchor's tag had no CUDA part: the second release replaced the first one's wheel)."""
+    from build_records import write_record
+    from wheel_factory import build_wheel
+
+    path = tmp_path / "versions.yaml"
+    path.write_text(TWO_WORLDS)
+    versions = load(path)
+    cpu, cuda = matrix.expand(versions)
+    store = LocalStore(tmp_path / "store")
+    wheels = {}
+    for row, world_bytes in ((cpu, b"cpu build"), (cuda, b"cuda build")):
+        dist = tmp_path / f"dist-{row.cuda}"
+        wheel = build_wheel(dist / row.world, {"demo/__init__.py": world_bytes}, name="demo", version="1.0",
+                            tags="py3-none-any")
+        write_record(dist, row, [wheel])
+        wheels[row.release_tag] = wheel.read_bytes()
+        release.apply(release.plan(versions, row, dist), store)
+    assert len(wheels) == 2  # two tags
+    for tag, data in wheels.items():
+        assert store.read_asset(tag, "demo-1.0-py3-none-any.whl") == data
+    assert sorted(r.tag for r in store.list_releases()) == ["demo-1.0-cpu-py3.11-torch2.13.0",
+                                                            "demo-1.0-cu130-py3.11-torch2.13.0"]
+    assert matrix.release_rows(versions, cpu) == [cpu] and matrix.release_rows(versions, cuda) == [cuda]
+    assert matrix.release_title(versions, cpu) == "demo 1.0 - cpu py3.11 torch2.13.0"  # one world per title
+    assert matrix.release_title(versions, cuda) == "demo 1.0 - cu13.0.2 py3.11 torch2.13.0"
+    assert matrix.select(matrix.expand(versions), versions=versions, component="demo", cuda="cpu") == [cpu]

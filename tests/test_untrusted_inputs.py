@@ -37,7 +37,7 @@ from wheel_factory import build_wheel  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
-RECORD_NAME = "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0-x86_64.build.json"
+RECORD_NAME = "wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0-x86_64.build.json"
 
 
 def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -189,7 +189,7 @@ def test_no_clobber_refusal_names_the_flag_release_has(tmp_path):
     first = invoke(*args, "--dist", str(tmp_path / "one"))
     assert first.returncode == 0, first.stderr
     line = one_line(invoke(*args, "--dist", str(tmp_path / "two"), "--no-clobber"), 1)
-    assert line.startswith(f"error: release wheelhouse-fixture-0.1.0-py3.11-torch2.13.0: asset {wheel.name} exists "
+    assert line.startswith(f"error: release wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0: asset {wheel.name} exists "
                            "with other bytes (sha256 ")
     assert line.endswith("; drop --no-clobber to replace it, or bump the version"), line
 
