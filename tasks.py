@@ -303,14 +303,14 @@ def _release_row(versions: Versions, component: str, python: str | None, torch: 
         "cuda": "the row's CUDA version, or cpu (when the matrix has several for this Python and torch)",
         "dist": "where the build put the wheels (default: dist/)",
         "dry_run": "print the exact steps (and API calls) without changing anything",
-        "no_clobber": "refuse to replace an asset whose bytes differ",
+        "replace": "replace a wheel (and its .metadata) the release already serves with other bytes",
         "store": "override WHEELHOUSE_STORE",
     }
 )
 @reports_errors
 def release(c: Context, component: str | None = None, python: str | None = None, torch: str | None = None,
             arch: str | None = None, cuda: str | None = None, dist: str = "dist", dry_run: bool = False,
-            no_clobber: bool = False, store: str | None = None) -> None:
+            replace: bool = False, store: str | None = None) -> None:
     """Upload one built row: ensure the release, upload wheels and .metadata, then the manifest last."""
     from ci import release as release_module
 
@@ -327,7 +327,7 @@ def release(c: Context, component: str | None = None, python: str | None = None,
     if dry_run and target.rehearsed_calls() is None:
         print("dry run: nothing changed")
         return
-    release_module.apply(plan, target, clobber=not no_clobber, dry_run=dry_run)
+    release_module.apply(plan, target, replace=replace, dry_run=dry_run)
     if dry_run:
         print("dry run: the API calls it would make:")
         for call in target.rehearsed_calls() or ():

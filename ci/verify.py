@@ -9,7 +9,8 @@ What is compared, each difference one line:
   world the statement names;
 - torch pin: the ``Requires-Dist: torch`` of the wheel's METADATA against the pin its SBOM records,
   and that pin against the release's torch;
-- the versions.yaml commit and the build fingerprint, where the statement names them.
+- the build fingerprint: the SBOM's (wheels built since it carries one) against the manifest's, and the
+  statement's against the manifest's.
 
 An input that is not what it should be (no such file, not a wheel, a manifest or statement of another
 release) is a :class:`~ci.errors.UsageError`: one line, nothing compared. Nothing is written anywhere.
@@ -148,9 +149,9 @@ def _sbom_problems(name: str, wheel: Path, built: Manifest, statement: provenanc
         problems.append(f"{name}: world: its SBOM's torch ({summary.torch.get('version')}, CUDA "
                         f"{summary.torch.get('cuda')}) is world {world}, the release's row is {statement.world}")
     problems += _pin_problems(name, wheel, summary, built.torch)
-    if statement.versions_commit is not None and summary.versions_commit != statement.versions_commit:
-        problems.append(f"{name}: versions.yaml commit: its SBOM says {summary.versions_commit or 'none'}, the "
-                        f"provenance says {statement.versions_commit}")
+    if summary.fingerprint and summary.fingerprint != built.fingerprint:  # a wheel built before the SBOM had it: none
+        problems.append(f"{name}: build fingerprint: its SBOM says {_short(summary.fingerprint)}, release "
+                        f"{built.release_tag}'s manifest says {_short(built.fingerprint)}")
     return problems
 
 

@@ -12,7 +12,7 @@ from urllib.request import url2pathname
 import pytest
 from provenance_helpers import RUN_ENV, built_row, release_fixture
 
-from ci import manifest, provenance, release, sbom
+from ci import build_record, manifest, provenance, release, sbom
 from ci.digest import sha256_file
 from ci.errors import ConfigError, RemoteError
 from ci.index import site_files
@@ -61,14 +61,16 @@ def test_the_statement_binds_every_wheel_to_its_commits_fingerprint_row_and_run(
     assert external["row"] == row.to_json() and external["release_tag"] == row.release_tag
     assert external["fingerprint"] == built.fingerprint
     assert external["source"]["revision"] == summary.source_revision == built.source["revision"]
-    assert external["versions"] == {"file": "tests/fixtures/versions.yaml", "commit": summary.versions_commit}
+    record = json.loads(build_record.path_for(row, tmp_path / "dist").read_text())
+    versions_commit = record["sbom"]["versions"]["commit"] + ("-dirty" if record["sbom"]["versions"]["dirty"] else "")
+    assert external["versions"] == {"file": "tests/fixtures/versions.yaml", "commit": versions_commit}
     assert definition["internalParameters"] == {"build_config": built.build_config}
     # the fixture's source is a directory: its digest is the source dependency
     assert {"name": "source", "digest": {"sha256": summary.source_revision}} in definition["resolvedDependencies"]
-    if not summary.versions_commit.endswith("-dirty"):  # a clean checkout names its commit as a dependency too
+    if not versions_commit.endswith("-dirty"):  # a clean checkout names its commit as a dependency too
         (versions_dep,) = [d for d in definition["resolvedDependencies"] if d["name"] == "versions.yaml"]
-        assert versions_dep == {"name": "versions.yaml", "digest": {"gitCommit": summary.versions_commit},
-                                "uri": f"git+https://github.com/octo/wheelhouse@{summary.versions_commit}"}
+        assert versions_dep == {"name": "versions.yaml", "digest": {"gitCommit": versions_commit},
+                                "uri": f"git+https://github.com/octo/wheelhouse@{versions_commit}"}
     assert statement["predicate"]["runDetails"] == {
         "builder": {"id": "https://github.com/octo/wheelhouse/.github/workflows/_publish.yml"},
         "metadata": {"invocationId": "https://github.com/octo/wheelhouse/actions/runs/4242/attempts/2"},

@@ -28,12 +28,15 @@ def test_push_remote_is_never_an_option_of_git(tmp_path):
 
 import json  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import zipfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from wheel_factory import build_wheel  # noqa: E402
+
+from ci.digest import sha256_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
@@ -181,17 +184,40 @@ def _fake_build(dist: Path, seed: str) -> Path:
     return wheel
 
 
-def test_no_clobber_refusal_names_the_flag_release_has(tmp_path):
+def _release_lines(result: subprocess.CompletedProcess) -> list[str]:
+    """The release's step lines: one per asset, saying what its upload does (new, identical, replaced)."""
+    found = (re.match(r"^--- release: upload (\S+) to \S+ \(\d+ bytes\): (.+\))$", line)
+             for line in result.stderr.splitlines())
+    return [f"{match[1]}: {match[2]}" for match in found if match]
+
+
+def test_a_release_that_would_change_published_bytes_is_refused_unless_replace_names_both_digests(tmp_path):
+    """A re-release replaced a published wheel with other bytes and logged the same line as for a new one
+    (issue 42, item 4). Now the log says new / identical / replaced per asset, and other bytes behind a published
+    wheel's URL need --replace: the refusal names both sha256 and uploads nothing."""
     store = tmp_path / "store"
-    _fake_build(tmp_path / "one", "one")
-    wheel = _fake_build(tmp_path / "two", "two")  # same file name, other bytes
+    one = _fake_build(tmp_path / "one", "one")
+    two = _fake_build(tmp_path / "two", "two")  # same file name, other bytes
+    a, b = sha256_file(one), sha256_file(two)
     args = ("release", "--component", "wheelhouse-fixture", "--arch", "x86_64", "--store", str(store))
+    tag = "wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0"
     first = invoke(*args, "--dist", str(tmp_path / "one"))
     assert first.returncode == 0, first.stderr
-    line = one_line(invoke(*args, "--dist", str(tmp_path / "two"), "--no-clobber"), 1)
-    assert line.startswith(f"error: release wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0: asset {wheel.name} exists "
-                           "with other bytes (sha256 ")
-    assert line.endswith("; drop --no-clobber to replace it, or bump the version"), line
+    assert [line.split(": ")[1].split(" ")[0] for line in _release_lines(first)] == ["new"] * 4, first.stderr
+    assert f"{one.name}: new (sha256 {a})" in _release_lines(first)
+    again = invoke(*args, "--dist", str(tmp_path / "one"))
+    assert again.returncode == 0 and f"{one.name}: identical (sha256 {a})" in _release_lines(again), again.stderr
+
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    line = one_line(invoke(*args, "--dist", str(tmp_path / "two")), 1)
+    assert line == (f"error: release {tag}: {one.name} is published with sha256 {a}, this build's is {b}: its URL "
+                    "would serve other bytes; pass --replace to replace it, or bump the version")
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before  # nothing uploaded
+
+    replaced = invoke(*args, "--dist", str(tmp_path / "two"), "--replace")
+    assert replaced.returncode == 0, replaced.stderr
+    assert f"{one.name}: replaced (sha256 {a} -> {b})" in _release_lines(replaced)
+    assert (store / "releases" / tag / "assets" / one.name).read_bytes() == two.read_bytes()
 
 
 def test_check_wheel_on_a_directory_or_an_empty_glob_is_a_usage_error(tmp_path):

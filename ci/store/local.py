@@ -283,7 +283,7 @@ class LocalStore:
         if existing and not clobber:
             raise RemoteError(
                 f"release {tag}: asset {name} exists with other bytes (sha256 {existing['sha256'][:12]}…); "
-                "replace it on purpose (invoke release: drop --no-clobber; restore-wheels: --clobber)"
+                "replace it on purpose (invoke release: --replace; restore-wheels: --clobber)"
             )
         return None
 
