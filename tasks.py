@@ -15,7 +15,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
@@ -28,7 +28,7 @@ from invoke.tasks import task as invoke_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import log, naming
+from ci import log, naming, provenance
 from ci import matrix as matrix_module
 from ci import workflows as workflows_module
 from ci.environment import Environment, on_github_actions
@@ -304,13 +304,17 @@ def _release_row(versions: Versions, component: str, python: str | None, torch: 
         "dist": "where the build put the wheels (default: dist/)",
         "dry_run": "print the exact steps (and API calls) without changing anything",
         "replace": "replace a wheel (and its .metadata) the release already serves with other bytes",
+        "predicate_out": "write the provenance predicate this release would carry to FILE (to be signed), upload nothing",
+        "provenance_bundle": "the Sigstore bundle the signing step made of that predicate: uploaded in place of the "
+                             "unsigned statement",
         "store": "override WHEELHOUSE_STORE",
     }
 )
 @reports_errors
 def release(c: Context, component: str | None = None, python: str | None = None, torch: str | None = None,
             arch: str | None = None, cuda: str | None = None, dist: str = "dist", dry_run: bool = False,
-            replace: bool = False, store: str | None = None) -> None:
+            replace: bool = False, store: str | None = None, predicate_out: str | None = None,
+            provenance_bundle: str | None = None) -> None:
     """Upload one built row: ensure the release, upload wheels and .metadata, then the manifest last."""
     from ci import release as release_module
 
@@ -320,7 +324,11 @@ def release(c: Context, component: str | None = None, python: str | None = None,
 
     versions = load(_env().versions_path)
     row = _release_row(versions, component, python, torch, arch, cuda)
-    plan = release_module.plan(versions, row, Path(dist).resolve())
+    plan = release_module.plan(versions, row, Path(dist).resolve(),
+                               bundle=Path(provenance_bundle) if provenance_bundle else None)
+    if predicate_out:
+        _write_predicate(Path(predicate_out), plan.statement["predicate"])
+        return
     target = _store(store, dry_run=dry_run)
     print(f"release {row.release_tag} in {target.description}:")
     print(plan.render())
@@ -332,6 +340,15 @@ def release(c: Context, component: str | None = None, python: str | None = None,
         print("dry run: the API calls it would make:")
         for call in target.rehearsed_calls() or ():
             print(f"  {call}")
+
+
+def _write_predicate(path: Path, predicate: Mapping[str, object]) -> None:
+    try:
+        path.write_bytes(json.dumps(predicate, sort_keys=True, indent=2).encode() + b"\n")
+    except OSError as exc:
+        raise UsageError(f"--predicate-out {path}: cannot write it ({exc.strerror}); name a file in a writable "
+                         "directory") from None
+    print(f"provenance predicate ({provenance.PREDICATE_TYPE}) written to {path}")
 
 
 @task(
@@ -695,20 +712,28 @@ def bench(c: Context, quick: bool = False, only: str | None = None) -> None:
         "wheel": "the downloaded wheel to check",
         "manifest": "its release's wheelhouse-build-manifest-<arch>.json (the provenance statement is read beside it)",
         "release": "a folder holding its release's downloaded assets (gh release download TAG -D DIR)",
-        "provenance": "its release's wheelhouse-provenance-<arch>.intoto.json, when not beside the manifest",
+        "provenance": "its release's wheelhouse-provenance-<arch>.sigstore.json (signed) or .intoto.json, when not "
+                      "beside the manifest",
+        "repo": "OWNER/REPO whose publish workflow must have signed the provenance (default: WHEELHOUSE_STORE's)",
+        "trusted_root": "the Sigstore trusted root to verify the signature against (`gh attestation trusted-root > "
+                        "FILE`); default: the public-good root sigstore-python carries",
     }
 )
 @reports_errors
 def verify_wheel(c: Context, wheel: str | None = None, manifest: str | None = None, release: str | None = None,
-                 provenance: str | None = None) -> None:
-    """Check a downloaded wheel offline against its release's manifest and provenance and its own SBOM."""
+                 provenance: str | None = None, repo: str | None = None, trusted_root: str | None = None) -> None:
+    """Check a downloaded wheel offline against its release's manifest and provenance and its own SBOM; say who
+    published it only from a verified signature."""
     from ci import verify
 
     if not wheel:
         raise UsageError("name the wheel to check with --wheel PATH")
+    store = os.environ.get("WHEELHOUSE_STORE", "")
+    repository = repo or (store.removeprefix("github:") if store.startswith("github:") else None)
     result = verify.verify_wheel(Path(wheel), manifest_path=Path(manifest) if manifest else None,
                                  release_dir=Path(release) if release else None,
-                                 provenance_path=Path(provenance) if provenance else None)
+                                 provenance_path=Path(provenance) if provenance else None,
+                                 repository=repository, trusted_root=Path(trusted_root) if trusted_root else None)
     for mismatch in result.mismatches:
         log.report_error(mismatch)
     if not result.ok:

@@ -24,14 +24,16 @@ log says of every asset whether it is new, identical or replaced.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ci import build_record, log, manifest, matrix, provenance, wheel_packages
+from ci import build_record, log, manifest, matrix, provenance, signature, wheel_packages
 from ci.build_record import BuildRecord
 from ci.digest import sha256_file
 from ci.errors import ConfigError, WheelhouseError
@@ -71,6 +73,8 @@ class Step:
 class ReleasePlan:
     row: MatrixRow
     steps: tuple[Step, ...]
+    statement: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The provenance statement of the row's wheels (its predicate is what the publish job signs)."""
 
     def render(self) -> str:
         return "\n".join(f"{i}. {step.render()}" for i, step in enumerate(self.steps, 1))
@@ -113,9 +117,11 @@ def read_record(row: MatrixRow, dist_root: Path) -> tuple[Path, BuildRecord]:
     return path, record
 
 
-def plan(versions: Versions, row: MatrixRow, dist_root: Path, *, env: Mapping[str, str] | None = None) -> ReleasePlan:
+def plan(versions: Versions, row: MatrixRow, dist_root: Path, *, env: Mapping[str, str] | None = None,
+         bundle: Path | None = None) -> ReleasePlan:
     """The steps that publish ``row``; ``env`` (default: this process's) names the workflow run for the
-    provenance statement."""
+    provenance statement; ``bundle``, the Sigstore bundle the publish job's signing step made of that statement,
+    is uploaded in its place (checked to carry exactly that statement)."""
     record_path, built = read_record(row, dist_root)
     folder = record_path.parent
     if not built.checks_passed:
@@ -137,9 +143,27 @@ def plan(versions: Versions, row: MatrixRow, dist_root: Path, *, env: Mapping[st
     released = built.to_manifest()
     run = provenance.workflow_run(os.environ if env is None else env)
     statement = provenance.statement(released, row.to_json(), run=run, facts=built.sbom or None)
-    steps.append(Step("upload", row.release_tag, provenance.asset_name(row.arch), data=provenance.dumps(statement)))
+    steps.append(_provenance_step(row, statement, bundle))
     steps.append(Step("upload", row.release_tag, manifest.asset_name(row.arch), data=released.to_json().encode()))
-    return ReleasePlan(row, tuple(steps))
+    return ReleasePlan(row, tuple(steps), statement)
+
+
+def _provenance_step(row: MatrixRow, statement: Mapping[str, Any], bundle: Path | None) -> Step:
+    """The unsigned statement, or the bundle that signs it (refused, before anything is uploaded, unless it signs
+    exactly this statement: these wheels, this predicate)."""
+    if bundle is None:
+        return Step("upload", row.release_tag, provenance.asset_name(row.arch), data=provenance.dumps(statement))
+    try:
+        data = bundle.read_bytes()
+    except OSError as exc:
+        raise WheelhouseError(f"--provenance-bundle {bundle}: cannot read it ({exc.strerror}); name the file the "
+                              "signing step wrote (its bundle-path)") from None
+    signed = signature.statement_of(signature.read_bundle(data, where=str(bundle)), where=str(bundle))
+    problem = provenance.same_statement(signed, statement)
+    if problem:
+        raise WheelhouseError(f"{bundle}: the bundle does not sign this release's provenance statement: {problem}; "
+                              f"sign what `invoke release --predicate-out` wrote, over dist/{row.world}/*.whl")
+    return Step("upload", row.release_tag, provenance.bundle_asset_name(row.arch), data=data)
 
 
 NEW = "new"

@@ -147,18 +147,29 @@ def test_asset_names_round_trip():
     assert provenance.arch_of("wheelhouse-build-manifest-aarch64.json") is None
 
 
-def test_the_publish_job_attests_each_checked_wheel_before_releasing_it():
+def test_the_publish_job_signs_our_predicate_over_the_checked_wheels_and_releases_the_bundle():
+    """One provenance: the predicate `invoke release --predicate-out` writes is what actions/attest signs (over the
+    wheels checked again on this runner), and its bundle is what `invoke release --provenance-bundle` uploads."""
     from ci import workflows
 
     job = workflows.publish_workflow()["jobs"]["publish"]
     names = [step.get("name") for step in job["steps"]]
-    attest = job["steps"][names.index("Attest the wheels")]
-    assert names.index("Check the wheels again") < names.index("Attest the wheels") < names.index("Publish to the release")
-    assert attest["uses"] == "actions/attest-build-provenance@a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32"
-    assert attest["with"] == {"subject-path": "dist/${{ inputs.world }}/*.whl"}
+    order = ["Check the wheels again", "Write the provenance predicate", "Sign the provenance", "Publish to the release"]
+    assert [names.index(name) for name in order] == sorted(names.index(name) for name in order)
+    sign = job["steps"][names.index("Sign the provenance")]
+    assert sign["uses"] == "actions/attest@1e69f48acb82d1966a394da916b4c1698aa569d6"
+    assert sign["with"] == {"subject-path": "dist/${{ inputs.world }}/*.whl",
+                            "predicate-type": "https://slsa.dev/provenance/v1",
+                            "predicate-path": "${{ steps.predicate.outputs.path }}"}
+    publish = job["steps"][names.index("Publish to the release")]
+    assert publish["env"]["PROVENANCE_BUNDLE"] == "${{ steps.sign.outputs.bundle-path }}"
+    scripts = {step["name"]: (REPO_ROOT / step["run"].split()[1]).read_text() for step in job["steps"]
+               if step.get("run", "").startswith("bash ")}
+    assert "--predicate-out" in scripts["Write the provenance predicate"]
+    assert '--provenance-bundle "$PROVENANCE_BUNDLE"' in scripts["Publish to the release"]
     assert job["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write"}
     rendered = workflows.render(workflows.publish_workflow())
-    assert "uses: actions/attest-build-provenance@a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32  # v4.1.0" in rendered
+    assert "uses: actions/attest@1e69f48acb82d1966a394da916b4c1698aa569d6  # v4.2.2" in rendered
 
 
 # --- the index links each wheel's statement -------------------------------------------------------
