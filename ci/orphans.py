@@ -28,8 +28,9 @@ def _prctl(option: int, value: object) -> int:
     return int(libc.prctl(option, value, 0, 0, 0))
 
 
-def children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid`` (read from /proc)."""
+def children(pid: int, *, running: bool = False) -> set[int]:
+    """The processes whose parent is ``pid`` (read from /proc); with ``running``, not those that have exited and
+    wait to be reaped (zombies)."""
     found = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -39,7 +40,7 @@ def children(pid: int) -> set[int]:
                 fields = fp.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue  # gone meanwhile
-        if int(fields[1]) == pid:
+        if int(fields[1]) == pid and not (running and fields[0] == b"Z"):
             found.add(int(entry))
     return found
 
@@ -64,11 +65,12 @@ def adopted() -> Iterator[list[int]]:
             left = children(own) - kept
             if not left:
                 break
-            for pid in left:
+            running = children(own, running=True) & left  # the others have exited: only reaped
+            for pid in running:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             for pid in left:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
-            ended += sorted(left)
+            ended += sorted(running)
         _prctl(_PR_SET_CHILD_SUBREAPER, was.value)
