@@ -17,7 +17,8 @@ after, by contents, not by what a process can set back:
 - cached bytecode (``__pycache__/*.pyc``) that a build added or altered is not a finding but is deleted: Python
   compiles the source again, and a ``.pyc`` made to match its source's size and mtime would run instead of it.
 
-The repository checkout, the shell's start-up files and ``~/.config`` are not interpreters: code that runs as
+The repository checkout (also where ``PYTHONPATH`` names it), the shell's start-up files and ``~/.config`` are
+not interpreters: code that runs as
 you can write them too, which is why the build environment withholds every credential and the README says not
 to build in a shell that holds one.
 """
@@ -132,11 +133,15 @@ def _state(path: str) -> FileState:
 
 def snapshot(paths: Iterable[StartPaths], *, skip: Iterable[Path] = ()) -> dict[str, FileState]:
     """The state of every file the interpreters read at start; ``skip``: directories that change by design (the
-    build's own cache and output), never walked."""
+    build's own cache and output, the checkout a person edits meanwhile), never walked, nor is a directory of
+    ``sys.path`` that holds one of them (``PYTHONPATH=.`` in the checkout)."""
     skipped = {os.path.realpath(p) for p in skip}
     found: dict[str, FileState] = {}
     for start in paths:
         for directory in start.directories:
+            real = os.path.realpath(directory)
+            if any(s == real or s.startswith(real.rstrip(os.sep) + os.sep) for s in skipped):
+                continue
             for root, dirs, files in os.walk(directory):
                 dirs[:] = [d for d in dirs if os.path.realpath(os.path.join(root, d)) not in skipped]
                 for name in files:

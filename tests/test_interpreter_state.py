@@ -69,7 +69,7 @@ def test_a_large_file_is_compared_by_what_no_process_can_set_back(tmp_path):
 
 def test_a_detached_process_the_block_left_is_ended_before_it_writes(tmp_path):
     late = tmp_path / "late.pth"
-    daemon = (f"import os, time; os.setsid(); time.sleep(3); open({str(late)!r}, 'w').write('x')")
+    daemon = f"import time; time.sleep(3); open({str(late)!r}, 'w').write('x')"
     with orphans.adopted() as ended:
         subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
                         f"{daemon!r}], start_new_session=True)"], check=True)
@@ -79,3 +79,17 @@ def test_a_detached_process_the_block_left_is_ended_before_it_writes(tmp_path):
     with orphans.adopted() as ended:  # a child the caller had before the block is not the block's
         pass
     assert ended == []
+
+
+def test_a_directory_of_sys_path_that_holds_the_checkout_is_not_watched(tmp_path):
+    """PYTHONPATH=. in the checkout puts the repository on sys.path: a person edits it during a long build, and the
+    build's own cache and output change in it by design; it is not an interpreter's (README: not covered)."""
+    checkout = tmp_path / "checkout"
+    (checkout / ".cache").mkdir(parents=True)
+    (checkout / "notes.py").write_text("x = 1\n")
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "mod.py").write_text("y = 1\n")
+    paths = [interpreter_state.StartPaths(Path(sys.executable), (checkout, site), ())]
+    before = interpreter_state.snapshot(paths, skip=(checkout,))
+    assert str(site / "mod.py") in before and str(checkout / "notes.py") not in before
