@@ -71,6 +71,7 @@ def _build_parser(name: str) -> argparse.ArgumentParser:
     parser.add_argument("--source", type=Path, help="build this local checkout instead of fetching the ref")
     parser.add_argument("--arch", help="matrix arch to build (default: this machine's)")
     parser.add_argument("--torch", help="torch version, when the matrix has several for this Python")
+    parser.add_argument("--cuda", help="CUDA version or cpu, when the matrix has several for this Python and torch")
     parser.add_argument("--no-checks", action="store_true", help="skip the wheel checks (never for publishing)")
     parser.add_argument("--dist", type=Path, default=Path("dist"), help="where checked wheels land (default: dist/)")
     parser.add_argument("--shard", metavar="I/N",
@@ -86,12 +87,13 @@ def _row_and_options(name: str, component: str, python: str,
         raise WheelhouseError(f"--source {args.source}: not a directory; pass the path of a source checkout")
     rows = matrix.select(
         matrix.expand(VERSIONS), versions=VERSIONS, component=component, python=python,
-        arch=args.arch or build.host_arch(), torch=args.torch,
+        arch=args.arch or build.host_arch(), torch=args.torch, cuda=args.cuda,
     )
     if not rows:
         raise WheelhouseError(f"{component} has no {args.arch or build.host_arch()} row for Python {python}; pass --arch")
     if len(rows) > 1:
-        raise WheelhouseError(f"{name}: {len(rows)} rows match; pass --torch ({', '.join(r.torch for r in rows)})")
+        raise WheelhouseError(f"{name}: {len(rows)} rows match; pass --torch and --cuda "
+                              f"({', '.join(f'{r.torch} {r.cuda}' for r in rows)})")
     row = rows[0]
     if row.bundle_pythons and row.python != python:
         # A bundle session builds the whole bundle with this session's Python.
@@ -180,7 +182,7 @@ def _register_component_build(component: str) -> None:
                 raise WheelhouseError(f"--source {args.source}: not a directory; pass the path of a source checkout")
             arch = args.arch or build.host_arch()
             rows = matrix.select(matrix.expand(VERSIONS), versions=VERSIONS, component=component, arch=arch,
-                                 torch=args.torch)
+                                 torch=args.torch, cuda=args.cuda)
             if not rows:
                 raise WheelhouseError(f"{component} has no {arch} row; pass --arch")
             first, rest = matrix.stages(rows)

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
@@ -28,7 +28,7 @@ from invoke.tasks import task as invoke_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import log, naming
+from ci import log, naming, provenance
 from ci import matrix as matrix_module
 from ci import workflows as workflows_module
 from ci.environment import Environment, on_github_actions
@@ -281,17 +281,17 @@ def fix_wheel(c: Context, wheel: list[str] | None = None, strip_local_version: b
 
 
 def _release_row(versions: Versions, component: str, python: str | None, torch: str | None,
-                 arch: str | None) -> MatrixRow:
+                 arch: str | None, cuda: str | None = None) -> MatrixRow:
     from ci import build
 
     rows = matrix_module.select(
         matrix_module.expand(versions), versions=versions, component=component, python=python, torch=torch,
-        arch=arch or build.host_arch(),
+        arch=arch or build.host_arch(), cuda=cuda,
     )
     if len(rows) != 1:
         raise WheelhouseError(
-            f"{len(rows)} rows match component={component} python={python} torch={torch} arch={arch}; "
-            "name --python, --torch and --arch so that exactly one matches"
+            f"{len(rows)} rows match component={component} python={python} torch={torch} arch={arch} cuda={cuda}; "
+            "name --python, --torch, --arch and --cuda so that exactly one matches"
         )
     return rows[0]
 
@@ -302,16 +302,21 @@ def _release_row(versions: Versions, component: str, python: str | None, torch: 
         "python": "the row's Python (X.Y)",
         "torch": "the row's torch version",
         "arch": "the row's arch (default: this machine's)",
+        "cuda": "the row's CUDA version, or cpu (when the matrix has several for this Python and torch)",
         "dist": "where the build put the wheels (default: dist/)",
         "dry_run": "print the exact steps (and API calls) without changing anything",
-        "no_clobber": "refuse to replace an asset whose bytes differ",
+        "replace": "replace a wheel (and its .metadata) the release already serves with other bytes",
+        "predicate_out": "write the provenance predicate this release would carry to FILE (to be signed), upload nothing",
+        "provenance_bundle": "the Sigstore bundle the signing step made of that predicate: uploaded in place of the "
+                             "unsigned statement",
         "store": "override WHEELHOUSE_STORE",
     }
 )
 @reports_errors
 def release(c: Context, component: str | None = None, python: str | None = None, torch: str | None = None,
-            arch: str | None = None, dist: str = "dist", dry_run: bool = False, no_clobber: bool = False,
-            store: str | None = None) -> None:
+            arch: str | None = None, cuda: str | None = None, dist: str = "dist", dry_run: bool = False,
+            replace: bool = False, store: str | None = None, predicate_out: str | None = None,
+            provenance_bundle: str | None = None) -> None:
     """Upload one built row: ensure the release, upload wheels and .metadata, then the manifest last."""
     from ci import release as release_module
 
@@ -320,19 +325,32 @@ def release(c: Context, component: str | None = None, python: str | None = None,
     dry_run = dry_run or _core_dry(c)
 
     versions = load(_env().versions_path)
-    row = _release_row(versions, component, python, torch, arch)
-    plan = release_module.plan(versions, row, Path(dist).resolve())
+    row = _release_row(versions, component, python, torch, arch, cuda)
+    plan = release_module.plan(versions, row, Path(dist).resolve(),
+                               bundle=Path(provenance_bundle) if provenance_bundle else None)
+    if predicate_out:
+        _write_predicate(Path(predicate_out), plan.statement["predicate"])
+        return
     target = _store(store, dry_run=dry_run)
     print(f"release {row.release_tag} in {target.description}:")
     print(plan.render())
     if dry_run and target.rehearsed_calls() is None:
         print("dry run: nothing changed")
         return
-    release_module.apply(plan, target, clobber=not no_clobber, dry_run=dry_run)
+    release_module.apply(plan, target, replace=replace, dry_run=dry_run)
     if dry_run:
         print("dry run: the API calls it would make:")
         for call in target.rehearsed_calls() or ():
             print(f"  {call}")
+
+
+def _write_predicate(path: Path, predicate: Mapping[str, object]) -> None:
+    try:
+        path.write_bytes(json.dumps(predicate, sort_keys=True, indent=2).encode() + b"\n")
+    except OSError as exc:
+        raise UsageError(f"--predicate-out {path}: cannot write it ({exc.strerror}); name a file in a writable "
+                         "directory") from None
+    print(f"provenance predicate ({provenance.PREDICATE_TYPE}) written to {path}")
 
 
 @task(
@@ -489,6 +507,7 @@ def device_bundle(c: Context, snapshots: str | None = None, components: str | No
         "python": "the row's Python (X.Y)",
         "torch": "the row's torch version",
         "arch": "the row's arch (default: this machine's)",
+        "cuda": "the row's CUDA version, or cpu (when the matrix has several for this Python and torch)",
         "dist": "where the shards are (<dist>/<world>/shards/<release tag>-<arch>/) and the wheels go (default: dist/)",
         "shards": "take the shards from this directory instead",
         "reuse_env": "build in the current interpreter (verified), as the build session's --reuse-env",
@@ -497,8 +516,8 @@ def device_bundle(c: Context, snapshots: str | None = None, components: str | No
 )
 @reports_errors
 def assemble_shards(c: Context, component: str | None = None, python: str | None = None, torch: str | None = None,
-                    arch: str | None = None, dist: str = "dist", shards: str | None = None, reuse_env: bool = False,
-                    source: str | None = None) -> None:
+                    arch: str | None = None, cuda: str | None = None, dist: str = "dist", shards: str | None = None,
+                    reuse_env: bool = False, source: str | None = None) -> None:
     """Assemble a row's wheels from every shard of it (nox -s build-... -- --shard I/N), check them, and put them
     in dist/<world>/ with their .metadata and build record, as a build does."""
     from ci import build
@@ -507,7 +526,7 @@ def assemble_shards(c: Context, component: str | None = None, python: str | None
         raise Exit("error: assemble-shards: name --component C (invoke matrix lists the components)", code=2)
     env = _env()
     versions = load(env.versions_path)
-    row = _release_row(versions, component, python, torch, arch)
+    row = _release_row(versions, component, python, torch, arch, cuda)
     dist_root = Path(dist).resolve()
     checkout = Path(source).resolve() if source else None
     if checkout is not None and not checkout.is_dir():
@@ -703,20 +722,28 @@ def bench(c: Context, quick: bool = False, only: str | None = None) -> None:
         "wheel": "the downloaded wheel to check",
         "manifest": "its release's wheelhouse-build-manifest-<arch>.json (the provenance statement is read beside it)",
         "release": "a folder holding its release's downloaded assets (gh release download TAG -D DIR)",
-        "provenance": "its release's wheelhouse-provenance-<arch>.intoto.json, when not beside the manifest",
+        "provenance": "its release's wheelhouse-provenance-<arch>.sigstore.json (signed) or .intoto.json, when not "
+                      "beside the manifest",
+        "repo": "OWNER/REPO whose publish workflow must have signed the provenance (default: WHEELHOUSE_STORE's)",
+        "trusted_root": "the Sigstore trusted root to verify the signature against (`gh attestation trusted-root > "
+                        "FILE`); default: the public-good root sigstore-python carries",
     }
 )
 @reports_errors
 def verify_wheel(c: Context, wheel: str | None = None, manifest: str | None = None, release: str | None = None,
-                 provenance: str | None = None) -> None:
-    """Check a downloaded wheel offline against its release's manifest and provenance and its own SBOM."""
+                 provenance: str | None = None, repo: str | None = None, trusted_root: str | None = None) -> None:
+    """Check a downloaded wheel offline against its release's manifest and provenance and its own SBOM; say who
+    published it only from a verified signature."""
     from ci import verify
 
     if not wheel:
         raise UsageError("name the wheel to check with --wheel PATH")
+    store = os.environ.get("WHEELHOUSE_STORE", "")
+    repository = repo or (store.removeprefix("github:") if store.startswith("github:") else None)
     result = verify.verify_wheel(Path(wheel), manifest_path=Path(manifest) if manifest else None,
                                  release_dir=Path(release) if release else None,
-                                 provenance_path=Path(provenance) if provenance else None)
+                                 provenance_path=Path(provenance) if provenance else None,
+                                 repository=repository, trusted_root=Path(trusted_root) if trusted_root else None)
     for mismatch in result.mismatches:
         log.report_error(mismatch)
     if not result.ok:

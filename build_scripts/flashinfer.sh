@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# wheelhouse-builder: builds-by-shards
 # flashinfer's wheels, as many as wheel_packages lists:
 #   flashinfer-python     py3-none-any JIT core, built here (no compiled code:
 #                         its kernels compile at run time from the headers it carries)

@@ -46,10 +46,12 @@ from ci import (
     compile_path,
     credentials,
     fingerprint,
+    interpreter_state,
     jit_cache,
     log,
     matrix,
     ninja_log,
+    orphans,
     remote_cache,
     reproducible,
     sbom,
@@ -969,51 +971,55 @@ def _check_projects(row: MatrixRow, wheels: list[Path]) -> None:
 
 @contextmanager
 def _interpreter_left_unchanged(row: MatrixRow, options: BuildOptions, interpreter: toolchain.Interpreter):
-    """Raise, after the block (failed or not), when it changed the interpreter's site-packages.
+    """Raise, after the block (failed or not), when it changed what the build's interpreter, or the interpreter
+    running this tool, reads at start (ci/interpreter_state.py: compared by contents, bin/ and pyvenv.cfg too).
 
-    A file the build drops there (a ``.pth`` runs at every start of the interpreter) would run in every
-    later use of it: the next builds that reuse the row's venv, and with --reuse-env every command of
-    this tool, some of them with a token. The row's venv is ours and is removed (the next build makes
-    it again); from the interpreter of --reuse-env, the user's, only the files the build added are removed.
+    A file the build leaves there runs in every later start of that interpreter: the next builds that reuse the
+    row's venv, and every command of this tool, some of them with a token (with --reuse-env they are one
+    interpreter). Before comparing, every process the build left running is ended (ci/orphans.py), so nothing it
+    started writes after the check. The row's venv is ours and is removed (the next build makes it again); from
+    any other interpreter what the build added is removed and what it altered is renamed out of the way, so that
+    nothing it wrote runs again.
     """
-    before = toolchain.site_packages_state(interpreter)
+    environ = toolchain.interpreter_environment(options.environ)
+    watched = [interpreter_state.start_paths(interpreter.python, environ)]
+    if Path(sys.executable).resolve() != interpreter.python.resolve():
+        watched.append(interpreter_state.start_paths(sys.executable, environ))
+    skip = (options.cache_dir, options.dist_root, REPO_ROOT)
+    before = interpreter_state.snapshot(watched, skip=skip)
     try:
-        yield
+        with orphans.adopted() as ended:
+            yield
     finally:
-        _refuse_changes(row, options, interpreter, before)
+        _refuse_changes(row, options, interpreter, interpreter_state.compare(
+            before, interpreter_state.snapshot(watched, skip=skip)), ended)
 
 
 def _refuse_changes(row: MatrixRow, options: BuildOptions, interpreter: toolchain.Interpreter,
-                    before: dict[str, tuple[int, int]]) -> None:
-    changed = toolchain.changed_files(before, toolchain.site_packages_state(interpreter))
-    # Bytecode an interpreter cached for itself is removed, not refused: Python makes it again from the
-    # source, so removing it can never lose anything, and a planted one never runs.
-    for path in [path for path in changed if _is_cached_bytecode(path)]:
+                    changes: interpreter_state.Changes, ended: list[int]) -> None:
+    # Bytecode is removed, not refused: Python compiles it again from the (compared) source, so removing it loses
+    # nothing, and a .pyc planted to match its source's size and mtime never runs.
+    for path in changes.bytecode:
         Path(path).unlink(missing_ok=True)
-        changed.remove(path)
-    if not changed:
+    if not changes:
         return
     venv = interpreter.python.parent.parent
-    if not options.reuse_env and venv.parent == options.cache_dir / "venvs":
+    ours = not options.reuse_env and venv.parent == options.cache_dir / "venvs"
+    outside = changes.outside(venv) if ours else changes
+    done = interpreter_state.take_back(outside)
+    if ended:
+        done.append(f"ended {len(ended)} process(es) it left running")
+    if ours:
         shutil.rmtree(venv, ignore_errors=True)
+    if ours and not outside:
         raise WheelhouseError(
-            f"{row.label}: the build changed the site-packages of its venv ({_listed(changed)}); removed the venv "
-            f"{venv} (the next build makes it again); a build must install nothing into its interpreter"
+            f"{row.label}: the build changed what its venv runs at start ({_listed(list(changes.found))}); removed "
+            f"the venv {venv} (the next build makes it again); a build must install nothing into its interpreter"
         )
-    # Not our venv: take back what the build added; a file it changed or removed cannot be restored.
-    added = [path for path in changed if path not in before]
-    for path in added:
-        Path(path).unlink(missing_ok=True)
-    altered = [path for path in changed if path in before]
-    done = [f"removed what it added ({_listed(added)})"] if added else []
-    if altered:
-        done.append(f"reinstall what it changed ({_listed(altered)}) before using this interpreter with a token")
-    raise WheelhouseError(f"{row.label}: the build changed the site-packages of {interpreter.python}, which run at "
-                          f"every start of it: {'; '.join(done)}; build without --reuse-env")
-
-
-def _is_cached_bytecode(path: str) -> bool:
-    return Path(path).parent.name == "__pycache__" and path.endswith(".pyc")
+    where = f"its venv (removed: the next build makes it again) and {sys.executable}" if ours else \
+        str(interpreter.python if options.reuse_env else sys.executable)
+    raise WheelhouseError(f"{row.label}: the build changed what {where} runs at every start: {'; '.join(done)}; "
+                          "build without --reuse-env, in a shell that holds no token")
 
 
 def _listed(paths: list[str], most: int = 5) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ci import bounded_json
 from ci.errors import ConfigError
 from ci.manifest import Manifest, WheelEntry
 from ci.matrix import MatrixRow
@@ -142,7 +143,7 @@ class BuildRecord:
     @classmethod
     def from_json(cls, text: str | bytes, *, where: str, fix: str = "rebuild the row") -> BuildRecord:
         try:
-            raw = json.loads(text)
+            raw = bounded_json.loads(text)
         except ValueError as exc:
             raise ConfigError(f"{where}: not a readable build record ({exc}); {fix}") from None
         if not isinstance(raw, dict):

@@ -100,7 +100,6 @@ import functools
 import gc
 import hashlib
 import html
-import json
 import operator
 import re
 import tempfile
@@ -116,7 +115,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ci import install_commands, json_text, landing, provenance, wheel_packages, which_wheel
+from ci import bounded_json, install_commands, json_text, landing, provenance, wheel_packages, which_wheel
 from ci.catalog import ARCHIVED, Catalog, Context, Status, WheelEntry, build_catalog, release_page
 from ci.errors import UsageError, WheelhouseError
 from ci.naming import parse_title, version_key, world_path
@@ -247,7 +246,7 @@ class DigestCache:
         if not data:
             return cls()
         try:
-            raw = json.loads(data)
+            raw = bounded_json.loads(data)
             if not isinstance(raw, dict) or raw.get("version") != CACHE_VERSION:
                 raise ValueError(f"version is not {CACHE_VERSION}")
             assets = {str(k): str(v) for k, v in raw.get("assets", {}).items() if _SHA256_HEX.match(str(v))}

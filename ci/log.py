@@ -49,6 +49,13 @@ def redact(text: str) -> str:
     return URL_USERINFO.sub(r"\1***@", text)
 
 
+def printable(text: str) -> str:
+    """``text`` with every character that does not print (terminal escapes, newlines, other control and
+    format characters) written as its Python escape (``\\x1b``, ``\\n``, ``\\u202e``): a value read from a file
+    or a server cannot colour, move or clear the terminal, nor add a line of its own."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 MIN_MASKED_LENGTH = 8
 """Shorter values are not masked by :func:`mask`: a test token ``t`` would mask every ``t`` of the output
 (real tokens are 40 characters or more)."""

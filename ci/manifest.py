@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ci import bounded_json
 from ci.errors import WheelhouseError
 
 SCHEMA = 1
@@ -76,7 +77,7 @@ class Manifest:
 def parse(data: bytes, *, where: str) -> Manifest:
     """Read a manifest; anything unexpected raises (callers treat that as "build")."""
     try:
-        raw = json.loads(data)
+        raw = bounded_json.loads(data)
     except ValueError as exc:
         raise WheelhouseError(f"{where}: manifest is not JSON ({exc})") from None
     if not isinstance(raw, dict) or raw.get("kind") != KIND:

@@ -44,7 +44,7 @@ class MatrixRow:
 
     @property
     def release_tag(self) -> str:
-        return naming.release_tag(self.component, self.ref, self.release_python, self.torch)
+        return naming.release_tag(self.component, self.ref, self.cuda, self.release_python, self.torch)
 
     @property
     def world(self) -> str:
@@ -169,6 +169,7 @@ def select(
     arch: str | None = None,
     python: str | None = None,
     torch: str | None = None,
+    cuda: str | None = None,
 ) -> list[MatrixRow]:
     """Filter rows; unknown filter values are errors naming the known ones."""
     rows = list(rows)
@@ -179,6 +180,7 @@ def select(
         ("arch", arch, sorted({e.arch for e in versions.build_matrix})),
         ("python", python, sorted({e.python for e in versions.build_matrix}, key=naming.version_key)),
         ("torch", torch, sorted({e.torch for e in versions.build_matrix})),
+        ("cuda", cuda, sorted({e.cuda for e in versions.build_matrix})),
     )
     for field_name, wanted, known in checks:
         if wanted in (None, "all"):
@@ -223,11 +225,12 @@ def stages(rows: Iterable[MatrixRow]) -> tuple[list[MatrixRow], list[MatrixRow]]
 
 
 def release_rows(versions: Versions, row: MatrixRow) -> list[MatrixRow]:
-    """Every matrix row that shares ``row``'s release (same component, Pythons, torch)."""
+    """Every matrix row that shares ``row``'s release: same component, world (CUDA major.minor, or CPU),
+    Pythons and torch; in practice its rows of the other arch."""
     return [
         other
         for other in component_rows(versions, versions.component(row.component))
-        if other.pythons == row.pythons and other.torch == row.torch
+        if other.release_tag == row.release_tag
     ]
 
 

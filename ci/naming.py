@@ -1,9 +1,13 @@
 """The only maker of names: sessions, release tags and titles, worlds, artifacts.
 
-The tag and title schemes are identical to the anchor's (verl-wheelhouse,
-stage C) so that releases it already published stay valid:
+The title scheme is the anchor's (verl-wheelhouse, stage C), so that the titles of releases it
+published still parse; the tag carries the world's CUDA part as well:
 
-- tag:   ``<component>-<sanitized ref>-py<X.Y>-torch<torch>``
+- tag:   ``<component>-<sanitized ref>-<cuXY|cpu>-py<X.Y>-torch<torch>``: one release per world
+  (CUDA major.minor, or cpu) and Python and torch. The anchor's ``<component>-<ref>-py<X.Y>-torch<T>``
+  had no CUDA part, so a CPU row and a CUDA row (or a cu128 and a cu130 row) of one Python and torch
+  shared a release, and the second world's wheel of the same file name replaced the first's;
+  ``invoke migrate-tags`` renames releases of that form (ci/maintenance/migrate.py)
 - title: ``<component> <ref> - [<arch> ]<cuda label> py<python> torch<torch>; ...``
   (one segment per matrix row of that Python and torch, x86_64 left implicit;
   the CUDA label is ``cu<cuda>``, or ``cpu`` for a CPU row, which titles written
@@ -52,8 +56,10 @@ def cuda_label(cuda: str) -> str:
     return "cpu" if cuda == "cpu" else f"cu{cuda}"
 
 
-def release_tag(component: str, ref: str, python: str, torch: str) -> str:
-    return f"{component}-{sanitize_ref(ref)}-py{python}-torch{torch}"
+def release_tag(component: str, ref: str, cuda: str, python: str, torch: str) -> str:
+    """The release of one world's rows of a (component, ref, Python, torch): ``cuda`` is a row's CUDA
+    version (``13.0.2``) or ``cpu``, of which the tag keeps the world's part (``cu130``, ``cpu``)."""
+    return f"{component}-{sanitize_ref(ref)}-{cuda_tag(cuda)}-py{python}-torch{torch}"
 
 
 MAX_TAG_LENGTH = 200

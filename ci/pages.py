@@ -40,13 +40,13 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from ci import log, matrix, toolchain, wheel_packages
+from ci import log, matrix, site_lock, toolchain, wheel_packages
 from ci.catalog import INDEX_RECORD, Context, parse_previous
 from ci.errors import RemoteError, UsageError, WheelhouseError
 from ci.index import CACHE_FILE, DigestCache, Fetch, IndexSummary, Site, site_files, summarize
@@ -768,14 +768,28 @@ def publish(store: ReleaseStore, where: IndexWhere, *, releases: Iterable[Releas
 
         store = LocalStore(store.root, base_url=where.store_url, must_exist=True)  # the same files, served URLs
     try:
-        live = read_live_site(where.base_url, store.get_public) if target.built_fresh() else None
-        return publish_index(store.list_releases() if releases is None else releases, target,
-                             base_url=where.base_url, default_world=where.default_world, fetch=store.fetch,
-                             dry_run=dry_run, allow_shrink=allow_shrink, store=store.description, live=live,
-                             force=force, shrink_flag=shrink_flag, projects=where.projects, context=where.context,
-                             rehosted=where.rehosted, warnings=where.warnings)
+        with _one_publish_at_a_time(target, dry_run=dry_run):
+            live = read_live_site(where.base_url, store.get_public) if target.built_fresh() else None
+            return publish_index(store.list_releases() if releases is None else releases, target,
+                                 base_url=where.base_url, default_world=where.default_world, fetch=store.fetch,
+                                 dry_run=dry_run, allow_shrink=allow_shrink, store=store.description, live=live,
+                                 force=force, shrink_flag=shrink_flag, projects=where.projects,
+                                 context=where.context, rehosted=where.rehosted, warnings=where.warnings)
     finally:
         target.close()
+
+
+@contextlib.contextmanager
+def _one_publish_at_a_time(target: PagesTarget, *, dry_run: bool) -> Iterator[None]:
+    """The site lock (ci/site_lock.py) of a directory target, held from reading the published site to writing
+    the new one; a git branch needs none (a second push that is not a fast-forward is refused by the remote),
+    nor does a dry run, which writes nothing."""
+    site = target.path if isinstance(target, DirectoryTarget) else None
+    if site is None or dry_run:
+        yield
+        return
+    with site_lock.held(site):
+        yield
 
 
 def publish_index(

@@ -14,8 +14,12 @@ job uploads its own wheels: a statement per arch means two arch jobs never rewri
   ``GITHUB_RUN_ID``/``GITHUB_RUN_ATTEMPT``, read in the publish job), or a local builder outside one.
 
 The bytes are deterministic (sorted keys, no wall-clock time): the same build published by the same
-run gives the same statement. The statement is not signed here: signing needs GitHub's OIDC token,
-which the publish workflow's artifact attestation step (``actions/attest-build-provenance``) holds.
+run gives the same statement. The statement is not signed here: signing needs GitHub's OIDC token, which
+only the publish job holds. There ``invoke release --predicate-out`` writes this statement's predicate,
+``actions/attest`` signs it over the same wheels (a Sigstore bundle, ci/signature.py), and ``invoke release
+--provenance-bundle`` checks that the bundle carries exactly this statement and uploads it as
+``wheelhouse-provenance-<arch>.sigstore.json`` in place of the unsigned ``.intoto.json``: one provenance,
+ours, signed. A release made outside a workflow carries the unsigned statement.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ci import bounded_json
 from ci.errors import ConfigError, WheelhouseError
 from ci.manifest import Manifest
 from ci.plan import wheel_covers_arch
@@ -40,6 +45,8 @@ LOCAL_BUILDER = "urn:wheelhouse:builder:local"
 """``runDetails.builder.id`` of a release published outside GitHub Actions."""
 PREFIX = "wheelhouse-provenance-"
 SUFFIX = ".intoto.json"
+BUNDLE_SUFFIX = ".sigstore.json"
+"""The signed form: a Sigstore bundle whose DSSE payload is the statement."""
 RUN_VARIABLES = ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT")
 _HEX_COMMIT = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -49,15 +56,24 @@ def asset_name(arch: str) -> str:
     return f"{PREFIX}{arch}{SUFFIX}"
 
 
+def bundle_asset_name(arch: str) -> str:
+    return f"{PREFIX}{arch}{BUNDLE_SUFFIX}"
+
+
 def arch_of(asset: str) -> str | None:
-    if asset.startswith(PREFIX) and asset.endswith(SUFFIX):
-        return asset[len(PREFIX) : -len(SUFFIX)]
+    for suffix in (SUFFIX, BUNDLE_SUFFIX):
+        if asset.startswith(PREFIX) and asset.endswith(suffix) and len(asset) > len(PREFIX) + len(suffix):
+            return asset[len(PREFIX) : -len(suffix)]
     return None
 
 
 def statements_by_arch(assets: Mapping[str, _Asset]) -> dict[str, _Asset]:
-    """A release's provenance statements (of its assets by name), by arch."""
-    return {arch: asset for name, asset in assets.items() if (arch := arch_of(name)) is not None}
+    """A release's provenance (of its assets by name), by arch: the signed bundle where the arch has one."""
+    found: dict[str, _Asset] = {}
+    for name in sorted(assets, key=lambda n: n.endswith(BUNDLE_SUFFIX)):  # a bundle after, so it wins
+        if (arch := arch_of(name)) is not None:
+            found[arch] = assets[name]
+    return found
 
 
 def statement_for(wheel_name: str, statements: Mapping[str, _Asset]) -> _Asset | None:
@@ -205,12 +221,30 @@ class Provenance:
     """The workflow run's URL, or None for a local release."""
 
 
+def same_statement(signed: Mapping[str, Any], ours: Mapping[str, Any]) -> str | None:
+    """Why a signed statement is not the one this release would upload (its subjects as a set: the signer lists
+    the files in its own order); None when it is."""
+    for key in ("_type", "predicateType", "predicate"):
+        if signed.get(key) != ours.get(key):
+            return f"its {key} differs from this build's"
+    def subjects(document: Mapping[str, Any]) -> set[str]:
+        return {json.dumps(item, sort_keys=True) for item in document.get("subject") or ()}
+    if subjects(signed) != subjects(ours):
+        return "it signs other wheels (names or sha256) than this build's"
+    return None
+
+
 def parse(data: bytes, *, where: str) -> Provenance:
     """Read a statement this module wrote; one line naming ``where`` and the fault otherwise."""
     try:
-        raw = json.loads(data)
+        raw = bounded_json.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise WheelhouseError(f"{where}: not JSON ({exc}); download the release's {PREFIX}<arch>{SUFFIX}") from None
+    return read(raw, where=where)
+
+
+def read(raw: Any, *, where: str) -> Provenance:
+    """:func:`parse` of an already parsed document (the payload of a verified bundle)."""
     if not isinstance(raw, dict) or raw.get("_type") != STATEMENT_TYPE or raw.get("predicateType") != PREDICATE_TYPE:
         raise WheelhouseError(f"{where}: not an in-toto statement with an SLSA provenance v1 predicate; "
                               f"download the release's {PREFIX}<arch>{SUFFIX}")

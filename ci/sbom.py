@@ -10,10 +10,14 @@ It says where the wheel came from and what made it:
 - every shared object with its sha256, whether it links torch, and the cubin and PTX archs our
   fatbin parser found in it (ci/wheels/fatbin.py; the parser, not cuobjdump, so the document does
   not depend on which tools a build machine has);
-- the commit of this repository the versions file was read at (``dirty`` when the tree had
-  uncommitted changes, ``uncommitted`` outside a git checkout).
+- the build-input fingerprint (ci/fingerprint.py): the row's settings, the resolved source revision,
+  the builder and its helpers, the patches.
 
-The document is deterministic: no wall-clock time. Its timestamp is ``SOURCE_DATE_EPOCH`` when set,
+Nothing of the maintainer's checkout that is not a build input reaches the document: not this
+repository's commit, nor whether its tree has uncommitted changes (an unrelated edit flipped that and
+changed the bytes of a wheel published under the same name), nor which versions file was read. The
+build record keeps those (``versions``, for the provenance statement, which is not in the wheel). The
+document is deterministic: no wall-clock time. Its timestamp is ``SOURCE_DATE_EPOCH`` when set,
 else the source commit's time, else absent; its serial number is derived from its contents. What the
 build knows is gathered once by :func:`build_facts` and kept in the build record (key ``sbom``);
 :func:`document` writes it for one wheel; :func:`read_sbom` reads it back (the provenance check).
@@ -34,7 +38,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ci import log, toolchain
+from ci import bounded_json, fingerprint, log, toolchain
 from ci.digest import sha256_file
 from ci.errors import CheckFailed
 from ci.matrix import MatrixRow
@@ -140,7 +144,8 @@ def toolchain_versions(row: MatrixRow, nvcc: Path | None, env: Mapping[str, str]
 def build_facts(versions: Versions, row: MatrixRow, checkout: Checkout, interpreter: toolchain.Interpreter,
                 env: Mapping[str, str], *, repo_root: Path = REPO_ROOT) -> dict[str, Any]:
     """Everything the SBOM says about one build, as the build record keeps it (JSON-ready, no paths of
-    this machine: a rebuild elsewhere gathers the same facts)."""
+    this machine: a rebuild elsewhere gathers the same facts), and the checkout's commit (``versions``), which
+    the record and the provenance statement keep and the SBOM leaves out."""
     component = versions.component(row.component)
     source: dict[str, Any] = {"kind": checkout.kind, "ref": checkout.ref, "revision": checkout.revision}
     commit_time = None
@@ -167,6 +172,8 @@ def build_facts(versions: Versions, row: MatrixRow, checkout: Checkout, interpre
                      if versions_file.is_relative_to(repo_root.resolve()) else versions_file.name,
                      **repository_state(repo_root)},
         "source_date_epoch": int(epoch) if epoch.isdigit() else commit_time,
+        "fingerprint": fingerprint.fingerprint(fingerprint.build_config(row, checkout.revision, repo_root,
+                                                                        submodules=checkout.submodules)),
     }
 
 
@@ -243,8 +250,6 @@ def document(name: str, version: str, filename: str, facts: Mapping[str, Any], s
              torch_pin: str | None) -> dict[str, Any]:
     """The CycloneDX 1.6 document of one wheel (``name``/``version`` as its METADATA says)."""
     torch = facts["torch"]
-    versions = facts["versions"]
-    versions_commit = versions["commit"] + ("-dirty" if versions["dirty"] and versions["commit"] != "uncommitted" else "")
     patches = facts["patches"]
     wheel: dict[str, Any] = {
         "type": "library", "bom-ref": "wheel", "name": name, "version": version, "purl": _purl(name, version),
@@ -254,10 +259,9 @@ def document(name: str, version: str, filename: str, facts: Mapping[str, Any], s
     if patches:
         wheel["pedigree"] = {"patches": [{"type": "unofficial", "diff": {"url": patch["path"]}} for patch in patches]}
     metadata: dict[str, Any] = {
-        "tools": {"components": [{"type": "application", "name": "wheelhouse", "version": versions_commit}]},
+        "tools": {"components": [{"type": "application", "name": "wheelhouse"}]},
         "component": wheel,
-        "properties": _properties({"versions_file": versions["file"], "versions_commit": versions_commit,
-                                   "versions_dirty": versions["dirty"]}),
+        "properties": _properties({"build_fingerprint": facts.get("fingerprint")}),
     }
     epoch = facts.get("source_date_epoch")
     if epoch is not None:
@@ -318,7 +322,8 @@ class SbomSummary:
     """version, git_version, cuda, cxx11_abi"""
     torch_pin: str | None
     """``torch==2.13.*`` or None"""
-    versions_commit: str
+    fingerprint: str
+    """The build-input fingerprint; empty in a wheel built before the SBOM carried it."""
     archs: Mapping[str, tuple[tuple[CudaArch, ...], tuple[CudaArch, ...]]]
     """shared object -> (cubin archs, PTX archs)"""
 
@@ -359,7 +364,7 @@ def summarize(bom: Mapping[str, Any]) -> SbomSummary:
         torch={"version": torch.get("version", ""), "git_version": torch_props.get("torch_git_version", ""),
                "cuda": torch_props.get("torch_cuda", ""), "cxx11_abi": torch_props.get("torch_cxx11_abi", "")},
         torch_pin=None if pin == "none" else pin,
-        versions_commit=_props(bom["metadata"]).get("versions_commit", ""),
+        fingerprint=_props(bom["metadata"]).get("build_fingerprint", ""),
         archs={c["name"]: (_archs(_props(c).get("cuda_cubins", "")), _archs(_props(c).get("cuda_ptx", ""))) for c in files},
     )
 
@@ -374,7 +379,7 @@ def read_document(wheel: Path | str) -> dict[str, Any]:
         data = archive.read_small(name)
         label = archive.wheel_name.filename
     try:
-        return json.loads(data.decode("utf-8"))
+        return bounded_json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise CheckFailed(f"{label}: {name} is not JSON ({exc}); rebuild the wheel") from None
 

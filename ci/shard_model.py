@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci import shards
+from ci import bounded_json, shards
 from ci.errors import UsageError, WheelhouseError
 from ci.matrix import MatrixRow
 from ci.versions import REPO_ROOT
@@ -302,7 +302,7 @@ def _compact(modules: dict[str, Any]) -> str:
 
 def _plain_times(path: Path) -> dict[str, Any] | None:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = bounded_json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return raw if isinstance(raw, dict) and "modules" in raw and "row" not in raw else None

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ci import bounded_json
 from ci.digest import sha256_file
 from ci.errors import UsageError, WheelhouseError
 
@@ -41,6 +42,19 @@ SCHEMA = 1
 ASSIGNMENT = "most compiles (CUDA translation units x archs) first, to the least loaded shard"
 _SPEC = re.compile(r"^([1-9][0-9]*)/([1-9][0-9]*)$")
 _DIR = re.compile(r"^shard-([0-9]+)-of-([0-9]+)$")
+BUILDER_DECLARATION = "# wheelhouse-builder: builds-by-shards"
+"""The line by which a builder script says that it builds one shard (``WHEELHOUSE_SHARD=I/N``) and assembles the
+wheel from every shard (``WHEELHOUSE_ASSEMBLE=1``). A builder without it would run its whole build in each shard
+job and leave no shard: ``shards`` above 1 is refused for it when versions.yaml is loaded."""
+
+
+def builds_by_shards(builder_script: Path) -> bool:
+    """Whether the builder script declares :data:`BUILDER_DECLARATION` (a line of its own)."""
+    try:
+        lines = builder_script.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return False
+    return BUILDER_DECLARATION in (line.strip() for line in lines)
 
 
 @dataclass(frozen=True, order=True)
@@ -147,7 +161,7 @@ def read_checked(path: Path, what: str, problem: Callable[[Any], str | None], fi
     """The JSON document at ``path`` once ``problem`` finds nothing wrong with it; UsageError (one line ending in
     ``fix``) for a file that cannot be read or parsed, or has a problem."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = bounded_json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: not a readable {what} ({exc}); {fix}") from None
     found = problem(raw)

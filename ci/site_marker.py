@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ci import bounded_json
 from ci.catalog import INDEX_RECORD, WORLD_RECORD
 from ci.errors import WheelhouseError
 from ci.index import CACHE_FILE, CACHE_VERSION, DigestCache
@@ -55,7 +56,7 @@ class SiteMarker:
     def parse(cls, data: bytes, *, source: str) -> SiteMarker:
         """The marker in ``data``, or a WheelhouseError saying ``source`` is not one this tool wrote."""
         try:
-            doc = json.loads(data)
+            doc = bounded_json.loads(data)
             if not isinstance(doc, dict) or doc.get("format") != _FORMAT or doc.get("version") != _VERSION:
                 raise ValueError(f"no \"format\": \"{_FORMAT}\", \"version\": {_VERSION}")
             store, links, files = doc["store"], doc["links"], doc["files"]
@@ -86,7 +87,7 @@ def is_digest_cache(data: bytes | None) -> bool:
     if not data:
         return False
     try:
-        doc = json.loads(data)
+        doc = bounded_json.loads(data)
         DigestCache.from_json(data)
     except (ValueError, RecursionError, WheelhouseError):
         return False

@@ -375,23 +375,6 @@ def verify(python: Path | str, row: MatrixRow, *, env: dict[str, str] | None = N
     )
 
 
-def site_packages_state(interpreter: Interpreter) -> dict[str, tuple[int, int]]:
-    """Every file below the interpreter's site-packages, with its size and mtime: what a build must not change."""
-    state = {}
-    for root in interpreter.site_dirs:
-        for folder, _, files in os.walk(root):
-            for name in files:
-                path = os.path.join(folder, name)
-                stat = os.lstat(path)
-                state[path] = (stat.st_size, stat.st_mtime_ns)
-    return state
-
-
-def changed_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
-    """The files added, changed or removed between two :func:`site_packages_state` calls."""
-    return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
-
-
 def venv_key(row: MatrixRow, index: str | None) -> str:
     pins = json.dumps([row.python, torch_requirements(row), index, BUILD_TOOLS])
     return f"py{row.python}-torch{row.torch}-" + hashlib.sha256(pins.encode()).hexdigest()[:10]

@@ -1,20 +1,29 @@
 """Check a downloaded wheel offline against its release's manifest and provenance, and its own SBOM.
 
+Who published a wheel is said only from a verified signature. A release published by the workflow carries
+``wheelhouse-provenance-<arch>.sigstore.json``: our provenance statement signed in the publish job
+(ci/signature.py). Its signature is verified against a trusted root (``--trusted-root FILE``, else the
+public-good root) and the repository named by ``--repo`` (else ``WHEELHOUSE_STORE=github:<owner>/<repo>``);
+then the line says ``signed by <workflow>, published by <run>`` as the certificate names them. A release with
+only the unsigned ``.intoto.json`` (one made outside a workflow, or anyone's edit of the release) is checked
+for consistency and the line says plainly that nothing shows who published it.
+
 What is compared, each difference one line:
 
-- sha256: the wheel's bytes against the manifest's entry and the provenance statement's subject;
-- source commit: the SBOM's source commit (or sdist/directory digest) against the manifest's build
-  record and the statement;
-- world: the torch the SBOM says the wheel was built against (CUDA, major.minor) against the row's
-  world the statement names;
-- torch pin: the ``Requires-Dist: torch`` of the wheel's METADATA against the pin its SBOM records,
-  and that pin against the release's torch;
-- the versions.yaml commit and the build fingerprint, where the statement names them.
+- the archive: the validation check-wheel runs (RECORD lists every member with its hash; no member it does not
+  list, such as an added ``.pth``);
+- sha256: the wheel's bytes against the manifest's entry and the statement's subject;
+- arch: the manifest's against the wheel's platform tag; and exactly one manifest of the release lists the wheel;
+- source commit: the SBOM's source commit (or sdist/directory digest) against the manifest and the statement;
+- world: the torch the SBOM says the wheel was built against (CUDA, major.minor) against the row's world;
+- torch pin: the ``Requires-Dist: torch`` of the wheel's METADATA against the pin its SBOM records, and that
+  pin against the release's torch;
+- the build fingerprint: the SBOM's (wheels built since it carries one) and the statement's against the
+  manifest's; for a signed statement, the run it names against the run its certificate names.
 
 An input that is not what it should be (no such file, not a wheel, a manifest or statement of another
-release) is a :class:`~ci.errors.UsageError`: one line, nothing compared. Nothing is written anywhere.
-The statement's signature is not checked here (it is made by GitHub's attestation action in the
-publish job; ``gh attestation verify`` checks it against GitHub's attestation store).
+release) is a :class:`~ci.errors.UsageError`: one line, nothing compared. Nothing is written anywhere; every
+string read from the files is printed escaped.
 """
 
 from __future__ import annotations
@@ -26,12 +35,14 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ci import manifest, naming, provenance, sbom
+from ci import log, manifest, naming, provenance, sbom, signature
 from ci.digest import sha256_file
 from ci.errors import CheckFailed, UsageError, WheelhouseError
 from ci.manifest import Manifest
+from ci.plan import wheel_covers_arch
 from ci.wheels import pin
 from ci.wheels.archive import open_wheel
+from ci.wheels.record import check_record
 
 
 @dataclass(frozen=True)
@@ -53,7 +64,12 @@ def _short(text: str | None) -> str:
 # --- inputs --------------------------------------------------------------------------------------
 
 
-def _checked_wheel(wheel: Path) -> None:
+MAX_DOCUMENT_BYTES = 16 << 20
+"""A manifest or statement of a release is a few kilobytes; a file beyond this is not one."""
+
+
+def _checked_wheel(wheel: Path) -> list[str]:
+    """The archive problems check-wheel reports (RECORD), once the file is a readable wheel at all."""
     if not wheel.is_file():
         raise UsageError(f"{wheel}: no such file; name the downloaded wheel with --wheel")
     try:
@@ -61,51 +77,103 @@ def _checked_wheel(wheel: Path) -> None:
     except InvalidWheelFilename:
         raise UsageError(f"{wheel}: not a wheel file name (<name>-<version>-<tags>.whl); name the downloaded wheel") from None
     try:
-        with open_wheel(wheel):
-            pass
+        with open_wheel(wheel) as archive:
+            return [f"{wheel.name}: archive: {log.printable(problem)}" for problem in check_record(archive)]
     except CheckFailed as exc:
-        raise UsageError(f"{wheel}: not a readable wheel ({exc}); download it again") from None
+        raise UsageError(f"{wheel}: not a readable wheel ({log.printable(str(exc))}); download it again") from None
+
+
+def _read_small(path: Path, what: str) -> bytes:
+    size = path.stat().st_size
+    if size > MAX_DOCUMENT_BYTES:
+        raise UsageError(f"{path}: {size} bytes, far more than a release's {what} is; download it again")
+    return path.read_bytes()
 
 
 def _read_manifest(path: Path) -> Manifest:
     if not path.is_file():
         raise UsageError(f"{path}: no such file; download the release's {manifest.PREFIX}<arch>.json")
     try:
-        return manifest.parse(path.read_bytes(), where=str(path))
+        return manifest.parse(_read_small(path, "manifest"), where=str(path))
     except WheelhouseError as exc:
-        raise UsageError(f"{exc}; download the release's {manifest.PREFIX}<arch>.json again") from None
+        raise UsageError(f"{log.printable(str(exc))}; download the release's {manifest.PREFIX}<arch>.json again") \
+            from None
 
 
 def _find_manifest(wheel_name: str, release_dir: Path) -> tuple[Path, Manifest]:
-    """The manifest in a folder of release assets that lists ``wheel_name`` (a pure-Python wheel may be
-    listed by every arch: the first by arch name)."""
+    """The one manifest in a folder of release assets that lists ``wheel_name``; two that list it are an error
+    (a manifest added beside the genuine one could otherwise stand for it)."""
     if not release_dir.is_dir():
         raise UsageError(f"--release {release_dir}: not a directory; name the folder the release's assets were "
                          "downloaded to (gh release download TAG -D DIR)")
     found = sorted(release_dir.glob(f"{manifest.PREFIX}*.json"))
     if not found:
         raise UsageError(f"{release_dir}: holds no {manifest.PREFIX}<arch>.json; download the release's assets there")
-    for path in found:
-        parsed = _read_manifest(path)
-        if any(entry.name == wheel_name for entry in parsed.wheels):
-            return path, parsed
-    tags = sorted({_read_manifest(path).release_tag for path in found})
+    manifests = [(path, _read_manifest(path)) for path in found]
+    listing = [(path, parsed) for path, parsed in manifests if any(entry.name == wheel_name for entry in parsed.wheels)]
+    if len(listing) > 1:
+        raise UsageError(f"{release_dir}: {len(listing)} manifests list {wheel_name} "
+                         f"({', '.join(path.name for path, _ in listing)}); a release lists a wheel in one: name the "
+                         "one to check with --manifest, and find out where the other came from")
+    if listing:
+        return listing[0]
+    tags = sorted({log.printable(parsed.release_tag) for _, parsed in manifests})
     raise UsageError(f"{release_dir}: the manifests of release {', '.join(tags)} do not list {wheel_name}; "
                      "download the assets of the release the wheel came from")
 
 
-def _read_provenance(path: Path, built: Manifest) -> provenance.Provenance:
+@dataclass(frozen=True)
+class Origin:
+    """The statement a wheel is checked against, and what is known of who made it."""
+
+    statement: provenance.Provenance
+    signer: signature.Signer | None
+    """The verified signer; None for an unsigned statement."""
+
+
+def _provenance_file(given: Path | None, found_at: Path, built: Manifest) -> Path:
+    """``--provenance``, else beside the manifest: the signed bundle where there is one, else the statement."""
+    if given is not None:
+        return given
+    bundle = found_at.parent / provenance.bundle_asset_name(built.arch)
+    return bundle if bundle.is_file() else found_at.parent / provenance.asset_name(built.arch)
+
+
+def _read_origin(path: Path, built: Manifest, *, repository: str | None, trusted_root: Path | None) -> Origin:
     if not path.is_file():
-        raise UsageError(f"{path}: no such file; download {provenance.asset_name(built.arch)} from release "
-                         f"{built.release_tag} beside the manifest, or name it with --provenance")
+        raise UsageError(f"{path}: no such file; download {provenance.bundle_asset_name(built.arch)} (or, for a "
+                         f"release made outside a workflow, {provenance.asset_name(built.arch)}) from release "
+                         f"{log.printable(built.release_tag)} beside the manifest, or name it with --provenance")
+    data = _read_small(path, "provenance")
+    signer = None
     try:
-        statement = provenance.parse(path.read_bytes(), where=str(path))
+        if signature.is_bundle(_json_or_none(data)):
+            if not repository:
+                raise UsageError(f"{path}: a signed provenance; name the repository whose publish workflow signed it "
+                                 "with --repo OWNER/REPO (or WHEELHOUSE_STORE=github:OWNER/REPO)")
+            document, signer = signature.verify(data, repository=repository, trusted_root=trusted_root,
+                                                where=str(path))
+            statement = provenance.read(document, where=str(path))
+        else:
+            statement = provenance.parse(data, where=str(path))
+    except signature.SignatureError as exc:
+        raise signature.SignatureError(log.printable(str(exc))) from None
     except WheelhouseError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(log.printable(str(exc))) from None
     if (statement.release_tag, statement.arch) != (built.release_tag, built.arch):
-        raise UsageError(f"{path}: the provenance of release {statement.release_tag} ({statement.arch}), not of "
-                         f"{built.release_tag} ({built.arch}) as the manifest; download the statement of the same release")
-    return statement
+        raise UsageError(f"{path}: the provenance of release {log.printable(statement.release_tag)} "
+                         f"({log.printable(statement.arch)}), not of {log.printable(built.release_tag)} "
+                         f"({log.printable(built.arch)}) as the manifest; download the statement of the same release")
+    return Origin(statement, signer)
+
+
+def _json_or_none(data: bytes) -> object:
+    from ci import bounded_json
+
+    try:
+        return bounded_json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
 # --- the comparisons -----------------------------------------------------------------------------
@@ -148,9 +216,9 @@ def _sbom_problems(name: str, wheel: Path, built: Manifest, statement: provenanc
         problems.append(f"{name}: world: its SBOM's torch ({summary.torch.get('version')}, CUDA "
                         f"{summary.torch.get('cuda')}) is world {world}, the release's row is {statement.world}")
     problems += _pin_problems(name, wheel, summary, built.torch)
-    if statement.versions_commit is not None and summary.versions_commit != statement.versions_commit:
-        problems.append(f"{name}: versions.yaml commit: its SBOM says {summary.versions_commit or 'none'}, the "
-                        f"provenance says {statement.versions_commit}")
+    if summary.fingerprint and summary.fingerprint != built.fingerprint:  # a wheel built before the SBOM had it: none
+        problems.append(f"{name}: build fingerprint: its SBOM says {_short(summary.fingerprint)}, release "
+                        f"{built.release_tag}'s manifest says {_short(built.fingerprint)}")
     return problems
 
 
@@ -180,35 +248,70 @@ def _agreement_problems(built: Manifest, statement: provenance.Provenance) -> li
     return problems
 
 
+def _arch_problems(name: str, built: Manifest) -> list[str]:
+    if wheel_covers_arch(name, built.arch):
+        return []
+    return [f"{name}: arch: its platform tag is not {log.printable(built.arch)}, the arch of release "
+            f"{log.printable(built.release_tag)}'s manifest that lists it"]
+
+
+def _signer_problems(origin: Origin) -> list[str]:
+    """A signed statement names the run that published it; the certificate says which run signed it."""
+    if origin.signer is None or origin.signer.run is None or origin.statement.run in (None, origin.signer.run):
+        return []
+    return [f"run: the signed statement names {log.printable(origin.statement.run or '')}, its certificate the run "
+            f"{log.printable(origin.signer.run)}"]
+
+
+def _chosen_manifest(name: str, manifest_path: Path | None, release_dir: Path | None) -> tuple[Path, Manifest]:
+    if release_dir is not None:
+        return _find_manifest(name, release_dir)
+    assert manifest_path is not None
+    built = _read_manifest(manifest_path)
+    if not any(entry.name == name for entry in built.wheels):
+        raise UsageError(f"{manifest_path}: the manifest of release {log.printable(built.release_tag)} "
+                         f"({log.printable(built.arch)}) does not list {name}; pass the manifest of the release the "
+                         "wheel came from")
+    return manifest_path, built
+
+
 def verify_wheel(wheel: Path, *, manifest_path: Path | None = None, release_dir: Path | None = None,
-                 provenance_path: Path | None = None) -> Verification:
-    """Compare ``wheel`` with its release (a manifest, or a folder of its downloaded assets) and its SBOM."""
+                 provenance_path: Path | None = None, repository: str | None = None,
+                 trusted_root: Path | None = None) -> Verification:
+    """Compare ``wheel`` with its release (a manifest, or a folder of its downloaded assets) and its SBOM; say who
+    published it only when a signed statement verifies (``repository``, ``trusted_root``: ci/signature.py)."""
     if (manifest_path is None) == (release_dir is None):
         raise UsageError("name the wheel's release with exactly one of --manifest PATH or --release DIR")
-    _checked_wheel(wheel)
+    archive_problems = _checked_wheel(wheel)
     name = wheel.name
-    if release_dir is not None:
-        found_at, built = _find_manifest(name, release_dir)
-    else:
-        assert manifest_path is not None
-        found_at, built = manifest_path, _read_manifest(manifest_path)
-        if not any(entry.name == name for entry in built.wheels):
-            raise UsageError(f"{manifest_path}: the manifest of release {built.release_tag} ({built.arch}) does not "
-                             f"list {name}; pass the manifest of the release the wheel came from")
-    statement = _read_provenance(provenance_path or found_at.parent / provenance.asset_name(built.arch), built)
+    found_at, built = _chosen_manifest(name, manifest_path, release_dir)
+    origin = _read_origin(_provenance_file(provenance_path, found_at, built), built, repository=repository,
+                          trusted_root=trusted_root)
+    statement = origin.statement
     expected = next(entry.sha256 for entry in built.wheels if entry.name == name)
     actual = sha256_file(wheel)
     mismatches = [
+        *archive_problems,
+        *_arch_problems(name, built),
         *_digest_problems(name, actual, expected, statement, built.release_tag),
         *_agreement_problems(built, statement),
+        *_signer_problems(origin),
     ]
     try:
         summary = sbom.read_sbom(wheel)
     except CheckFailed as exc:
-        return Verification(name, "", (*mismatches, str(exc)))
+        return Verification(name, "", (*mismatches, log.printable(str(exc))))
     mismatches += _sbom_problems(name, wheel, built, statement, summary)
-    run = statement.run or "a release outside GitHub Actions"
-    line = (f"{name}: matches release {built.release_tag} ({built.arch}): sha256 {_short(actual)}, world "
-            f"{statement.world}, torch pin {summary.torch_pin or 'none'}, source commit "
-            f"{_short(statement.source_revision)}, published by {run}")
-    return Verification(name, line, tuple(mismatches))
+    facts = log.printable(f"sha256 {_short(actual)}, world {statement.world}, torch pin {summary.torch_pin or 'none'}, "
+                          f"source commit {_short(statement.source_revision)}")
+    tag, arch = log.printable(built.release_tag), log.printable(built.arch)
+    if origin.signer is not None:
+        signer = origin.signer
+        line = (f"{name}: matches release {tag} ({arch}): {facts}; its provenance is signed by "
+                f"{log.printable(signer.workflow)}, verified against {log.printable(signer.trusted_root)}: published "
+                f"by {log.printable(signer.run or 'a run its certificate does not name')}")
+    else:
+        line = (f"{name}: consistent with release {tag} ({arch})'s manifest and its unsigned provenance statement: "
+                f"{facts}; nothing here shows who published it (a release the publish workflow made carries "
+                f"{provenance.bundle_asset_name(built.arch)}, signed)")
+    return Verification(name, line, tuple(log.printable(m) for m in mismatches))

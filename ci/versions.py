@@ -31,6 +31,7 @@ from packaging.utils import canonicalize_name
 
 from ci.errors import ConfigError
 from ci.naming import cuda_label, ref_format_problem, tag_problem, version_key
+from ci.shards import BUILDER_DECLARATION, builds_by_shards
 from ci.wheels.archs import parse_arch_list
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -557,6 +558,7 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:  # noq
                     f"{where}.{builder_key}: build_scripts/{settings.builder}.sh does not exist; "
                     "name an existing builder or add that script"
                 )
+            _check_shards(where, component, arch, settings, repo_root)
             for index, patch in enumerate(settings.patches):
                 if not (repo_root / patch).is_file():
                     raise ConfigError(
@@ -577,6 +579,18 @@ _CLONE_URL = re.compile(
         )\S+""",
     re.VERBOSE,
 )
+
+
+def _check_shards(where: str, component: Component, arch: str, settings: Settings, repo_root: Path) -> None:
+    """``shards`` above 1 only for a builder that declares it builds by shards (ci/shards.py)."""
+    if settings.shards <= 1 or builds_by_shards(repo_root / "build_scripts" / f"{settings.builder}.sh"):
+        return
+    key = f"arch_overrides.{arch}.shards" if "shards" in component.arch_overrides.get(arch, {}) else "shards"
+    raise ConfigError(
+        f"{where}.{key}: {settings.shards} shards, but build_scripts/{settings.builder}.sh does not build by shards "
+        f"(it has no '{BUILDER_DECLARATION}' line): each shard job would run the whole build and leave no shard; "
+        "set shards: 1, or make the builder build one shard (WHEELHOUSE_SHARD) and assemble them (WHEELHOUSE_ASSEMBLE)"
+    )
 
 
 def _check_clone_url(where: str, url: str) -> None:

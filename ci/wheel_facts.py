@@ -11,13 +11,12 @@ stale) and written into each world's record (ci/catalog.py).
 
 from __future__ import annotations
 
-import json
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ci import sbom
+from ci import bounded_json, sbom
 from ci.errors import WheelhouseError
 from ci.wheels import pin
 from ci.wheels.archs import CudaArch, parse_arch_list
@@ -91,7 +90,7 @@ def _sbom_summary(wheel: IO[bytes]) -> sbom.SbomSummary | None:
                      and n.split("/", 1)[0].endswith(".dist-info")]
             if len(names) != 1 or archive.getinfo(names[0]).file_size > MAX_SBOM_BYTES:
                 return None
-            document = json.loads(archive.read(names[0]).decode("utf-8"))
+            document = bounded_json.loads(archive.read(names[0]).decode("utf-8"))
         return sbom.summarize(document)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError, IndexError, TypeError, AttributeError,
             NotImplementedError, WheelhouseError):

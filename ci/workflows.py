@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from ci import matrix, naming
+from ci import matrix, naming, provenance
 from ci.errors import ConfigError, WheelhouseError
 from ci.versions import Versions
 
@@ -49,7 +49,7 @@ PINNED_ACTIONS: dict[str, tuple[str, str, str]] = {
     "upload-pages-artifact": ("actions/upload-pages-artifact", "7b1f4a764d45c48632c6b24a0339c27f5614fb0b", "v4.0.0"),
     "deploy-pages": ("actions/deploy-pages", "cd2ce8fcbc39b97be8ca5fce6e763baed58fa128", "v5.0.0"),
     "cuda-toolkit": ("Jimver/cuda-toolkit", "3d45d157f327c09c04b50ee6ccdea2d9d017ec76", "v0.2.35"),
-    "attest-build-provenance": ("actions/attest-build-provenance", "a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32", "v4.1.0"),
+    "attest": ("actions/attest", "1e69f48acb82d1966a394da916b4c1698aa569d6", "v4.2.2"),
     "github-script": ("actions/github-script", "ed597411d8f924073f98dfc5c65a23a2325f34cd", "v8.0.0"),
 }
 ACTIONS = {key: f"{repo}@{sha}" for key, (repo, sha, _) in PINNED_ACTIONS.items()}
@@ -566,6 +566,8 @@ def publish_workflow() -> dict[str, Any]:
     installed). Only this job can write.
     """
     row = {name: _expr(f"inputs.{name}") for name, _, _ in PUBLISH_INPUTS}
+    row_env = {"COMPONENT": row["component"], "PYTHON": row["python"], "TORCH": row["torch"], "ARCH": row["arch"],
+               "CUDA": row["cuda"]}
     steps: list[dict[str, Any]] = [
         *_control_setup(),
         {
@@ -584,22 +586,26 @@ def publish_workflow() -> dict[str, Any]:
             "run": _script("recheck_wheels.sh"),
         },
         {
-            # Signed build provenance of each checked wheel in GitHub's attestation store, before any is
-            # released (`gh attestation verify <wheel> --repo <owner>/<repo>` checks it).
-            "name": "Attest the wheels",
-            "uses": ACTIONS["attest-build-provenance"],
-            "with": {"subject-path": f"dist/{row['world']}/*.whl"},
+            # Our provenance statement's predicate (ci/provenance.py), for the signing step: one provenance, ours.
+            "name": "Write the provenance predicate",
+            "id": "predicate",
+            "env": row_env,
+            "run": _script("provenance_predicate.sh"),
+        },
+        {
+            # Signs that predicate over the checked wheels with the job's OIDC identity (Sigstore) and stores the
+            # attestation (`gh attestation verify <wheel> --repo <owner>/<repo>` checks it); the bundle goes to the
+            # release, where `invoke verify-wheel` verifies it offline.
+            "name": "Sign the provenance",
+            "id": "sign",
+            "uses": ACTIONS["attest"],
+            "with": {"subject-path": f"dist/{row['world']}/*.whl", "predicate-type": provenance.PREDICATE_TYPE,
+                     "predicate-path": _expr("steps.predicate.outputs.path")},
         },
         {
             "name": "Publish to the release",
             "id": "release",
-            "env": {
-                **STORE_ENV,
-                "COMPONENT": row["component"],
-                "PYTHON": row["python"],
-                "TORCH": row["torch"],
-                "ARCH": row["arch"],
-            },
+            "env": {**STORE_ENV, **row_env, "PROVENANCE_BUNDLE": _expr("steps.sign.outputs.bundle-path")},
             "run": _script("publish_row.sh"),
         },
     ]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,7 @@ def test_fixture_builds_through_the_nox_session(tmp_path):
     (wheel,) = world.glob("*.whl")
     assert wheel.name == "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"
     assert (world / f"{wheel.name}.metadata").read_text().startswith("Metadata-Version:")
-    record_path = world / "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0-x86_64.build.json"
+    record_path = world / "wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0-x86_64.build.json"
     record = json.loads(record_path.read_text())
     # the record the build wrote reads back whole and is written again byte for byte
     assert BuildRecord.read(record_path).to_json() == record_path.read_text()
@@ -416,12 +417,24 @@ def test_build_code_gets_no_credential_and_cannot_change_its_interpreter(tmp_pat
     assert line.endswith("variable(s) not on the allow-list (ci/credentials.py) (pass_env in versions.yaml passes one)")
 
     assert str(info.value) == (
-        f"{row.label}: the build changed the site-packages of its venv "
+        f"{row.label}: the build changed what its venv runs at start "
         f"({venv}/lib/python3.11/site-packages/zzz_hostile.pth); removed the venv {venv} (the next build makes it "
         "again); a build must install nothing into its interpreter")
     assert not venv.exists()
     assert "SECRET" not in (ran.read_text() if ran.exists() else "")
     assert not (tmp_path / "dist").exists()
+
+
+def _reuse_env_build(python: Path, src: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The fixture row built with --reuse-env by ``python`` (the interpreter that runs this tool, in the test a
+    throwaway venv): its one-line error, if any, is the last line of stdout."""
+    script = ("import sys\nfrom pathlib import Path\nfrom ci import build, matrix\nfrom ci.errors import WheelhouseError\n"
+              "from ci.versions import load\nversions = load(sys.argv[1]); (row,) = matrix.expand(versions)\n"
+              "options = build.BuildOptions(cache_dir=Path(sys.argv[2]), dist_root=Path(sys.argv[3]), reuse_env=True, "
+              "source=Path(sys.argv[4]))\n"
+              "try:\n    build.run(versions, row, options)\nexcept WheelhouseError as error:\n    print(error)\n")
+    return subprocess.run([str(python), "-c", script, str(FIXTURE_VERSIONS), str(tmp_path / "cache"),
+                           str(tmp_path / "dist"), str(src)], cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 def test_with_reuse_env_the_files_a_build_adds_to_the_interpreter_are_removed(tmp_path):
@@ -435,18 +448,89 @@ def test_with_reuse_env_the_files_a_build_adds_to_the_interpreter_are_removed(tm
                                   "raise SystemExit(1)\n")
     (row,) = matrix.expand(load(FIXTURE_VERSIONS))
     python = _stamped_row_venv(tmp_path / "elsewhere", row) / "bin" / "python"
-    script = ("import sys\nfrom pathlib import Path\nfrom ci import build, matrix\nfrom ci.errors import WheelhouseError\n"
-              "from ci.versions import load\nversions = load(sys.argv[1]); (row,) = matrix.expand(versions)\n"
-              "options = build.BuildOptions(cache_dir=Path(sys.argv[2]), dist_root=Path(sys.argv[3]), reuse_env=True, "
-              "source=Path(sys.argv[4]))\n"
-              "try:\n    build.run(versions, row, options)\nexcept WheelhouseError as error:\n    print(error)\n")
-    result = subprocess.run([str(python), "-c", script, str(FIXTURE_VERSIONS), str(tmp_path / "cache"),
-                             str(tmp_path / "dist"), str(src)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = _reuse_env_build(python, src, tmp_path)
     planted = python.parent.parent / "lib" / "python3.11" / "site-packages" / "zzz_hostile.pth"
     assert result.stdout.strip().splitlines()[-1] == (  # the builder's own output comes first
-        f"{row.label}: the build changed the site-packages of {python}, which run at every start of it: removed what "
-        f"it added ({planted}); build without --reuse-env"), result.stderr[-2000:]
+        f"{row.label}: the build changed what {python} runs at every start: removed what it added ({planted}); "
+        "build without --reuse-env, in a shell that holds no token"), result.stderr[-2000:]
     assert not planted.exists() and python.is_file()
+
+
+# What a build's setup.py does to the interpreter it runs in (adversarial R2 and variants): each payload appends a
+# line to MARK when it runs. (a) a module rewritten to the same size, its mtime put back and its bytecode deleted;
+# (b) a line added to an entry script in bin/; (c) pyvenv.cfg edited; (d) bytecode planted for an unchanged
+# module, its header matching the source's size and mtime, so Python runs it instead; (e) a detached process that
+# writes a .pth after the build has ended. Then the build fails (the check runs whether it fails or not).
+HOSTILE_SETUP = """\
+import importlib.util, os, subprocess, sys
+MARK = {mark!r}
+def same_size(path, payload):
+    st = os.stat(path); old = open(path).read(); head = old.split("\\n", 1)[0]
+    line = payload + "#"
+    open(path, "w").write(line + "x" * (len(head) - len(line)) + old[len(head):])
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+probe = importlib.util.find_spec("wheelhouse_probe").origin
+same_size(probe, "open(%r,'a').write('module\\n')" % MARK)
+cache = os.path.join(os.path.dirname(probe), "__pycache__")
+for cached in os.listdir(cache) if os.path.isdir(cache) else ():
+    os.unlink(os.path.join(cache, cached))
+entry = os.path.join(os.path.dirname(sys.executable), "tool-entry")
+lines = open(entry).read().split("\\n", 1)
+open(entry, "w").write(lines[0] + "\\nopen(%r,'a').write('bin\\\\n')\\n" % MARK + lines[1])
+cfg = os.path.join(os.path.dirname(os.path.dirname(sys.executable)), "pyvenv.cfg")
+open(cfg, "a").write("include-system-site-packages = true\\n")
+quiet = importlib.util.find_spec("wheelhouse_quiet").origin
+st = os.stat(quiet)
+import importlib._bootstrap_external as be
+code = compile("open(%r,'a').write('bytecode\\\\n')" % MARK, quiet, "exec")
+data = be._code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size)
+os.makedirs(os.path.join(os.path.dirname(quiet), "__pycache__"), exist_ok=True)
+open(importlib.util.cache_from_source(quiet), "wb").write(data)
+late = os.path.join(os.path.dirname(quiet), "zzz_late.pth")
+subprocess.Popen([sys.executable, "-c", "import os, time; time.sleep(6); open(%r, 'w').write(%r)"
+                  % (late, "import os; open(%r,'a').write('late pth\\\\n')\\n" % MARK)],
+                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+raise SystemExit(1)
+"""
+
+
+@pytest.mark.slow  # a real (failing) build and a 7 s wait: tests/test_interpreter_state.py is the fast variant
+def test_nothing_a_build_writes_into_the_interpreter_that_runs_this_tool_runs_again(tmp_path):
+    """--reuse-env builds in the interpreter that runs this tool, the one `GITHUB_TOKEN=… invoke release` later
+    starts. The before/after comparison was by size and mtime, of site-packages only (adversarial R2): now by
+    contents, bin/ and pyvenv.cfg too, after every process the build left running is ended; what the build added
+    is removed and what it altered renamed out of the way, so nothing it wrote runs at the next start."""
+    (row,) = matrix.expand(load(FIXTURE_VERSIONS))
+    venv = _stamped_row_venv(tmp_path / "elsewhere", row)
+    python = venv / "bin" / "python"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "wheelhouse_probe").mkdir()
+    (site / "wheelhouse_probe" / "__init__.py").write_text("# a module of the interpreter" + "." * 400 + "\n"
+                                                          "VALUE = 1\n")
+    (site / "wheelhouse_quiet.py").write_text("QUIET = 1\n")
+    (venv / "bin" / "tool-entry").write_text(f"#!{python}\nprint('tool')\n")
+    (venv / "bin" / "tool-entry").chmod(0o755)
+    subprocess.run([str(python), "-m", "compileall", "-q", str(site / "wheelhouse_probe")], check=True)
+    mark = tmp_path / "ran.txt"
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "tests" / "fixtures" / "fixture_ext", src)
+    (src / "setup.py").write_text(HOSTILE_SETUP.format(mark=str(mark)))
+    result = _reuse_env_build(python, src, tmp_path)
+    line = result.stdout.strip().splitlines()[-1]
+    altered = [str(site / "wheelhouse_probe" / "__init__.py"), str(venv / "bin" / "tool-entry"),
+               str(venv / "pyvenv.cfg")]
+    assert line.startswith(f"{row.label}: the build changed what {python} runs at every start: renamed what it "
+                           f"altered to <name>.changed-by-build ("), (line, result.stderr[-3000:])
+    assert all(path in line for path in altered), (line, result.stderr[-3000:])
+    assert "; ended 1 process(es) it left running; build without --reuse-env, in a shell that holds no token" in line, \
+        result.stderr[-2500:]
+    assert all(Path(path + ".changed-by-build").is_file() and not Path(path).exists() for path in altered)
+    time.sleep(7)  # the late writer would have written its .pth by now
+    assert not (site / "zzz_late.pth").exists()
+    for command in (["-c", "import wheelhouse_quiet"], ["-c", "import wheelhouse_probe"]):
+        subprocess.run([str(python), *command], capture_output=True)  # the next starts of the interpreter
+    assert not mark.exists(), mark.read_text()  # none of the build's code ran again
 
 
 def test_the_dry_run_plan_masks_index_credentials():

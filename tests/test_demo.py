@@ -24,7 +24,7 @@ def test_demo_installs_from_the_index_it_wrote(tmp_path, caplog):
     # /simple/ is the default world's alias
     assert (site / "simple" / "wheelhouse-fixture" / "index.html").read_text() == page
     releases = list((tmp_path / "store" / "releases").iterdir())
-    assert [r.name for r in releases] == ["wheelhouse-fixture-0.1.0-py3.11-torch2.13.0"]
+    assert [r.name for r in releases] == ["wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0"]
     assert json.loads((releases[0] / "release.json").read_text())["title"] == "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0"
     # the wheel it publishes links torch: it and the index's metadata file pin the row's torch line
     (sidecar,) = (releases[0] / "assets").glob("*.whl.metadata")

@@ -91,7 +91,7 @@ def test_two_real_modules_by_shards_make_a_jit_cache_flashinfer_loads_without_co
     first = run("-m", "nox", "-s", session, "--", *common, "--shard", "1/2")
     assert first.returncode == 0, first.stderr[-3000:]
     world = f"cu{row['cuda'].replace('.', '')}/torch{'.'.join(row['torch'].split('.')[:2])}"
-    tag = f"flashinfer-v0.6.13-py{row['python']}-torch{row['torch']}-x86_64"
+    tag = f"flashinfer-v0.6.13-{world.split('/')[0]}-py{row['python']}-torch{row['torch']}-x86_64"
     shards_dir = dist / world / "shards" / tag
     manifest = json.loads((shards_dir / "shard-1-of-2" / "shard.json").read_text())
     assert list(manifest["modules"]) == [f"sm90a/{DECODE}"] and manifest["modules"][f"sm90a/{DECODE}"]["seconds"] > 0

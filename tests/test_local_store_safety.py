@@ -101,7 +101,7 @@ def test_clobber_killed_at_every_step_keeps_records_true_and_the_rerun_completes
 
 def test_retag_killed_at_every_step_converges(tmp_path: Path) -> None:
     """migrate-tags --apply on a local store, killed at each file-system step, then run again."""
-    old_tag, new_tag = "other-0.2", "other-0.2-py3.11-torch2.13.0"
+    old_tag, new_tag = "other-0.2", "other-0.2-cpu-py3.11-torch2.13.0"
     wheel = tmp_path / "other-0.2-py3-none-any.whl"
     wheel.write_bytes(b"wheel")
     root = tmp_path / "store"

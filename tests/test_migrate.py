@@ -27,37 +27,40 @@ MIX = [
     ("transformer-engine-v2.16.1-py3.11", "transformer-engine v2.16.1 - cu13.0.2 py3.11 torch2.12.0"),
     ("transformer-engine-v2.16.1", "transformer-engine v2.16.1 - cu13.0.2 py3.12 torch2.12.0"),
     # current scheme
-    (f"flash-mla-{FLASH_MLA}-py3.12-torch2.13.0",
+    (f"flash-mla-{FLASH_MLA}-cu130-py3.12-torch2.13.0",
      f"flash-mla {FLASH_MLA} - cu13.0.2 py3.12 torch2.13.0; aarch64 cu13.0.2 py3.12 torch2.13.0"),
-    ("flash-attention-v2.8.3-py3.11-torch2.13.0", "flash-attention v2.8.3 - cu13.0.2 py3.11 torch2.13.0"),
+    ("flash-attention-v2.8.3-cu130-py3.11-torch2.13.0", "flash-attention v2.8.3 - cu13.0.2 py3.11 torch2.13.0"),
     # hand-made: unparseable title, and a title naming two (Python, torch) pairs
     ("apex-custom-build", "apex built by hand for the cluster"),
     ("apex-both", "apex master - cu13.0.2 py3.11 torch2.13.0; cu13.0.2 py3.12 torch2.13.0"),
     # a collision: a stage-A release whose target an already migrated release holds
     ("flashinfer-v0.6.13", "flashinfer v0.6.13 - cu13.0.2 py3.12 torch2.13.0"),
-    ("flashinfer-v0.6.13-py3.12-torch2.13.0", "flashinfer v0.6.13 - cu13.0.2 py3.12 torch2.13.0"),
+    ("flashinfer-v0.6.13-cu130-py3.12-torch2.13.0", "flashinfer v0.6.13 - cu13.0.2 py3.12 torch2.13.0"),
 ]
 SLASH_REF = ("deep-gemm-release/v1", "deep-gemm release/v1 - cu13.0.2 py3.12 torch2.13.0")
 """Stage A wrote the raw ref into the tag; the current scheme sanitizes it (GitHub store only: the
 local store allows no '/' in a tag)."""
 
 EXPECTED = {
-    "flash-attention-v2.8.3": ("rename", "flash-attention-v2.8.3-py3.12-torch2.11.0", "stage A tag"),
-    "apex-master": ("rename", "apex-master-py3.12-torch2.11.0", "stage A tag"),
-    f"deep-ep-{DEEP_EP}-py3.11": ("rename", f"deep-ep-{DEEP_EP}-py3.11-torch2.12.0", "stage B tag"),
-    "transformer-engine-v2.16.1-py3.11": ("rename", "transformer-engine-v2.16.1-py3.11-torch2.12.0", "stage B tag"),
-    "transformer-engine-v2.16.1": ("rename", "transformer-engine-v2.16.1-py3.12-torch2.12.0", "stage A tag"),
-    f"flash-mla-{FLASH_MLA}-py3.12-torch2.13.0": ("already migrated", f"flash-mla-{FLASH_MLA}-py3.12-torch2.13.0",
-                                                  "already migrated"),
-    "flash-attention-v2.8.3-py3.11-torch2.13.0": ("already migrated", "flash-attention-v2.8.3-py3.11-torch2.13.0",
-                                                  "already migrated"),
+    "flash-attention-v2.8.3": ("rename", "flash-attention-v2.8.3-cu130-py3.12-torch2.11.0", "stage A tag"),
+    "apex-master": ("rename", "apex-master-cu130-py3.12-torch2.11.0", "stage A tag"),
+    f"deep-ep-{DEEP_EP}-py3.11": ("rename", f"deep-ep-{DEEP_EP}-cu130-py3.11-torch2.12.0", "stage B tag"),
+    "transformer-engine-v2.16.1-py3.11": ("rename", "transformer-engine-v2.16.1-cu130-py3.11-torch2.12.0",
+                                          "stage B tag"),
+    "transformer-engine-v2.16.1": ("rename", "transformer-engine-v2.16.1-cu130-py3.12-torch2.12.0", "stage A tag"),
+    f"flash-mla-{FLASH_MLA}-cu130-py3.12-torch2.13.0": ("already migrated",
+                                                        f"flash-mla-{FLASH_MLA}-cu130-py3.12-torch2.13.0",
+                                                        "already migrated"),
+    "flash-attention-v2.8.3-cu130-py3.11-torch2.13.0": ("already migrated",
+                                                        "flash-attention-v2.8.3-cu130-py3.11-torch2.13.0",
+                                                        "already migrated"),
     "apex-custom-build": ("unparseable", None, None),
     "apex-both": ("unparseable", None, None),
-    "flashinfer-v0.6.13": ("collision", "flashinfer-v0.6.13-py3.12-torch2.13.0", None),
-    "flashinfer-v0.6.13-py3.12-torch2.13.0": ("collision", "flashinfer-v0.6.13-py3.12-torch2.13.0", None),
-    "deep-gemm-release/v1": ("rename", "deep-gemm-release-v1-py3.12-torch2.13.0", "stage A tag"),
+    "flashinfer-v0.6.13": ("collision", "flashinfer-v0.6.13-cu130-py3.12-torch2.13.0", None),
+    "flashinfer-v0.6.13-cu130-py3.12-torch2.13.0": ("collision", "flashinfer-v0.6.13-cu130-py3.12-torch2.13.0", None),
+    "deep-gemm-release/v1": ("rename", "deep-gemm-release-v1-cu130-py3.12-torch2.13.0", "stage A tag"),
 }
-OFFENDERS = {"apex-custom-build", "apex-both", "flashinfer-v0.6.13", "flashinfer-v0.6.13-py3.12-torch2.13.0"}
+OFFENDERS = {"apex-custom-build", "apex-both", "flashinfer-v0.6.13", "flashinfer-v0.6.13-cu130-py3.12-torch2.13.0"}
 MUTATING = ("retag_release", "delete_tag", "delete_release", "ensure_release", "upload_asset", "delete_asset")
 
 
@@ -140,7 +143,7 @@ def test_dry_run_plan_and_refusal_names_each_offender(server: GitHubTestServer) 
         assert all("\n" not in line for line in lines)
         assert any("apex-custom-build: title 'apex built by hand for the cluster' does not follow" in x for x in lines)
         assert any("apex-both: title names 2 (Python, torch) pairs" in x for x in lines)
-        assert any("flashinfer-v0.6.13: target flashinfer-v0.6.13-py3.12-torch2.13.0 is also claimed by" in x
+        assert any("flashinfer-v0.6.13: target flashinfer-v0.6.13-cu130-py3.12-torch2.13.0 is also claimed by" in x
                    for x in lines)
         with pytest.raises(migrate.MigrationRefused) as refused:
             migrate.apply(p, store)
@@ -246,3 +249,63 @@ def test_local_store_migrate_and_resume(tmp_path: Path) -> None:
         migrate.apply(migrate.plan_for(store, skip_unparseable=True), store)
         got = {r.tag: (r.title, tuple((a.name, a.digest) for a in r.assets)) for r in store.list_releases()}
         assert got == {t: (title, tuple((a.name, a.digest) for a in assets)) for t, (title, assets) in final.items()}
+
+
+# The anchor's tag had no CUDA part: a CPU and a CUDA row of one Python and torch shared a release, and the wheel of
+# one world replaced the other's. Stage C releases are renamed to their world's tag, by title.
+STAGE_C = [
+    ("flash-mla-v1.0-py3.12-torch2.13.0", "flash-mla v1.0 - cu13.0.2 py3.12 torch2.13.0; aarch64 cu13.0.2 py3.12 torch2.13.0"),
+    ("wheelhouse-fixture-0.1.0-py3.11-torch2.13.0", "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0"),
+    ("fixture-old-0.1.0-py3.11-torch2.13.0", "fixture-old 0.1.0 - cucpu py3.11 torch2.13.0"),  # the older CPU label
+    # the finding itself: both worlds in one release, under one wheel name each; which bytes are left is for a person
+    ("mixed-1.0-py3.11-torch2.13.0", "mixed 1.0 - cpu py3.11 torch2.13.0; cu13.0.2 py3.11 torch2.13.0"),
+    ("cuda-two-1.0-py3.11-torch2.13.0", "cuda-two 1.0 - cu12.8.1 py3.11 torch2.13.0; cu13.0.2 py3.11 torch2.13.0"),
+]
+
+
+def test_stage_c_tags_move_to_their_worlds_tag_and_a_release_of_two_worlds_is_left_alone(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    for tag, title in STAGE_C:
+        store.ensure_release(tag, title, "")
+        wheel = tmp_path / "pkg-1.0-cp311-cp311-linux_x86_64.whl"
+        wheel.write_bytes(tag.encode())
+        store.upload_asset(tag, wheel)
+    plan = migrate.plan_for(store, skip_unparseable=True)
+    assert statuses(plan) == {
+        "flash-mla-v1.0-py3.12-torch2.13.0": ("rename", "flash-mla-v1.0-cu130-py3.12-torch2.13.0",
+                                              "stage C tag, without its world's CUDA part"),
+        "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0": ("rename", "wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0",
+                                                        "stage C tag, without its world's CUDA part"),
+        "fixture-old-0.1.0-py3.11-torch2.13.0": ("rename", "fixture-old-0.1.0-cpu-py3.11-torch2.13.0",
+                                                 "stage C tag, without its world's CUDA part"),
+        "mixed-1.0-py3.11-torch2.13.0": ("unparseable", None, None),
+        "cuda-two-1.0-py3.11-torch2.13.0": ("unparseable", None, None),
+    }
+    assert plan.offender_lines() == [
+        "unparseable: cuda-two-1.0-py3.11-torch2.13.0: title names 2 worlds (cu128, cu130), whose wheels of one name "
+        "replaced each other in this one release; a release holds exactly one world: delete it and release each "
+        "world again",
+        "unparseable: mixed-1.0-py3.11-torch2.13.0: title names 2 worlds (cpu, cu130), whose wheels of one name "
+        "replaced each other in this one release; a release holds exactly one world: delete it and release each "
+        "world again"]
+    result = migrate.apply(plan, store)
+    assert sorted(result.renamed) == sorted((tag, target) for tag, (status, target, _) in statuses(plan).items()
+                                            if status == "rename")
+    after = {r.tag: [a.name for a in r.assets] for r in store.list_releases()}
+    assert sorted(after) == ["cuda-two-1.0-py3.11-torch2.13.0", "fixture-old-0.1.0-cpu-py3.11-torch2.13.0",
+                             "flash-mla-v1.0-cu130-py3.12-torch2.13.0", "mixed-1.0-py3.11-torch2.13.0",
+                             "wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0"]
+    assert store.read_asset("wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0", "pkg-1.0-cp311-cp311-linux_x86_64.whl") \
+        == b"wheelhouse-fixture-0.1.0-py3.11-torch2.13.0"  # the assets moved with the release
+    assert migrate.plan_for(store, skip_unparseable=True).renames == ()  # run again: nothing to do
+
+
+def test_the_git_tags_stage_c_releases_leave_behind_are_listed(server: GitHubTestServer) -> None:  # noqa: F811
+    gh = server
+    for tag, title in STAGE_C[:2]:
+        gh.seed_release(tag, name=title, assets=[("pkg-1.0-cp311-cp311-linux_x86_64.whl", tag.encode())])
+    with make(gh) as store:
+        result = migrate.apply(migrate.plan_for(store), store)
+        assert set(result.leftover_tags) == {tag for tag, _ in STAGE_C[:2]}
+        cleaned = migrate.apply(migrate.plan_for(store, delete_old_tags=True), store)
+        assert set(cleaned.deleted_tags) == {tag for tag, _ in STAGE_C[:2]}

@@ -12,7 +12,7 @@ from urllib.request import url2pathname
 import pytest
 from provenance_helpers import RUN_ENV, built_row, release_fixture
 
-from ci import manifest, provenance, release, sbom
+from ci import build_record, manifest, provenance, release, sbom
 from ci.digest import sha256_file
 from ci.errors import ConfigError, RemoteError
 from ci.index import site_files
@@ -61,14 +61,16 @@ def test_the_statement_binds_every_wheel_to_its_commits_fingerprint_row_and_run(
     assert external["row"] == row.to_json() and external["release_tag"] == row.release_tag
     assert external["fingerprint"] == built.fingerprint
     assert external["source"]["revision"] == summary.source_revision == built.source["revision"]
-    assert external["versions"] == {"file": "tests/fixtures/versions.yaml", "commit": summary.versions_commit}
+    record = json.loads(build_record.path_for(row, tmp_path / "dist").read_text())
+    versions_commit = record["sbom"]["versions"]["commit"] + ("-dirty" if record["sbom"]["versions"]["dirty"] else "")
+    assert external["versions"] == {"file": "tests/fixtures/versions.yaml", "commit": versions_commit}
     assert definition["internalParameters"] == {"build_config": built.build_config}
     # the fixture's source is a directory: its digest is the source dependency
     assert {"name": "source", "digest": {"sha256": summary.source_revision}} in definition["resolvedDependencies"]
-    if not summary.versions_commit.endswith("-dirty"):  # a clean checkout names its commit as a dependency too
+    if not versions_commit.endswith("-dirty"):  # a clean checkout names its commit as a dependency too
         (versions_dep,) = [d for d in definition["resolvedDependencies"] if d["name"] == "versions.yaml"]
-        assert versions_dep == {"name": "versions.yaml", "digest": {"gitCommit": summary.versions_commit},
-                                "uri": f"git+https://github.com/octo/wheelhouse@{summary.versions_commit}"}
+        assert versions_dep == {"name": "versions.yaml", "digest": {"gitCommit": versions_commit},
+                                "uri": f"git+https://github.com/octo/wheelhouse@{versions_commit}"}
     assert statement["predicate"]["runDetails"] == {
         "builder": {"id": "https://github.com/octo/wheelhouse/.github/workflows/_publish.yml"},
         "metadata": {"invocationId": "https://github.com/octo/wheelhouse/actions/runs/4242/attempts/2"},
@@ -145,18 +147,29 @@ def test_asset_names_round_trip():
     assert provenance.arch_of("wheelhouse-build-manifest-aarch64.json") is None
 
 
-def test_the_publish_job_attests_each_checked_wheel_before_releasing_it():
+def test_the_publish_job_signs_our_predicate_over_the_checked_wheels_and_releases_the_bundle():
+    """One provenance: the predicate `invoke release --predicate-out` writes is what actions/attest signs (over the
+    wheels checked again on this runner), and its bundle is what `invoke release --provenance-bundle` uploads."""
     from ci import workflows
 
     job = workflows.publish_workflow()["jobs"]["publish"]
     names = [step.get("name") for step in job["steps"]]
-    attest = job["steps"][names.index("Attest the wheels")]
-    assert names.index("Check the wheels again") < names.index("Attest the wheels") < names.index("Publish to the release")
-    assert attest["uses"] == "actions/attest-build-provenance@a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32"
-    assert attest["with"] == {"subject-path": "dist/${{ inputs.world }}/*.whl"}
+    order = ["Check the wheels again", "Write the provenance predicate", "Sign the provenance", "Publish to the release"]
+    assert [names.index(name) for name in order] == sorted(names.index(name) for name in order)
+    sign = job["steps"][names.index("Sign the provenance")]
+    assert sign["uses"] == "actions/attest@1e69f48acb82d1966a394da916b4c1698aa569d6"
+    assert sign["with"] == {"subject-path": "dist/${{ inputs.world }}/*.whl",
+                            "predicate-type": "https://slsa.dev/provenance/v1",
+                            "predicate-path": "${{ steps.predicate.outputs.path }}"}
+    publish = job["steps"][names.index("Publish to the release")]
+    assert publish["env"]["PROVENANCE_BUNDLE"] == "${{ steps.sign.outputs.bundle-path }}"
+    scripts = {step["name"]: (REPO_ROOT / step["run"].split()[1]).read_text() for step in job["steps"]
+               if step.get("run", "").startswith("bash ")}
+    assert "--predicate-out" in scripts["Write the provenance predicate"]
+    assert '--provenance-bundle "$PROVENANCE_BUNDLE"' in scripts["Publish to the release"]
     assert job["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write"}
     rendered = workflows.render(workflows.publish_workflow())
-    assert "uses: actions/attest-build-provenance@a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32  # v4.1.0" in rendered
+    assert "uses: actions/attest@1e69f48acb82d1966a394da916b4c1698aa569d6  # v4.2.2" in rendered
 
 
 # --- the index links each wheel's statement -------------------------------------------------------

@@ -137,16 +137,16 @@ components:
 """
 MIX = {
     # current (the matrix maps to these)
-    "flash-attention-v2.8.3-py3.11-torch2.13.0": "flash-attention v2.8.3 - cu13.0.2 py3.11 torch2.13.0",
-    "flash-attention-v2.8.3-py3.12-torch2.13.0":
+    "flash-attention-v2.8.3-cu130-py3.11-torch2.13.0": "flash-attention v2.8.3 - cu13.0.2 py3.11 torch2.13.0",
+    "flash-attention-v2.8.3-cu130-py3.12-torch2.13.0":
         "flash-attention v2.8.3 - cu13.0.2 py3.12 torch2.13.0; aarch64 cu13.0.2 py3.12 torch2.13.0",
-    "apex-master-py3.12-torch2.13.0": "hand-edited title",
+    "apex-master-cu130-py3.12-torch2.13.0": "hand-edited title",
     # superseded ref, retired components, dropped torch, dropped Python
     "flash-attention-v2.8.2-py3.12-torch2.13.0": "flash-attention v2.8.2 - cu13.0.2 py3.12 torch2.13.0",
     "vllm-v0.10.0-py3.12-torch2.13.0": "vllm v0.10.0 - cu13.0.2 py3.12 torch2.13.0",
     "sglang-v0.5.0-py3.12-torch2.13.0": "sglang v0.5.0 - cu13.0.2 py3.12 torch2.13.0",
     "apex-master-py3.12-torch2.11.0": "apex master - cu12.8.1 py3.12 torch2.11.0",
-    "apex-master-py3.11-torch2.13.0": "apex master - cu13.0.2 py3.11 torch2.13.0",
+    "apex-master-cu130-py3.11-torch2.13.0": "apex master - cu13.0.2 py3.11 torch2.13.0",
     # kept: inside a kept world; unparseable; an old tag scheme of a current release; too young
     "flash-attention-v2.7.0-py3.12-torch2.12.0": "flash-attention v2.7.0 - cu12.8.1 py3.12 torch2.12.0",
     "notes-2025": "release notes, not wheels",
@@ -159,7 +159,7 @@ DELETED = {
     "vllm-v0.10.0-py3.12-torch2.13.0": "retired component: vllm is not in versions.yaml",
     "sglang-v0.5.0-py3.12-torch2.13.0": "retired component: sglang is not in versions.yaml",
     "apex-master-py3.12-torch2.11.0": "dropped torch 2.11.0",
-    "apex-master-py3.11-torch2.13.0": "dropped Python 3.11",
+    "apex-master-cu130-py3.11-torch2.13.0": "dropped Python 3.11",
 }
 MIX["flash-attention-v2.8.3"] = "flash-attention v2.8.3 - cu13.0.2 py3.11 torch2.13.0; cu13.0.2 py3.12 torch2.13.0"
 """Stage A: one release for several Pythons; kept (its wheels may be the only ones until the new releases exist)."""
@@ -192,7 +192,7 @@ def test_prune_against_the_github_server(server: GitHubTestServer, tmp_path: Pat
         for tag, reason in DELETED.items():
             assert got[tag].startswith(reason), got[tag]
         kept = {d.tag: d.reason for d in p.decisions if not d.delete}
-        assert kept["apex-master-py3.12-torch2.13.0"] == "current: a build_matrix row maps to this tag"
+        assert kept["apex-master-cu130-py3.12-torch2.13.0"] == "current: a build_matrix row maps to this tag"
         assert kept["flash-attention-v2.7.0-py3.12-torch2.12.0"] == "in kept world cu128/torch2.12"
         assert kept["notes-2025"].startswith("title does not follow the naming scheme")
         assert "run migrate-tags" in kept["flash-attention-v2.8.3-py3.11"]
@@ -214,7 +214,7 @@ def test_prune_against_the_github_server(server: GitHubTestServer, tmp_path: Pat
         assert not set(DELETED) & set(snapshot) and set(snapshot) == set(MIX) - set(DELETED)
         assert not set(DELETED) & gh.tags()  # the GitHub store deletes the git tag with the release
         pages = "".join(p.read_text() for p in site.rglob("*.html"))
-        assert wheel("flash-attention-v2.8.3-py3.11-torch2.13.0") in pages
+        assert wheel("flash-attention-v2.8.3-cu130-py3.11-torch2.13.0") in pages
         assert not any(wheel(tag) in pages for tag in DELETED)
         assert result.index is not None and "index:" in result.render()
 
@@ -253,8 +253,8 @@ def test_prune_local_store_age_and_arguments(tmp_path: Path) -> None:
                 force=True)
     assert (tmp_path / "site" / "index.html").is_file()
     assert set(r.tag for r in store.list_releases()) == {
-        "flash-attention-v2.8.3-py3.11-torch2.13.0", "flash-attention-v2.8.3-py3.12-torch2.13.0",
-        "apex-master-py3.12-torch2.13.0", "notes-2025", "flash-attention-v2.8.3-py3.11", "flash-attention-v2.8.3"}
+        "flash-attention-v2.8.3-cu130-py3.11-torch2.13.0", "flash-attention-v2.8.3-cu130-py3.12-torch2.13.0",
+        "apex-master-cu130-py3.12-torch2.13.0", "notes-2025", "flash-attention-v2.8.3-py3.11", "flash-attention-v2.8.3"}
 
     assert prune.parse_age("2w") == timedelta(weeks=2) and prune.parse_age("12h") == timedelta(hours=12)
     for bad in ("90", "ninety days", "-3d"):
@@ -320,9 +320,9 @@ def test_prune_of_more_than_half_the_releases_needs_force(tmp_path: Path) -> Non
     path.write_text(VERSIONS)
     versions = load(path)
     store = LocalStore(tmp_path / "store")
-    seed(store, {tag: MIX[tag] for tag in ("flash-attention-v2.8.3-py3.11-torch2.13.0",
+    seed(store, {tag: MIX[tag] for tag in ("flash-attention-v2.8.3-cu130-py3.11-torch2.13.0",
                                            "flash-attention-v2.8.2-py3.12-torch2.13.0",
-                                           "apex-master-py3.12-torch2.11.0", "apex-master-py3.11-torch2.13.0")})
+                                           "apex-master-py3.12-torch2.11.0", "apex-master-cu130-py3.11-torch2.13.0")})
     p = prune.plan(versions, store.list_releases(), store=store.description)
     assert len(p.to_delete) == 3
     with pytest.raises(WheelhouseError, match=r"^prune would delete 3 of the 4 releases of .* \(more than 50%\): "):
@@ -335,9 +335,9 @@ def test_a_prune_killed_at_any_step_never_leaves_the_index_linking_to_a_deleted_
     path = tmp_path / "versions.yaml"
     path.write_text(VERSIONS)
     versions = load(path)
-    current = ("flash-attention-v2.8.3-py3.11-torch2.13.0", "flash-attention-v2.8.3-py3.12-torch2.13.0",
-               "apex-master-py3.12-torch2.13.0")
-    superseded = ("flash-attention-v2.8.2-py3.12-torch2.13.0", "apex-master-py3.11-torch2.13.0")
+    current = ("flash-attention-v2.8.3-cu130-py3.11-torch2.13.0", "flash-attention-v2.8.3-cu130-py3.12-torch2.13.0",
+               "apex-master-cu130-py3.12-torch2.13.0")
+    superseded = ("flash-attention-v2.8.2-py3.12-torch2.13.0", "apex-master-cu130-py3.11-torch2.13.0")
     base = _store_of(tmp_path / "base" / "store", {tag: MIX[tag] for tag in current + superseded})
     work, site = tmp_path / "work" / "store", tmp_path / "site"
 

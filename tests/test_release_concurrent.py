@@ -70,7 +70,7 @@ def test_two_arch_jobs_create_one_release_every_time(tmp_path):
                 assert job.returncode == 0, f"repetition {rep}: {err[-800:]}"
                 assert "test-token" not in out + err
 
-            tag = f"demo-1.{rep}-py3.11-torch2.13.0"
+            tag = f"demo-1.{rep}-cpu-py3.11-torch2.13.0"
             with gh.state.lock:
                 releases = [r for r in gh.state.repo("o", "r").releases.values() if r.tag_name == tag]
                 assert len(releases) == 1, f"repetition {rep}: {len(releases)} releases for {tag}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ci import build, manifest, matrix, plan, provenance, release
+from ci.digest import sha256_file
 from ci.errors import RemoteError, WheelhouseError
 from ci.store.local import LocalStore
 from ci.versions import load
@@ -76,7 +78,7 @@ def test_release_twice_changes_nothing(built, tmp_path):
     assert before == after
 
 
-def test_no_clobber_refuses_other_bytes(built, tmp_path):
+def test_the_store_refuses_other_bytes_without_clobber(built, tmp_path):
     versions, row, dist, result = built
     store = LocalStore(tmp_path / "store")
     release.apply(release.plan(versions, row, dist), store)
@@ -85,7 +87,7 @@ def test_no_clobber_refuses_other_bytes(built, tmp_path):
     with pytest.raises(RemoteError, match="exists with other bytes") as info:
         store.upload_asset(row.release_tag, other, clobber=False)
     # the store serves commands with different flags: it names each one's way, never a flag release lacks
-    assert str(info.value).endswith("replace it on purpose (invoke release: drop --no-clobber; restore-wheels: --clobber)")
+    assert str(info.value).endswith("replace it on purpose (invoke release: --replace; restore-wheels: --clobber)")
 
 
 def test_release_refuses_a_tampered_wheel(built, tmp_path):
@@ -180,3 +182,87 @@ def test_release_notes_say_which_wheels_are_upstreams():
         rows["flashinfer"])
     assert "rehosted" not in release.notes(rows["flash-attention"])
     assert wheel_packages.rehosted_by_component(versions)["flashinfer"] == frozenset({"flashinfer-cubin"})
+
+
+TWO_WORLDS = """
+build_matrix:
+  - {arch: x86_64, cuda: cpu, python: "3.11", torch: "2.13.0", cxx11_abi: "TRUE", torch_index: default}
+  - {arch: x86_64, cuda: "13.0.2", python: "3.11", torch: "2.13.0", cxx11_abi: "TRUE"}
+components:
+  demo:
+    source: {path: tests/fixtures/fixture_ext}
+    ref: "1.0"
+    builder: fixture
+    runs_on: ubuntu-24.04
+"""
+
+
+def test_a_cpu_and_a_cuda_row_of_one_python_and_torch_release_into_two_releases(tmp_path):
+    """The tag names the world: the CPU row's wheel and the CUDA row's wheel of one file name, each released in turn,
+    keep their own bytes (the anchor's tag had no CUDA part: the second release replaced the first one's wheel)."""
+    from build_records import write_record
+    from wheel_factory import build_wheel
+
+    path = tmp_path / "versions.yaml"
+    path.write_text(TWO_WORLDS)
+    versions = load(path)
+    cpu, cuda = matrix.expand(versions)
+    store = LocalStore(tmp_path / "store")
+    wheels = {}
+    for row, world_bytes in ((cpu, b"cpu build"), (cuda, b"cuda build")):
+        dist = tmp_path / f"dist-{row.cuda}"
+        wheel = build_wheel(dist / row.world, {"demo/__init__.py": world_bytes}, name="demo", version="1.0",
+                            tags="py3-none-any")
+        write_record(dist, row, [wheel])
+        wheels[row.release_tag] = wheel.read_bytes()
+        release.apply(release.plan(versions, row, dist), store)
+    assert len(wheels) == 2  # two tags
+    for tag, data in wheels.items():
+        assert store.read_asset(tag, "demo-1.0-py3-none-any.whl") == data
+    assert sorted(r.tag for r in store.list_releases()) == ["demo-1.0-cpu-py3.11-torch2.13.0",
+                                                            "demo-1.0-cu130-py3.11-torch2.13.0"]
+    assert matrix.release_rows(versions, cpu) == [cpu] and matrix.release_rows(versions, cuda) == [cuda]
+    assert matrix.release_title(versions, cpu) == "demo 1.0 - cpu py3.11 torch2.13.0"  # one world per title
+    assert matrix.release_title(versions, cuda) == "demo 1.0 - cu13.0.2 py3.11 torch2.13.0"
+    assert matrix.select(matrix.expand(versions), versions=versions, component="demo", cuda="cpu") == [cpu]
+
+
+def test_on_github_an_asset_without_a_digest_is_hashed_to_tell_identical_from_replaced(tmp_path):
+    """Assets uploaded before GitHub kept digests have none: their bytes are hashed (downloaded) to know whether a
+    re-release is identical (written over, nothing served changes) or would replace them (refused without replace)."""
+    from build_records import write_record
+    from wheel_factory import build_wheel
+
+    from ci.store.github import GitHubStore
+    from tests.github_server import GitHubTestServer
+
+    path = tmp_path / "versions.yaml"
+    path.write_text(TWO_WORLDS)
+    versions = load(path)
+    cpu, _ = matrix.expand(versions)
+    dist = tmp_path / "dist"
+    wheel = build_wheel(dist / cpu.world, {"demo/__init__.py": b"ours"}, name="demo", version="1.0", tags="py3-none-any")
+    write_record(dist, cpu, [wheel])
+    plan_ = release.plan(versions, cpu, dist)
+    ours = sha256_file(wheel)
+    with GitHubTestServer(token="t") as gh:
+        rel = gh.seed_release(cpu.release_tag, name=matrix.release_title(versions, cpu))
+        gh.state.add_asset(rel, wheel.name, wheel.read_bytes(), digest=None)
+        with GitHubStore("o/r", token="t", api_url=gh.api_url, sleep=lambda s: None) as store:
+            assert release.outcomes(plan_, store)[wheel.name] == release.Outcome(release.IDENTICAL, ours, ours)
+            release.apply(plan_, store)
+            assert store.get_release(cpu.release_tag).asset(wheel.name).sha256 == ours  # written over: now digested
+
+        other = b"published before, other bytes"
+        for existing in [a for a in rel.assets.values() if a.name == wheel.name]:
+            del rel.assets[existing.id]
+        gh.state.add_asset(rel, wheel.name, other, digest=None)
+        with GitHubStore("o/r", token="t", api_url=gh.api_url, sleep=lambda s: None) as store:
+            with pytest.raises(WheelhouseError) as refused:
+                release.apply(plan_, store)
+            published = hashlib.sha256(other).hexdigest()
+            assert str(refused.value) == (
+                f"release {cpu.release_tag}: {wheel.name} is published with sha256 {published}, this build's is "
+                f"{ours}: its URL would serve other bytes; pass --replace to replace it, or bump the version")
+            release.apply(plan_, store, replace=True)
+            assert store.read_asset(cpu.release_tag, wheel.name) == wheel.read_bytes()

@@ -333,7 +333,7 @@ def test_restore_45_artifacts_two_runs(server: GitHubTestServer) -> None:  # noq
         assert {r.tag for r in p.releases} == {r.release_tag for r in sc.rows if r is not sc.expired}
         assert sum(len(r.items) for r in p.releases) == 10
         dg = next(r for r in p.releases if r.component == "deep-gemm")
-        assert dg.tag == "deep-gemm-8b1392b978f5a03c828dd1711090d7fb50958b8a-py3.11-3.12-torch2.13.0"
+        assert dg.tag == "deep-gemm-8b1392b978f5a03c828dd1711090d7fb50958b8a-cu130-py3.11-3.12-torch2.13.0"
         assert dg.items[0].artifact.run_id == "202"
         assert mutations(gh) == 0
 

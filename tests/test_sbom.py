@@ -59,8 +59,8 @@ def test_the_fixture_wheels_sbom_is_valid_cyclonedx_and_says_what_built_it(stamp
     assert summary.torch == {"version": torch.__version__, "git_version": torch.version.git_version,
                              "cuda": "none", "cxx11_abi": str(torch.compiled_with_cxx11_abi()).lower()}
     assert summary.torch_pin == "torch==2.13.*"
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
-    assert summary.versions_commit in (head, f"{head}-dirty")
+    assert summary.fingerprint == facts["fingerprint"] and len(summary.fingerprint) == 64
+    assert "versions" not in json.dumps(document)  # this checkout's commit and state stay out of the wheel
     (compiler,) = [c for c in document["formulation"][0]["components"] if c["bom-ref"] == "toolchain/CXX"]
     assert compiler["description"] == subprocess.run(["c++", "--version"], capture_output=True,
                                                      text=True).stdout.splitlines()[0]
@@ -171,3 +171,40 @@ def test_a_wheel_without_our_sbom_is_one_line(tmp_path):
 
 def test_the_versions_commit_is_marked_outside_a_checkout(tmp_path):
     assert sbom.repository_state(tmp_path) == {"commit": "uncommitted", "dirty": True}
+
+
+def test_nothing_of_the_checkout_but_the_build_inputs_reaches_the_wheels_bytes(tmp_path, fixture_wheel):
+    """A re-release replaced a published wheel with other bytes because an unrelated file had been edited: the
+    SBOM's versions_dirty flipped (302932 -> 302933 bytes). The same build stamped from a clean checkout, a dirty one
+    and a later commit is one set of bytes; a changed build input (a builder helper) is another."""
+    repo = tmp_path / "checkout"
+    shutil.copytree(REPO_ROOT / "build_scripts", repo / "build_scripts")
+    (repo / "notes.md").write_text("unrelated\n")
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "first")
+    versions, row = fixture_row()
+    checkout = sources.local_directory(FIXTURE_EXT)
+    interpreter = toolchain.verify(sys.executable, row)
+
+    def stamped(state: str) -> bytes:
+        facts = sbom.build_facts(versions, row, checkout, interpreter, {"PATH": "/usr/bin:/bin"}, repo_root=repo)
+        wheel = tmp_path / state / fixture_wheel.name
+        wheel.parent.mkdir()
+        shutil.copyfile(fixture_wheel, wheel)
+        stamp_wheel(wheel, torch_version="2.13.0", pin_mode="minor", facts=facts)
+        return wheel.read_bytes()
+
+    clean = stamped("clean")
+    (repo / "notes.md").write_text("edited, not committed\n")
+    dirty = stamped("dirty")
+    git("commit", "-q", "-am", "second")
+    later = stamped("later-commit")
+    assert dirty == clean and later == clean
+    (repo / "build_scripts" / "lib" / "env.sh").write_text((repo / "build_scripts" / "lib" / "env.sh").read_text() + "\n")
+    assert stamped("build-input-changed") != clean  # what is a build input still reaches it, by the fingerprint

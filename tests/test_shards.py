@@ -154,6 +154,19 @@ def test_a_set_without_a_listed_module_names_the_shard_that_should_hold_it(tmp_p
         shards.check_covers(found, ["big"], {"big": 10})
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100 + "1" + "}" * 100])
+def test_a_manifest_nested_past_the_json_readers_depth_is_one_line(tmp_path, text):
+    """What assemble-shards and the jit-cache pack read (adversarial R9: a RecursionError traceback)."""
+    directory = tmp_path / "shard-1-of-1"
+    directory.mkdir()
+    (directory / shards.MANIFEST).write_text(text)
+    with pytest.raises(UsageError) as error:
+        shards.collect(tmp_path)
+    assert str(error.value).startswith(f"{directory / shards.MANIFEST}: not a readable shard manifest (nested more "
+                                       "than 64 levels")
+    assert str(error.value).endswith("; build the shard again") and "\n" not in str(error.value)
+
+
 def test_a_manifest_that_is_not_one_is_refused(tmp_path):
     directory = tmp_path / "shard-1-of-1"
     directory.mkdir()

@@ -28,6 +28,7 @@ def test_push_remote_is_never_an_option_of_git(tmp_path):
 
 import json  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import zipfile  # noqa: E402
@@ -35,9 +36,11 @@ from pathlib import Path  # noqa: E402
 
 from wheel_factory import build_wheel  # noqa: E402
 
+from ci.digest import sha256_file  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
-RECORD_NAME = "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0-x86_64.build.json"
+RECORD_NAME = "wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0-x86_64.build.json"
 
 
 def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -108,6 +111,11 @@ def _fixture_record(**changes) -> str:
     ("[]", "holds a JSON list, not a build record"),
     (_fixture_record(row={"component": 1}), "build record field 'row.component' is an integer, not a string"),
     (_fixture_record(schema=0), "build record schema 0, but this checkout reads schema 2"),
+    # deeper than json.loads can recurse: RecursionError, a traceback, before the depth limit (adversarial R9)
+    ("[" * 100_000 + "]" * 100_000, "not a readable build record (nested more than 64 levels (far deeper than "
+                                    "Python's JSON reader goes))"),
+    ('{"a":' * 65 + "1" + "}" * 65, "not a readable build record (nested more than 64 levels; no document of this "
+                                   "tool is)"),
 ])
 def test_release_with_a_malformed_build_record(tmp_path, content, problem):
     record = tmp_path / "dist" / "cpu" / "torch2.13" / RECORD_NAME
@@ -176,17 +184,40 @@ def _fake_build(dist: Path, seed: str) -> Path:
     return wheel
 
 
-def test_no_clobber_refusal_names_the_flag_release_has(tmp_path):
+def _release_lines(result: subprocess.CompletedProcess) -> list[str]:
+    """The release's step lines: one per asset, saying what its upload does (new, identical, replaced)."""
+    found = (re.match(r"^--- release: upload (\S+) to \S+ \(\d+ bytes\): (.+\))$", line)
+             for line in result.stderr.splitlines())
+    return [f"{match[1]}: {match[2]}" for match in found if match]
+
+
+def test_a_release_that_would_change_published_bytes_is_refused_unless_replace_names_both_digests(tmp_path):
+    """A re-release replaced a published wheel with other bytes and logged the same line as for a new one
+    (issue 42, item 4). Now the log says new / identical / replaced per asset, and other bytes behind a published
+    wheel's URL need --replace: the refusal names both sha256 and uploads nothing."""
     store = tmp_path / "store"
-    _fake_build(tmp_path / "one", "one")
-    wheel = _fake_build(tmp_path / "two", "two")  # same file name, other bytes
+    one = _fake_build(tmp_path / "one", "one")
+    two = _fake_build(tmp_path / "two", "two")  # same file name, other bytes
+    a, b = sha256_file(one), sha256_file(two)
     args = ("release", "--component", "wheelhouse-fixture", "--arch", "x86_64", "--store", str(store))
+    tag = "wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0"
     first = invoke(*args, "--dist", str(tmp_path / "one"))
     assert first.returncode == 0, first.stderr
-    line = one_line(invoke(*args, "--dist", str(tmp_path / "two"), "--no-clobber"), 1)
-    assert line.startswith(f"error: release wheelhouse-fixture-0.1.0-py3.11-torch2.13.0: asset {wheel.name} exists "
-                           "with other bytes (sha256 ")
-    assert line.endswith("; drop --no-clobber to replace it, or bump the version"), line
+    assert [line.split(": ")[1].split(" ")[0] for line in _release_lines(first)] == ["new"] * 4, first.stderr
+    assert f"{one.name}: new (sha256 {a})" in _release_lines(first)
+    again = invoke(*args, "--dist", str(tmp_path / "one"))
+    assert again.returncode == 0 and f"{one.name}: identical (sha256 {a})" in _release_lines(again), again.stderr
+
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    line = one_line(invoke(*args, "--dist", str(tmp_path / "two")), 1)
+    assert line == (f"error: release {tag}: {one.name} is published with sha256 {a}, this build's is {b}: its URL "
+                    "would serve other bytes; pass --replace to replace it, or bump the version")
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before  # nothing uploaded
+
+    replaced = invoke(*args, "--dist", str(tmp_path / "two"), "--replace")
+    assert replaced.returncode == 0, replaced.stderr
+    assert f"{one.name}: replaced (sha256 {a} -> {b})" in _release_lines(replaced)
+    assert (store / "releases" / tag / "assets" / one.name).read_bytes() == two.read_bytes()
 
 
 def test_check_wheel_on_a_directory_or_an_empty_glob_is_a_usage_error(tmp_path):
@@ -257,6 +288,39 @@ def test_a_local_store_record_of_the_wrong_shape_is_one_line(tmp_path, record, p
     line = one_line(invoke("publish-index", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "site")), 1)
     assert line == (f"error: local store: {release / 'release.json'} is not a release record ({problem}); restore "
                     "it from a copy or remove that release folder")
+
+
+def test_a_local_store_record_nested_past_the_json_readers_depth_is_one_line(tmp_path):
+    release = tmp_path / "store" / "releases" / "x"
+    release.mkdir(parents=True)
+    (release / "release.json").write_text("[" * 100_000 + "]" * 100_000)
+    line = one_line(invoke("publish-index", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "site")), 1)
+    assert line == (f"error: local store: {release / 'release.json'} is unreadable (nested more than 64 levels (far "
+                    "deeper than Python's JSON reader goes)); remove that release")
+
+
+@pytest.mark.parametrize("name", ["wheelhouse-site.json", "digests.json"])
+def test_a_published_site_file_nested_past_the_json_readers_depth_is_not_ours(tmp_path, name):
+    """The site a publish would replace: its marker and digest cache are read before anything is written."""
+    (tmp_path / "store" / "releases").mkdir(parents=True)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / name).write_text("{\"a\":" * 100_000 + "1" + "}" * 100_000)
+    result = invoke("publish-index", "--store", str(tmp_path / "store"), "--out", str(site))
+    assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr, result.stderr[-3000:]
+    assert result.returncode in (0, 1), result.stderr
+    if result.returncode:
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000,
+                                  "[" * 65 + "]" * 65])
+def test_the_bounded_json_reader_refuses_depth_as_a_value_error(text):
+    from ci import bounded_json
+
+    with pytest.raises(ValueError, match="nested more than 64 levels"):
+        bounded_json.loads(text)
+    assert bounded_json.depth(bounded_json.loads("[" * 64 + "]" * 64)) == 64  # the limit itself is read
 
 
 @pytest.mark.parametrize("option", ["--out", "--pages-artifact"])

@@ -109,6 +109,18 @@ MALFORMED = [
      "(demo); rehost only one of them, or add it to wheel_packages"),
     ("shards-zero", mutated(_set(["components", "demo", "shards"], 0)),
      "versions.yaml: components.demo.shards: 0 is too small; the minimum is 1"),
+    # a builder that does not declare it builds by shards (ci/shards.py BUILDER_DECLARATION): each of the N jobs
+    # would run the whole build and leave no shard
+    ("shards-builder-cannot", mutated(_set(["components", "demo", "shards"], 256)),
+     "versions.yaml: components.demo.shards: 256 shards, but build_scripts/fixture.sh does not build by shards (it "
+     "has no '# wheelhouse-builder: builds-by-shards' line): each shard job would run the whole build and leave no "
+     "shard; set shards: 1, or make the builder build one shard (WHEELHOUSE_SHARD) and assemble them "
+     "(WHEELHOUSE_ASSEMBLE)"),
+    ("shards-override-builder-cannot", mutated(_set(["components", "demo", "arch_overrides", "aarch64", "shards"], 2)),
+     "versions.yaml: components.demo.arch_overrides.aarch64.shards: 2 shards, but build_scripts/fixture.sh does not "
+     "build by shards (it has no '# wheelhouse-builder: builds-by-shards' line): each shard job would run the whole "
+     "build and leave no shard; set shards: 1, or make the builder build one shard (WHEELHOUSE_SHARD) and assemble "
+     "them (WHEELHOUSE_ASSEMBLE)"),
     ("python-not-in-matrix", mutated(_set(["components", "demo", "python_versions"], ["3.13"])),
      "versions.yaml: components.demo.python_versions[0]: Python '3.13' is not in build_matrix (3.11, 3.12); "
      "remove it or add a build_matrix row for it"),
@@ -307,26 +319,26 @@ def test_invoke_matrix_apex_aarch64_312():
     assert row["runs_on"] == '"ubuntu-24.04-arm"'
     assert row["max_jobs"] == 2
     assert row["torch_cuda_arch_list"] == "9.0;10.0"
-    assert row["release_tag"] == "apex-master-py3.12-torch2.13.0"
+    assert row["release_tag"] == "apex-master-cu130-py3.12-torch2.13.0"
 
 
 def test_release_naming_matches_the_anchor(real):
     rows = matrix.select(matrix.expand(real), versions=real, component="transformer-engine", python="3.11")
-    assert rows[0].release_tag == "transformer-engine-v2.16.1-py3.11-torch2.13.0"
+    assert rows[0].release_tag == "transformer-engine-v2.16.1-cu130-py3.11-torch2.13.0"
     assert matrix.release_title(real, rows[0]) == (
         "transformer-engine v2.16.1 - cu13.0.2 py3.11 torch2.13.0; aarch64 cu13.0.2 py3.11 torch2.13.0"
     )
     assert rows[0].world == "cu130/torch2.13"
 
 
-def test_a_cpu_row_reads_cpu_in_titles_and_logs_and_keeps_its_tag():
-    """A CPU row's label was `cucpu` (`x86_64 cucpu py3.11`); its release tag never named the CUDA."""
+def test_a_cpu_row_reads_cpu_in_titles_logs_and_its_tag():
+    """A CPU row's label was `cucpu` (`x86_64 cucpu py3.11`); its release tag names its world, cpu."""
     from ci import naming
 
     fixture = REPO / "tests" / "fixtures" / "versions.yaml"
     loaded = versions.load(fixture)
     (row,) = matrix.expand(loaded)
-    assert row.release_tag == "wheelhouse-fixture-0.1.0-py3.11-torch2.13.0"
+    assert row.release_tag == "wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0"
     assert row.world == "cpu/torch2.13"
     assert matrix.release_title(loaded, row) == "wheelhouse-fixture 0.1.0 - cpu py3.11 torch2.13.0"
     assert row.label == "wheelhouse-fixture (x86_64 cpu py3.11 torch2.13.0)"
@@ -435,8 +447,8 @@ SEMANTIC = [
      "versions.yaml: components.demo.ref: 'HEAD~1' contains '~', which git refuses in a branch or tag name; write the "
      "ref as git shows it"),
     ("tag-too-long", _set(["components", "demo", "ref"], "v" * 190),
-     "versions.yaml: components.demo.ref: makes the release tag 'demo-" + "v" * 55 + "…(214 characters)', which is "
-     "214 characters long, more than 200; shorten the ref (or the component name)"),
+     "versions.yaml: components.demo.ref: makes the release tag 'demo-" + "v" * 55 + "…(220 characters)', which is "
+     "220 characters long, more than 200; shorten the ref (or the component name)"),
     ("arch-list", _set(["components", "demo", "torch_cuda_arch_list"], "banana;9.0"),
      "versions.yaml: components.demo.torch_cuda_arch_list: CUDA arch list: 'banana' is not an architecture; "
      "write e.g. 8.0, 90, 9.0a or 12.0f"),
@@ -539,8 +551,8 @@ def test_the_release_tag_is_bounded_where_each_of_its_parts_is_within_its_own_li
     result = run_matrix(write(tmp_path, doc))
     assert result.returncode == 2, result.stderr
     assert result.stderr == (
-        "error: versions.yaml: components." + "c" * 64 + ".ref: makes the release tag '" + "c" * 60 + "…(212 "
-        "characters)', which is 212 characters long, more than 200; shorten the ref (or the component name)\n")
+        "error: versions.yaml: components." + "c" * 64 + ".ref: makes the release tag '" + "c" * 60 + "…(218 "
+        "characters)', which is 218 characters long, more than 200; shorten the ref (or the component name)\n")
 
 
 CLONE_URLS = {

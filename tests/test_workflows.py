@@ -520,7 +520,8 @@ def test_publish_runs_no_upstream_code_and_checks_the_wheels_again(docs):
     steps = [step["name"] for step in job["steps"]]
     assert job["runs-on"] == workflows.CONTROL_RUNNER  # never the self-hosted runner the build used
     assert steps == ["Check out", "Set up Python", "Install the wheelhouse tools", "Download the wheel artifact",
-                     "Check the wheels again", "Attest the wheels", "Publish to the release"]
+                     "Check the wheels again", "Write the provenance predicate", "Sign the provenance",
+                     "Publish to the release"]
     by_name = {step["name"]: step for step in job["steps"]}
     assert by_name["Check out"]["with"] == {"persist-credentials": False}
     download = by_name["Download the wheel artifact"]

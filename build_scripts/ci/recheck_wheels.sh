@@ -13,5 +13,5 @@ if [[ "${VERIFY_ARCHS:-false}" == true && -n "${ARCH_LIST:-}" && "$CUDA" != cpu 
 fi
 torch_dir="$(mktemp -d "${RUNNER_TEMP:-/tmp}/row-torch.XXXXXX")"
 torch_wheel="$(python -m ci.wheels.torch_wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH" \
-    --arch "$ARCH" --dest "$torch_dir")"
+    --arch "$ARCH" --cuda "$CUDA" --dest "$torch_dir")"
 invoke check-wheel --wheel "dist/$WORLD/*.whl" --pythons "${pythons// /,}" --torch "$torch_wheel" "${archs[@]}"

@@ -4,12 +4,16 @@ Tag schemes, oldest first (the anchor's history):
 
 - stage A: ``<component>-<ref>`` (one release per component);
 - stage B: ``<component>-<ref>-py<X.Y>``, with the bare stage-A form kept for Python 3.12;
-- current: ``<component>-<sanitized ref>-py<X.Y>-torch<T>`` (:func:`ci.naming.release_tag`).
+- stage C: ``<component>-<sanitized ref>-py<X.Y>-torch<T>``, one release for every world of a
+  (Python, torch): a CPU and a CUDA row shared it, and one world's wheel replaced the other's;
+- current: ``<component>-<sanitized ref>-<cuXY|cpu>-py<X.Y>-torch<T>`` (:func:`ci.naming.release_tag`).
 
 The new tag comes from the release's TITLE (``<component> <ref> - [<arch> ]cu<cuda> py<X.Y>
 torch<T>; ...``, :func:`ci.naming.parse_title`), which every stage wrote the same way. A title must
-name exactly one distinct (Python, torch) pair; anything else is "unparseable" and the release is
-never touched.
+name exactly one distinct (Python, torch) pair and one world (CUDA major.minor, or cpu); anything
+else is "unparseable" and the release is never touched: a stage-C release whose title names two
+worlds holds the wheels of both under one name each, and which world's bytes are left there is for a
+person to find out (delete it and release each world again).
 
 Refusals: an unparseable title, or a target tag that two releases claim (a release already at its
 target counts as a claim) or that another release already holds. One offender blocks the whole
@@ -41,6 +45,7 @@ COLLISION = "collision"
 
 STAGE_A = "stage A tag"
 STAGE_B = "stage B tag"
+STAGE_C = "stage C tag, without its world's CUDA part"
 OTHER = "tag of no known scheme (renamed by its title)"
 
 
@@ -158,11 +163,12 @@ class MigrationResult:
         return "\n".join(lines)
 
 
-def _old_forms(component: str, ref: str, python: str) -> tuple[set[str], set[str]]:
+def _old_forms(component: str, ref: str, python: str, torch: str) -> dict[str, set[str]]:
+    """The tags each earlier scheme gave this release, by scheme."""
     refs = {ref, naming.sanitize_ref(ref)}
-    stage_a = {f"{component}-{r}" for r in refs}
-    stage_b = {f"{component}-{r}-py{python}" for r in refs}
-    return stage_a, stage_b
+    return {STAGE_A: {f"{component}-{r}" for r in refs},
+            STAGE_B: {f"{component}-{r}-py{python}" for r in refs},
+            STAGE_C: {f"{component}-{r}-py{python}-torch{torch}" for r in refs}}
 
 
 def _classify(release: Release) -> Entry:
@@ -176,12 +182,18 @@ def _classify(release: Release) -> Entry:
         listed = ", ".join(f"py{p} torch{t}" for p, t in pairs)
         return Entry(release.tag, release.title, UNPARSEABLE, None,
                      f"title names {len(pairs)} (Python, torch) pairs ({listed}); a release holds exactly one")
-    python, torch = pairs[0]
-    target = naming.release_tag(parsed.component, parsed.ref, python, torch)
+    worlds = sorted({naming.cuda_tag(s.cuda) for s in parsed.segments})
+    if len(worlds) != 1:
+        return Entry(release.tag, release.title, UNPARSEABLE, None,
+                     f"title names {len(worlds)} worlds ({', '.join(worlds)}), whose wheels of one name replaced "
+                     "each other in this one release; a release holds exactly one world: delete it and release "
+                     "each world again")
+    (python, torch), cuda = pairs[0], parsed.segments[0].cuda
+    target = naming.release_tag(parsed.component, parsed.ref, cuda, python, torch)
     if release.tag == target:
         return Entry(release.tag, release.title, ALREADY, target, ALREADY)
-    stage_a, stage_b = _old_forms(parsed.component, parsed.ref, python)
-    reason = STAGE_A if release.tag in stage_a else STAGE_B if release.tag in stage_b else OTHER
+    forms = _old_forms(parsed.component, parsed.ref, python, torch)
+    reason = next((scheme for scheme, tags in forms.items() if release.tag in tags), OTHER)
     return Entry(release.tag, release.title, RENAME, target, reason)
 
 
@@ -217,8 +229,8 @@ def plan(releases: Sequence[Release], *, tags: Sequence[str] | None, skip_unpars
             if parsed is None:
                 continue
             for seg in parsed.segments:
-                stage_a, stage_b = _old_forms(parsed.component, parsed.ref, seg.python)
-                candidates |= stage_a | stage_b
+                for old_tags in _old_forms(parsed.component, parsed.ref, seg.python, seg.torch).values():
+                    candidates |= old_tags
         leftovers = tuple(sorted(t for t in set(tags) if t in candidates and t not in holders))
     return MigrationPlan(store, tuple(resolved), leftovers, tags is not None, skip_unparseable, delete_old_tags)
 

@@ -218,7 +218,7 @@ def plan(versions: Versions, listings: Mapping[str, Sequence[Artifact]], *, torc
             row = rows[0]
             tag, title, pythons = row.release_tag, matrix.release_title(versions, row), row.pythons
         else:
-            tag = naming.release_tag(item.component, component.ref, item.python, item.torch)
+            tag = naming.release_tag(item.component, component.ref, item.cuda, item.python, item.torch)
             title, pythons = "", (item.python,)
             warnings.append(f"{a.name}: no build_matrix row at {versions_ref} builds it; release {tag} "
                             "named from the artifact")

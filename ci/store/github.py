@@ -558,7 +558,7 @@ class _Upload:
     def refuse(self) -> Asset:
         have = self._named()[-1].get("digest") or "no digest (uploaded before June 2025)"
         raise RemoteError(f"asset {self.name} in release {self.tag} differs ({have}, local file {self.digest}): "
-                          "replace it on purpose (invoke release: drop --no-clobber; restore-wheels: --clobber), "
+                          "replace it on purpose (invoke release: --replace; restore-wheels: --clobber), "
                           "or bump the version")
 
     def clobber(self) -> Asset:

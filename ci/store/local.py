@@ -40,6 +40,7 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
+from ci import bounded_json
 from ci.digest import sha256_file
 from ci.errors import RemoteError
 from ci.store.model import Asset, Release
@@ -116,7 +117,7 @@ class LocalStore:
     def _read_record(self, tag: str) -> dict | None:
         path = self._dir(tag) / "release.json"
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = bounded_json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
@@ -282,7 +283,7 @@ class LocalStore:
         if existing and not clobber:
             raise RemoteError(
                 f"release {tag}: asset {name} exists with other bytes (sha256 {existing['sha256'][:12]}…); "
-                "replace it on purpose (invoke release: drop --no-clobber; restore-wheels: --clobber)"
+                "replace it on purpose (invoke release: --replace; restore-wheels: --clobber)"
             )
         return None
 

@@ -37,10 +37,10 @@ when a model first runs:
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 from collections.abc import Callable, Sequence
 
+from ci import bounded_json
 from ci.wheels.archive import WheelArchive
 from ci.wheels.fatbin import MemberArchs
 
@@ -139,9 +139,9 @@ def _flashinfer_jit_cache_provider(archive: WheelArchive, device: Sequence[Membe
     names = set(archive.names())
     manifest_name = f"{archive.dist_info}/{jit_cache.WHEEL_MANIFEST}"
     try:
-        manifest = json.loads(archive.read_small(manifest_name))
+        manifest = bounded_json.loads(archive.read_small(manifest_name))
         listed = {name: tuple(entry["archs"]) for name, entry in manifest["modules"].items()}
-        served = set(json.loads(archive.read_small(f"{root}manifest.json"))["modules"])
+        served = set(bounded_json.loads(archive.read_small(f"{root}manifest.json"))["modules"])
         entry_points = archive.read_small(f"{archive.dist_info}/entry_points.txt").decode("utf-8", "replace")
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         return [f"{label}: its manifests are not what this checkout writes ({error}); rebuild the wheel"]

@@ -53,12 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.wheels.torch_wheel", description=__doc__.splitlines()[0])
     for option in ("component", "python", "torch", "arch"):
         parser.add_argument(f"--{option}", required=True)
+    parser.add_argument("--cuda", help="the row's CUDA version or cpu (when the matrix has several)")
     parser.add_argument("--dest", required=True, type=Path, help="an empty directory for the wheel")
     args = parser.parse_args(argv)
     try:
         versions = load(os.environ.get("WHEELHOUSE_VERSIONS") or None)
         rows = matrix.select(matrix.expand(versions), versions=versions, component=args.component,
-                             python=args.python, torch=args.torch, arch=args.arch)
+                             python=args.python, torch=args.torch, arch=args.arch, cuda=args.cuda)
         if len(rows) != 1:
             raise WheelhouseError(f"{len(rows)} rows match component={args.component} python={args.python} "
                                   f"torch={args.torch} arch={args.arch}; name a row of versions.yaml")
