@@ -256,7 +256,7 @@ def test_bundle_is_one_wheel_for_every_python(bundle_build):
     wheel, record = bundle_build
     assert wheel.parent.name == "torch2.13" and wheel.parent.parent.name == "cpu"
     assert record["row"]["python"] == "3.11" and record["row"]["bundle_pythons"] == list(PYTHONS)
-    assert record["row"]["release_tag"] == "wheelhouse-fixture-0.1.0-py3.10-3.11-3.12-3.13-torch2.13.0"
+    assert record["row"]["release_tag"] == "wheelhouse-fixture-0.1.0-cpu-py3.10-3.11-3.12-3.13-torch2.13.0"
     assert record["toolchain"]["python_version"] == "3.11" and record["toolchain"]["torch"].startswith("2.13.0")
     assert record["checks"]["ok"] is True and record["checks"]["pythons"] == list(PYTHONS)
     with zipfile.ZipFile(wheel) as zf:
