@@ -8,7 +8,7 @@
     nox -s demo                              the walking skeleton on the fixture extension
     nox -s tests                             the test suite (what .ci/run runs)
 
-Build sessions make their own venv pinned to the matrix row (ci/toolchain.py),
+Build sessions make their own venv pinned to the matrix row (ci/build/toolchain.py),
 so nox itself creates none for them. All logic lives in ci/.
 """
 
@@ -24,10 +24,12 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import build, credentials, log, matrix, naming, rebuild, shards
-from ci.environment import Environment, on_github_actions
-from ci.errors import WheelhouseError
-from ci.versions import load
+from ci.base import log
+from ci.base.errors import WheelhouseError
+from ci.build import job, rebuild
+from ci.model import credentials, matrix, naming, shards
+from ci.model.environment import Environment, on_github_actions
+from ci.model.versions import load
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["tests"]
@@ -75,22 +77,22 @@ def _build_parser(name: str) -> argparse.ArgumentParser:
     parser.add_argument("--no-checks", action="store_true", help="skip the wheel checks (never for publishing)")
     parser.add_argument("--dist", type=Path, default=Path("dist"), help="where checked wheels land (default: dist/)")
     parser.add_argument("--shard", metavar="I/N",
-                        help="build only shard I of N of the row's modules (ci/shards.py); it goes to "
+                        help="build only shard I of N of the row's modules (ci/model/shards.py); it goes to "
                              "dist/<world>/shards/, and `invoke assemble-shards` makes the wheel from all of them")
     return parser
 
 
 def _row_and_options(name: str, component: str, python: str,
-                     args: argparse.Namespace) -> tuple[matrix.MatrixRow, build.BuildOptions]:
+                     args: argparse.Namespace) -> tuple[matrix.MatrixRow, job.BuildOptions]:
     """The one matrix row a build session's arguments select, and its build options (WheelhouseError: none)."""
     if args.source is not None and not args.source.is_dir():  # the dry run too: its plan would name it
         raise WheelhouseError(f"--source {args.source}: not a directory; pass the path of a source checkout")
     rows = matrix.select(
         matrix.expand(VERSIONS), versions=VERSIONS, component=component, python=python,
-        arch=args.arch or build.host_arch(), torch=args.torch, cuda=args.cuda,
+        arch=args.arch or job.host_arch(), torch=args.torch, cuda=args.cuda,
     )
     if not rows:
-        raise WheelhouseError(f"{component} has no {args.arch or build.host_arch()} row for Python {python}; pass --arch")
+        raise WheelhouseError(f"{component} has no {args.arch or job.host_arch()} row for Python {python}; pass --arch")
     if len(rows) > 1:
         raise WheelhouseError(f"{name}: {len(rows)} rows match; pass --torch and --cuda "
                               f"({', '.join(f'{r.torch} {r.cuda}' for r in rows)})")
@@ -101,9 +103,9 @@ def _row_and_options(name: str, component: str, python: str,
     return row, _options(args)
 
 
-def _options(args: argparse.Namespace) -> build.BuildOptions:
+def _options(args: argparse.Namespace) -> job.BuildOptions:
     shard = shards.ShardSpec.parse(args.shard) if getattr(args, "shard", None) else None
-    return build.BuildOptions(
+    return job.BuildOptions(
         cache_dir=ENV.cache_dir, dist_root=args.dist.resolve(), reuse_env=args.reuse_env, source=args.source,
         torch_index=ENV.torch_index, run_checks=not args.no_checks, max_jobs=ENV.max_jobs, shard=shard,
     )
@@ -117,10 +119,10 @@ def _register_build(component: str, python: str) -> None:
         try:
             row, options = _row_and_options(name, component, python, args)
             if args.dry_run:
-                print(build.plan(VERSIONS, row, options).render())
+                print(job.plan(VERSIONS, row, options).render())
                 return
-            result = build.run(VERSIONS, row, options)
-        except build.BuildTimedOut as error:
+            result = job.run(VERSIONS, row, options)
+        except job.BuildTimedOut as error:
             _mark_resumable()
             _fail(session, error)
         except WheelhouseError as error:
@@ -180,7 +182,7 @@ def _register_component_build(component: str) -> None:
         try:
             if args.source is not None and not args.source.is_dir():
                 raise WheelhouseError(f"--source {args.source}: not a directory; pass the path of a source checkout")
-            arch = args.arch or build.host_arch()
+            arch = args.arch or job.host_arch()
             rows = matrix.select(matrix.expand(VERSIONS), versions=VERSIONS, component=component, arch=arch,
                                  torch=args.torch, cuda=args.cuda)
             if not rows:
@@ -193,9 +195,9 @@ def _register_component_build(component: str) -> None:
             options = _options(args)
             for stage, row in [("first", row) for row in first] + [("then", row) for row in rest]:
                 if args.dry_run:
-                    print(f"{stage}: " + build.plan(VERSIONS, row, options).render())
+                    print(f"{stage}: " + job.plan(VERSIONS, row, options).render())
                     continue
-                result = build.run(VERSIONS, row, options)
+                result = job.run(VERSIONS, row, options)
                 session.log(f"{stage}: built {', '.join(w.name for w in result.wheels)}; build record {result.record}")
         except WheelhouseError as error:
             _fail(session, error)
@@ -219,8 +221,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=False, default=False)
 def lint(session: nox.Session) -> None:
-    """mypy over ci/, tasks.py and noxfile.py; ruff over all Python code; shellcheck over the shell scripts."""
+    """mypy over ci/, tasks.py and noxfile.py; the layer test; ruff over all Python code; shellcheck over the shell
+    scripts."""
     session.run(sys.executable, "-m", "mypy", external=True)  # what it checks: [tool.mypy] in pyproject.toml
+    # the layers of ci/: each package imports only those below it, and no module imports itself back
+    session.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_layers.py", external=True)
     # The build helpers run under the row's interpreter, outside these packages; nvcc-arch-filter has no .py
     # suffix, so ruff only reads it when named.
     build_python = [*sorted(str(p) for p in Path("build_scripts/lib").glob("*.py")), "build_scripts/nvcc-arch-filter",
@@ -236,7 +241,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=False, default=False)
 def demo(session: nox.Session) -> None:
     """Walking skeleton: build the fixture extension, release it locally, index it, pip install it."""
-    from ci import demo as demo_module
+    from ci.flows import demo as demo_module
 
     try:
         demo_module.run(cache_dir=ENV.cache_dir)

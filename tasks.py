@@ -4,7 +4,7 @@
     invoke matrix --component apex --arch aarch64 --python 3.12 --json
 
 Every task honours WHEELHOUSE_VERSIONS and WHEELHOUSE_STORE (see
-ci/environment.py). A WheelhouseError ends the task with its one-line message
+ci/model/environment.py). A WheelhouseError ends the task with its one-line message
 and its exit status (2 for a malformed versions file); no traceback.
 """
 
@@ -28,17 +28,19 @@ from invoke.tasks import task as invoke_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ci import log, naming, provenance
-from ci import matrix as matrix_module
-from ci import workflows as workflows_module
-from ci.environment import Environment, on_github_actions
-from ci.errors import UsageError, WheelhouseError
+from ci.base import log
+from ci.base.errors import UsageError, WheelhouseError
+from ci.flows import workflows as workflows_module
+from ci.model import matrix as matrix_module
+from ci.model import naming
+from ci.model.environment import Environment, on_github_actions
+from ci.model.versions import load
+from ci.publish import provenance
 from ci.store.model import ReleaseStore
-from ci.versions import load
 
 if TYPE_CHECKING:
-    from ci.matrix import MatrixRow
-    from ci.versions import Versions
+    from ci.model.matrix import MatrixRow
+    from ci.model.versions import Versions
 
 # No automatic short flags: invoke derives them from each task's option names, so `-r`, `-a` or `-s`
 # meant different things per task, and `prune`'s `-h` (push_branch) hid `-h` for help.
@@ -118,10 +120,10 @@ def reports_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 
 def _write_github_output(rows: list[MatrixRow]) -> None:
     """The matrix outputs a GitHub Actions job reads: matrix=<json> and has_builds=<bool> for every row;
-    first= / rest= / has_rest= for the two build stages (ci.matrix.stages: the first Python of each compile
+    first= / rest= / has_rest= for the two build stages (ci.model.matrix.stages: the first Python of each compile
     group, then the others, which start from the compiler cache it saved); and the shard jobs' shards=<json>
-    and has_shards=<bool> (ci/shards.py: one entry per shard of each row split into several)."""
-    from ci import shards
+    and has_shards=<bool> (ci/model/shards.py: one entry per shard of each row split into several)."""
+    from ci.model import shards
 
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
@@ -179,7 +181,7 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
     if json_:
         print(json.dumps([row.to_json() for row in rows], indent=2))
     elif not github_output:
-        from ci import size_model, time_model
+        from ci.timing import size_model, time_model
 
         first, _ = matrix_module.stages(rows)
         for row in rows:
@@ -240,7 +242,7 @@ def check_wheel(c: Context, wheel: list[str] | None = None, torch: str | None = 
                 require_archs: str | None = None, pythons: str | None = None, audit: bool = False,
                 json_: bool = False) -> None:
     """Check wheels before they ship: torch ABI, Python coverage, CUDA archs, archive safety."""
-    from ci.wheels.check import check_wheels
+    from ci.checks.check import check_wheels
 
     report = check_wheels(_wheel_paths(wheel or []), torch_target=torch, require_archs=require_archs, pythons=pythons, audit=audit)
     print(report.to_json() if json_ else report.render_text())
@@ -261,7 +263,8 @@ def check_wheel(c: Context, wheel: list[str] | None = None, torch: str | None = 
 def fix_wheel(c: Context, wheel: list[str] | None = None, strip_local_version: bool = False,
               repair: str | None = None, out: str | None = None) -> None:
     """Rewrite wheels: strip a +local version and/or repair to a manylinux tag."""
-    from ci.wheels import audit, rewrite
+    from ci.checks import audit
+    from ci.formats import rewrite
 
     if not (strip_local_version or repair):
         raise Exit("error: fix-wheel: choose --strip-local-version and/or --repair TAG", code=2)
@@ -282,11 +285,11 @@ def fix_wheel(c: Context, wheel: list[str] | None = None, strip_local_version: b
 
 def _release_row(versions: Versions, component: str, python: str | None, torch: str | None,
                  arch: str | None, cuda: str | None = None) -> MatrixRow:
-    from ci import build
+    from ci.build import job
 
     rows = matrix_module.select(
         matrix_module.expand(versions), versions=versions, component=component, python=python, torch=torch,
-        arch=arch or build.host_arch(), cuda=cuda,
+        arch=arch or job.host_arch(), cuda=cuda,
     )
     if len(rows) != 1:
         raise WheelhouseError(
@@ -318,7 +321,7 @@ def release(c: Context, component: str | None = None, python: str | None = None,
             replace: bool = False, store: str | None = None, predicate_out: str | None = None,
             provenance_bundle: str | None = None) -> None:
     """Upload one built row: ensure the release, upload wheels and .metadata, then the manifest last."""
-    from ci import release as release_module
+    from ci.publish import release as release_module
 
     if not component:
         raise Exit("error: release: name --component C (invoke matrix lists the components)", code=2)
@@ -367,7 +370,7 @@ def _write_predicate(path: Path, predicate: Mapping[str, object]) -> None:
 def plan(c: Context, component: str = "all", arch: str | None = None, python: str | None = None,
          markdown: str | None = None, github_output: bool = False, store: str | None = None) -> None:
     """Mark each matrix row build or skip, with the reason, without downloading any wheel."""
-    from ci import plan as plan_module
+    from ci.flows import plan as plan_module
 
     if markdown:
         _writable(Path(markdown), "--markdown")
@@ -404,7 +407,7 @@ def publish_index(c: Context, store: str | None = None, out: str | None = None,
                   pages_artifact: str | None = None, base_url: str | None = None, dry_run: bool = False,
                   allow_shrink: bool = False, adopt: bool = False, force: bool = False) -> None:
     """Publish one PEP 503 index per CUDA/torch world from the store's releases."""
-    from ci import pages
+    from ci.publish import pages
 
     dry_run = dry_run or _core_dry(c)
     where_to = {"out": out, "pages_artifact": pages_artifact, "push_branch": push_branch, "remote": remote,
@@ -429,7 +432,7 @@ def _check_index_options(store: str | None, *, out: str | None, pages_artifact: 
                          default_world: str | None = None) -> None:
     """The usage errors of the options that say where the index goes, raised (exit status 2) before any store
     is opened or any network is touched."""
-    from ci.index import check_base_url, check_world
+    from ci.publish.index import check_base_url, check_world
 
     named = [f"--{name.replace('_', '-')}" for name, value in
              (("push_branch", push_branch), ("pages_artifact", pages_artifact), ("out", out)) if value]
@@ -450,11 +453,11 @@ def _check_index_options(store: str | None, *, out: str | None, pages_artifact: 
                       "timed builds (benchmarks/build_times.json) instead"})
 @reports_errors
 def time_model(c: Context, component: str | None = None, record: str | None = None) -> None:
-    """The build-time model (ci/time_model.py) against every timed build: measured, predicted, error."""
-    from ci import time_model as model
+    """The build-time model (ci/timing/time_model.py) against every timed build: measured, predicted, error."""
+    from ci.timing import time_model as model
 
     if record:
-        from ci import timed_builds
+        from ci.timing import timed_builds
 
         print(timed_builds.record(Path(record)))
         return
@@ -520,7 +523,7 @@ def assemble_shards(c: Context, component: str | None = None, python: str | None
                     reuse_env: bool = False, source: str | None = None) -> None:
     """Assemble a row's wheels from every shard of it (nox -s build-... -- --shard I/N), check them, and put them
     in dist/<world>/ with their .metadata and build record, as a build does."""
-    from ci import build
+    from ci.build import job
 
     if not component:
         raise Exit("error: assemble-shards: name --component C (invoke matrix lists the components)", code=2)
@@ -531,12 +534,12 @@ def assemble_shards(c: Context, component: str | None = None, python: str | None
     checkout = Path(source).resolve() if source else None
     if checkout is not None and not checkout.is_dir():
         raise UsageError(f"--source {source}: not a directory; pass the path of a source checkout")
-    options = build.BuildOptions(
+    options = job.BuildOptions(
         cache_dir=env.cache_dir, dist_root=dist_root, reuse_env=reuse_env, source=checkout,
         torch_index=env.torch_index, max_jobs=env.max_jobs,
-        assemble=Path(shards).resolve() if shards else build.shard_directory(row, dist_root),
+        assemble=Path(shards).resolve() if shards else job.shard_directory(row, dist_root),
     )
-    result = build.run(versions, row, options)
+    result = job.run(versions, row, options)
     for wheel in result.wheels:
         print(f"built {wheel}")
     print(f"build record {result.record}")
@@ -661,8 +664,8 @@ def prune(c: Context, keep_worlds: str | None = None, older_than: str | None = N
           push_branch: str | None = None, remote: str | None = None, base_url: str | None = None,
           force: bool = False) -> None:
     """Delete releases versions.yaml no longer names (never one a matrix row maps to), after re-indexing without them."""
-    from ci import pages
     from ci.maintenance import prune as prune_module
+    from ci.publish import pages
 
     worlds = prune_module.parse_worlds(keep_worlds)
     age = prune_module.parse_age(older_than) if older_than else None
@@ -705,7 +708,7 @@ def bench(c: Context, quick: bool = False, only: str | None = None) -> None:
     """Run benchmarks/ (ratios against the anchor's approaches) and rewrite benchmarks/RESULTS.md."""
     import subprocess
 
-    from ci import credentials
+    from ci.model import credentials
 
     # The benchmarks build third-party code (fast-hadamard-transform's setup.py, the fixture's), which could
     # read a token from this process's /proc/<pid>/environ: start again without credentials, as nox does.
@@ -734,7 +737,7 @@ def verify_wheel(c: Context, wheel: str | None = None, manifest: str | None = No
                  provenance: str | None = None, repo: str | None = None, trusted_root: str | None = None) -> None:
     """Check a downloaded wheel offline against its release's manifest and provenance and its own SBOM; say who
     published it only from a verified signature."""
-    from ci import verify
+    from ci.publish import verify
 
     if not wheel:
         raise UsageError("name the wheel to check with --wheel PATH")
@@ -762,7 +765,7 @@ def verify_wheel(c: Context, wheel: str | None = None, manifest: str | None = No
 def which_wheel(c: Context, index: str | None = None, package: list[str] | None = None) -> None:
     """Which world and wheels fit this interpreter's torch, Python, platform and GPUs, and how to install them."""
     # The same code the published site serves as which-wheel.py (standard library only): this is its wrapper.
-    from ci import which_wheel as which
+    from ci.publish import which_wheel as which
 
     try:
         answer = which.answer(index, package or [])

@@ -1,7 +1,7 @@
 """Figure 6: builds.
 
 (a) Compiler cache, measured here: our fixture torch extension (tests/fixtures/versions.yaml)
-    built through the real build path, ``ci.build.run`` (venv check, sources, build script, wheel
+    built through the real build path, ``ci.build.job.run`` (venv check, sources, build script, wheel
     checks, .metadata, build record), with an empty sccache directory (cold) and with one that a
     previous build filled (warm).
 
@@ -90,8 +90,9 @@ def _cache_dir(path: Path) -> Path:
 
 
 def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
-    from ci import build, matrix
-    from ci.versions import load
+    from ci.build import job
+    from ci.model import matrix
+    from ci.model.versions import load
 
     tool = _sccache()
     if tool is None:
@@ -109,10 +110,10 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
         env = {**environ, "SCCACHE_DIR": str(cache / "compiler-cache" / "sccache")}
         _sccache_cmd(tool, env, "--stop-server")
         shutil.rmtree(dist, ignore_errors=True)
-        options = build.BuildOptions(cache_dir=cache, dist_root=dist, source=sources, environ=env)
+        options = job.BuildOptions(cache_dir=cache, dist_root=dist, source=sources, environ=env)
         started = time.perf_counter()
-        with _output_to(work / "build.log"):
-            result = build.run(versions, row, options)
+        with _output_to(work / "job.log"):
+            result = job.run(versions, row, options)
         elapsed = time.perf_counter() - started
         record = json.loads(result.record.read_text())
         stats = record.get("compiler_cache_stats") or {}  # the build's own server, read before it stopped
@@ -125,7 +126,7 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
     times = {"cold": Samples(), "warm": Samples()}
     stats: dict[str, dict] = {}
     durations: dict[str, list[dict]] = {"cold": [], "warm": []}
-    ctx.log(f"  builds: {', '.join(order)} (build output in {work / 'build.log'})")
+    ctx.log(f"  builds: {', '.join(order)} (build output in {work / 'job.log'})")
     try:
         for i, kind in enumerate(order):
             cache = warm_cache if kind == "warm" and warm_cache else _cache_dir(work / f"cache-{i}")
@@ -147,7 +148,7 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
         return f"{statistics.median(values):.1f}" if values else "n/a"
 
     table = Table(
-        ["fixture build (`ci.build.run`)", "cold compiler cache", "warm compiler cache", "cold / warm"],
+        ["fixture build (`ci.build.job.run`)", "cold compiler cache", "warm compiler cache", "cold / warm"],
         [
             ["wall time (min / median)", times["cold"].fmt(), times["warm"].fmt(), ratio(times["cold"], times["warm"])],
             ["  of which build script, s (median)", med("cold", "build_s"), med("warm", "build_s"), ""],
@@ -160,7 +161,7 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
     notes = ["Cold: an empty sccache directory; warm: the directory a previous build of the same sources filled. "
              "Both start a fresh sccache server (private port) and reuse the same venv; the build directory is new "
              "each time (a successful build removes it), so every object is compiled or fetched from the cache."]
-    summary = [f"fixture extension build through `ci.build.run`: wall time cold / warm compiler cache "
+    summary = [f"fixture extension build through `ci.build.job.run`: wall time cold / warm compiler cache "
                f"{ratio(times['cold'], times['warm'])}"]
     return table, notes, summary, f"{reps} builds of each, in the order {', '.join(order)} (the first cold build fills the warm cache)"
 
@@ -254,7 +255,7 @@ def all_archs_table(label: str = "6(g)") -> tuple[Table, list[str]] | None:
                    "predicted before the run", "wheel size", "cubins per shared object (cuobjdump)", "arch gate",
                    "sm_90 kernels on that wheel"], rows)
     notes = [f"{label} read from benchmarks/device_results.json ({data['machine']}, {data['date']}): {data['notes']}",
-             f"{label}: ci/time_model.py's nvcc thread efficiency is fitted to fast-hadamard-transform's row (its "
+             f"{label}: ci/timing/time_model.py's nvcc thread efficiency is fitted to fast-hadamard-transform's row (its "
              "prediction before the run assumed perfect threads); `invoke time-model` prints every build against the "
              "model as it is now."]
     unit = data.get("one_unit")
@@ -262,7 +263,7 @@ def all_archs_table(label: str = "6(g)") -> tuple[Table, list[str]] | None:
         by_threads = unit["seconds_by_threads"]
         notes.append(f"{label} flash-attention, one kernel unit ({unit['unit']}) for {unit['archs']}, {unit['date']}: "
                      + ", ".join(f"nvcc --threads {t}: {by_threads[t]} s" for t in sorted(by_threads, key=int))
-                     + f" ({by_threads['1'] / by_threads['4']:.2f}x; ci/time_model.py takes flash-attention's thread "
+                     + f" ({by_threads['1'] / by_threads['4']:.2f}x; ci/timing/time_model.py takes flash-attention's thread "
                        f"gain from it); {unit['how']}")
     if data.get("not_measured"):
         notes.append(f"Not measured: {data['not_measured']}")
@@ -289,14 +290,14 @@ def jit_cache_table(label: str = "6(h)") -> tuple[Table, list[str]] | None:
              f"{data['upstream_size']}",
              f"{label} installed from our index: {data['installed']}; then {data['kernels']}",
              f"{label} first try of the kernels: {data['kernels_first_try']}",
-             f"{label} extrapolated by ci/shard_model.py from these times: " + "; ".join(data["extrapolation"])]
+             f"{label} extrapolated by ci/timing/shard_model.py from these times: " + "; ".join(data["extrapolation"])]
     return table, notes
 
 
 def size_table(label: str = "6(i)") -> tuple[Table, list[str]] | None:
-    """6(i): every wheel the GPU machine built, its measured size beside ci/size_model.py's prediction of it from the
+    """6(i): every wheel the GPU machine built, its measured size beside ci/timing/size_model.py's prediction of it from the
     other builds of its project (benchmarks/wheel_sizes.json, from device_results.json)."""
-    from ci import size_model
+    from ci.timing import size_model
 
     if not size_model.SIZES_FILE.is_file():
         return None
@@ -313,10 +314,10 @@ def size_table(label: str = "6(i)") -> tuple[Table, list[str]] | None:
                      f"{predicted / 2**20:.1f} MiB" if predicted is not None else "-", error, how])
     table = Table(["wheel's project", "built (device_results.json)", "holding", "measured", "predicted",
                    "error", "predicted from"], rows)
-    notes = [f"{label}: each wheel's size predicted by ci/size_model.py (bytes = base + per unit x units: archs, "
+    notes = [f"{label}: each wheel's size predicted by ci/timing/size_model.py (bytes = base + per unit x units: archs, "
              "bundled Pythons, or jit-cache compiles) from the other builds of its project alone, so no wheel predicts "
              "itself; one build alone predicts nothing. The model the plans use is fitted to all of them "
-             "(`python -m ci.size_model --write` writes benchmarks/wheel_sizes.json); with one build a project's bytes "
+             "(`python -m ci.timing.size_model --write` writes benchmarks/wheel_sizes.json); with one build a project's bytes "
              "count per unit, which over-predicts wheels of more archs (the 9-arch fast-hadamard-transform: +41%), "
              "the safe side of a budget. `invoke matrix` shows each row's sizes beside its time."]
     return table, notes
@@ -342,11 +343,11 @@ def run(ctx: Context) -> Figure:
                    else "6(b): not measured in this run (no benchmarks/device_results.json)")
     return Figure(
         NAME, TITLE,
-        compared=("(a) cold vs warm sccache for the fixture extension built by `ci.build.run` on "
+        compared=("(a) cold vs warm sccache for the fixture extension built by `ci.build.job.run` on "
                   "tests/fixtures/versions.yaml; (b) causal-conv1d 1.7.0 built for one arch (arch_filter) vs nine; "
                   "(c) to (f) the real upstream components built on the GPU machine from their sources, sm_90; (g) with every "
                   "arch versions.yaml lists; (h) a subset of flashinfer-jit-cache by shards; (i) each wheel's size against "
-                  "ci/size_model.py's prediction"),
+                  "ci/timing/size_model.py's prediction"),
         where=f"6(a): this machine (CPU torch 2.13 venv, sccache, {os.cpu_count()} cores); {where_b}",
         repetitions=f"6(a): {reps_a}; min / median",
         tables=tables,

@@ -1,6 +1,6 @@
 """Figure 4: which CUDA archs a 1 GB wheel's device code covers: time and peak RSS.
 
-- ours: ``ci.wheels.fatbin.scan_wheel_archs(use_cuobjdump=False)``: each ELF member read in place
+- ours: ``ci.formats.fatbin.scan_wheel_archs(use_cuobjdump=False)``: each ELF member read in place
   from the wheel in 1 MiB chunks, fatbin container headers parsed, payloads skipped by offset;
 - anchor: ``benchmarks/anchor/cuda_archs.py`` (``ci/cuda_archs.py`` §6): each ``.so`` member read
   whole into memory, ELF sections found, ``(sm|compute)_NN`` regex over every ``.nv_fatbin`` byte.
@@ -24,7 +24,7 @@ TITLE = "4. Fatbin arch scan of a 1 GB wheel"
 
 _OURS = (
     "import json, sys; sys.path.insert(0, sys.argv[1]);"
-    "from ci.wheels.fatbin import scan_wheel_archs;"
+    "from ci.formats.fatbin import scan_wheel_archs;"
     "scan = scan_wheel_archs(sys.argv[2], use_cuobjdump=False);"
     "print(json.dumps({'archs': [str(a) for a in scan.cubin_archs]}))"
 )
@@ -67,7 +67,7 @@ def run(ctx: Context) -> Figure:
     )
     return Figure(
         NAME, TITLE,
-        compared=("`ci.wheels.fatbin.scan_wheel_archs` (ours, streaming, container headers only) vs the anchor's "
+        compared=("`ci.formats.fatbin.scan_wheel_archs` (ours, streaming, container headers only) vs the anchor's "
                   "`wheel_cuda_archs` (each member read whole, regex over `.nv_fatbin`; `benchmarks/anchor/cuda_archs.py`)"),
         where="this machine; each scan a separate process measured from a clean grandchild",
         repetitions=f"{reps} interleaved runs of each; min / median",

@@ -21,7 +21,7 @@ TITLE = "7. Wheel checks on crafted wheels"
 
 _CHECK = (
     "import json, sys; sys.path.insert(0, sys.argv[1]);"
-    "from ci.wheels.check import check_wheels;"
+    "from ci.checks.check import check_wheels;"
     "report = check_wheels([sys.argv[2]], torch_target=sys.argv[3], use_cuobjdump=False);"
     "print(json.dumps({'ok': report.ok, 'problems': list(report.problems)}))"
 )
@@ -81,7 +81,7 @@ def run(ctx: Context) -> Figure:
     hungriest = max(crafted, key=lambda label: rss[label].median)
     return Figure(
         NAME, TITLE,
-        compared=("`ci.wheels.check.check_wheels` (archive, METADATA, coverage, fatbin scan without cuobjdump, torch "
+        compared=("`ci.checks.check.check_wheels` (archive, METADATA, coverage, fatbin scan without cuobjdump, torch "
                   "ABI against a stand-in torch) on each crafted wheel of `tests/hostile_wheels.py` vs an honest wheel"),
         where="this machine; each check a separate process measured from a clean grandchild",
         repetitions=f"{reps} interleaved runs of each; min / median",

@@ -5,7 +5,7 @@ requests on one keep-alive connection). Anchor: :mod:`benchmarks.anchor.build_in
 list --limit 1000`` then one ``gh release view`` per release: N+1 requests, silently truncated at
 1000). Both read from the same GitHub test server, run as its own process (``python -m
 tests.github_server --seed-bulk NxM``) so that server and client do not share one interpreter lock.
-Then the site for the same releases: ``ci.index.site_files`` against the anchor's plain renderer.
+Then the site for the same releases: ``ci.publish.index.site_files`` against the anchor's plain renderer.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _titled(releases):
 
 
 def run(ctx: Context) -> Figure:
-    from ci.index import site_files
+    from ci.publish.index import site_files
 
     listing_rows, site_rows = [], []
     summary = []
@@ -171,7 +171,7 @@ def run(ctx: Context) -> Figure:
                   "pagination, one keep-alive connection) vs the anchor's N+1 (`gh release list --limit 1000` "
                   "pages, then one `gh release view` per release, reproduced with urllib in "
                   "`benchmarks/anchor/build_index.py`); then the site for the same releases: "
-                  "`ci.index.site_files` vs the anchor's renderer (§7.3)"),
+                  "`ci.publish.index.site_files` vs the anchor's renderer (§7.3)"),
         where=(f"this machine; GitHub test server (`tests/github_server`) in its own process on 127.0.0.1, "
                f"seeded with `--seed-bulk Nx{ASSETS}`"),
         repetitions=f"interleaved, per size (releases: repetitions) {', '.join(reps_text)}; times are min / median",
@@ -205,7 +205,7 @@ def run(ctx: Context) -> Figure:
             "world record. After (5.2 s under cProfile, 5.9 M calls): `_build_site` 0.77 s, the C encoder 0.61 s, "
             "the catalog entries 0.52 s, `WheelEntry.to_json` 0.23 s, `_link_html` 0.23 s, `wheel_project` 0.22 s, "
             "json_text's flatness check 0.17 s. Versions are parsed once per version string and cached on the "
-            "frozen entries; the records are written by `ci/json_text.py`, json.dumps(indent=1, sort_keys=True)'s "
+            "frozen entries; the records are written by `ci/base/json_text.py`, json.dumps(indent=1, sort_keys=True)'s "
             "bytes with the C encoder doing the bulk (the whole site's digest is the same before and after).",
             "What remains above the plain renderer is per wheel and inherent to what the site says: four "
             "representations of each link (candidate, index link, catalog entry, its JSON record) and the world "

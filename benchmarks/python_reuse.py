@@ -192,8 +192,8 @@ class Reuse:
 
 def measure(component: str, spec: Upstream, snapshots: Path, work: Path, log) -> Reuse:
     started = time.perf_counter()
-    from ci import matrix
-    from ci.versions import load
+    from ci.model import matrix
+    from ci.model.versions import load
 
     rows = {r.python: r for r in matrix.expand(load()) if r.component == component and r.arch == "x86_64"}
     if component in ("flashinfer", "megatron-bridge"):

@@ -1,6 +1,6 @@
 """Figure 11: rebuilds, byte for byte.
 
-Each row is one ``ci.rebuild.rebuild_check``, what ``nox -s rebuild-check-<component>-<python>`` runs: the
+Each row is one ``ci.build.rebuild.rebuild_check``, what ``nox -s rebuild-check-<component>-<python>`` runs: the
 row built twice, one build after the other, each in a fresh cache directory (venv, sources, compiler cache,
 build directory) and its own dist directory, and the two wheels compared member by member (a shared
 object's differing ELF sections named).
@@ -53,12 +53,13 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHILD = """
 import json, sys
 from pathlib import Path
-from ci import build, matrix, rebuild
-from ci.versions import load
+from ci.build import job, rebuild
+from ci.model import matrix
+from ci.model.versions import load
 versions_file, component, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 versions = load(versions_file)
 row = next(r for r in matrix.expand(versions) if r.component == component)
-report = rebuild.rebuild_check(versions, row, build.BuildOptions(cache_dir=work / "cache", reuse_env=True),
+report = rebuild.rebuild_check(versions, row, job.BuildOptions(cache_dir=work / "cache", reuse_env=True),
                                work / "rebuild")
 print(json.dumps({"wheels": [{"sha256": list(w.sha256), "differences": [d.describe() for d in w.differences],
                               "identical": w.identical} for w in report.wheels], "only_once": list(report.only_once)}))
@@ -93,24 +94,25 @@ def _this_python() -> str:
 
 
 def _row_for_this_machine(versions, component: str, versions_file: Path):
-    from ci import build, matrix
+    from ci.build import job
+    from ci.model import matrix
 
     rows = [r for r in matrix.expand(versions) if r.component == component and r.python == _this_python()
-            and r.arch == build.host_arch()]
+            and r.arch == job.host_arch()]
     if not rows:
-        raise RuntimeError(f"{versions_file}: {component} has no {build.host_arch()} row for Python "
+        raise RuntimeError(f"{versions_file}: {component} has no {job.host_arch()} row for Python "
                            f"{_this_python()}; run the benchmarks with an interpreter of a row's Python")
     return rows[0]
 
 
 def _rebuild_here(ctx: Context, component: str, versions_file: Path, source: Path | None, work: Path) -> list[Rebuilt]:
-    """``ci.rebuild.rebuild_check`` of ``component``'s row for this Python, in this interpreter (--reuse-env)."""
-    from ci import build, rebuild
-    from ci.versions import load
+    """``ci.build.rebuild.rebuild_check`` of ``component``'s row for this Python, in this interpreter (--reuse-env)."""
+    from ci.build import job, rebuild
+    from ci.model.versions import load
 
     versions = load(versions_file)
     row = _row_for_this_machine(versions, component, versions_file)
-    options = build.BuildOptions(cache_dir=work / "cache", reuse_env=True, source=source, environ=dict(os.environ))
+    options = job.BuildOptions(cache_dir=work / "cache", reuse_env=True, source=source, environ=dict(os.environ))
     where = f"this machine (Python {platform.python_version()}, torch {metadata.version('torch')}, --reuse-env)"
     ctx.log(f"  {component}: two builds of {row.label}")
     started = time.perf_counter()
@@ -140,15 +142,15 @@ def _rebuild_in(ctx: Context, python: str, component: str, work: Path, mirror: s
     version = subprocess.run([python, "-c", "import platform, torch; print(platform.python_version(), torch.__version__)"],
                              capture_output=True, text=True, check=True, env=env).stdout.split()
     where = f"this machine (Python {version[0]}, torch {version[1]}, --reuse-env; nvcc without a GPU)"
-    ctx.log(f"  {component}: two builds in {python} (log: {work / 'build.log'})")
+    ctx.log(f"  {component}: two builds in {python} (log: {work / 'job.log'})")
     started = time.perf_counter()
-    with (work / "build.log").open("w") as log:
+    with (work / "job.log").open("w") as log:
         proc = subprocess.run([python, "-c", _CHILD, str(DEVICE_VERSIONS), component, str(work)], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=log, text=True, check=False)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{component}: the rebuild check in {python} failed (exit {proc.returncode}); see "
-                           f"{work / 'build.log'}")
+                           f"{work / 'job.log'}")
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     ctx.log(f"  {component}: {'the same bytes' if all(w['identical'] for w in report['wheels']) else 'the builds differ'}"
             f" ({elapsed:.0f} s)")
@@ -281,7 +283,7 @@ def run(ctx: Context) -> Figure:
     device = device_rows(runs)
     return Figure(
         NAME, TITLE,
-        compared=("`ci.rebuild.rebuild_check` (`nox -s rebuild-check-<component>-<python>`): one matrix row built "
+        compared=("`ci.build.rebuild.rebuild_check` (`nox -s rebuild-check-<component>-<python>`): one matrix row built "
                   "twice, each build in fresh cache and dist directories, the second right after the first; the "
                   "two wheels' sha256 and, when they differ, every differing member"),
         where=(f"this machine, {os.cpu_count()} cores: the fixture extension (tests/fixtures/versions.yaml's row for "

@@ -1,7 +1,7 @@
 """Figure 15: the compiler cache between machines, a remote store against the archive handoff.
 
 A torch extension of several translation units (each includes ``torch/extension.h``; toy mode: plain C++
-units) is built through ``ci.build.run`` with this interpreter's torch (``--reuse-env``), each build on a
+units) is built through ``ci.build.job.run`` with this interpreter's torch (``--reuse-env``), each build on a
 fresh machine: a fresh cache directory and build directory at the one workspace path every hosted runner
 has. Side by side in one run:
 
@@ -13,7 +13,7 @@ has. Side by side in one run:
 - **ref bump**: the sources with one unit changed. The remote serves every other unit. The archive's key
   hashes versions.yaml, which holds the ref: a bump restores nothing, and the build compiles cold.
 
-Per build: wall time of ``build.run``, and the record's compiler-cache counts per translation unit (hits of
+Per build: wall time of ``job.run``, and the record's compiler-cache counts per translation unit (hits of
 requests) with sccache's per-step counts and the remote level's share of them.
 """
 
@@ -108,16 +108,17 @@ class _Machines:
 
 
 def _build(versions_file: Path, source: Path, cache: Path, environ: dict[str, str]) -> tuple[float, dict]:
-    from ci import build, matrix
-    from ci.build_record import BuildRecord
-    from ci.versions import load
+    from ci.build import job
+    from ci.model import matrix
+    from ci.model.build_record import BuildRecord
+    from ci.model.versions import load
 
     versions = load(versions_file)
     (row,) = matrix.expand(versions)
-    options = build.BuildOptions(cache_dir=cache, dist_root=cache.parent / "dist", reuse_env=True, source=source,
+    options = job.BuildOptions(cache_dir=cache, dist_root=cache.parent / "dist", reuse_env=True, source=source,
                                  environ=environ)
     started = time.perf_counter()
-    record = BuildRecord.read(build.run(versions, row, options).record)
+    record = BuildRecord.read(job.run(versions, row, options).record)
     return time.perf_counter() - started, dict(record.compiler_cache_stats or {})
 
 
@@ -196,7 +197,7 @@ def run(ctx: Context) -> Figure:
     times = {key: Samples() for key in ("cold", "remote", "archive", "bump-remote", "bump-archive")}
     counts: dict[str, dict] = {}
     transfer = Samples()
-    log = work / "build.log"
+    log = work / "job.log"
     ctx.log(f"  {units} units, {reps} repetition(s); build output in {log}")
 
     for rep in range(reps):
@@ -229,7 +230,7 @@ def run(ctx: Context) -> Figure:
         compared=("a second machine's build of the same sources and of a ref bump that changes one unit: the remote "
                   "compiler cache (WebDAV behind each machine's cache directory, `WHEELHOUSE_COMPILER_CACHE`) "
                   "against the exact-key archive handoff of `.cache/compiler-cache/` the workflows used alone before"),
-        where=(f"this machine; `ci.build.run` with this interpreter's torch (--reuse-env) on a torch extension of "
+        where=(f"this machine; `ci.build.job.run` with this interpreter's torch (--reuse-env) on a torch extension of "
                f"{units} units plus a binding, every build on a fresh cache and build directory at one workspace "
                "path; WsgiDAV on 127.0.0.1"),
         repetitions=f"{reps} per build kind (each with a new server); times are min / median",

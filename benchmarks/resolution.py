@@ -3,7 +3,7 @@
 
 Same setup as the slow test in ``tests/test_index_clients.py`` (its helpers from
 ``tests/index_helpers.py``): a loopback HTTP server counting body bytes per path, one wheel with a
-210 MiB stored member, and two indexes published by ``ci.pages.publish_index`` over it: one whose
+210 MiB stored member, and two indexes published by ``ci.publish.pages.publish_index`` over it: one whose
 release carries ``<wheel>.metadata`` (so the links carry ``data-core-metadata``) and one without.
 ``uv pip compile`` resolves ``bigpkg`` against each with a fresh cache every time; without
 ``.metadata`` it is run with HTTP Range support on (uv then reads the zip's tail) and off (a static
@@ -51,7 +51,7 @@ def _served_file(folder: Path):
 
 
 def run(ctx: Context) -> Figure:
-    from ci.pages import DirectoryTarget, publish_index
+    from ci.publish.pages import DirectoryTarget, publish_index
     from ci.store.model import Release
     from tests.index_helpers import UV, CountingServer, client_env, release_of
     from tests.index_helpers import run as run_client

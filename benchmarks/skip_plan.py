@@ -4,9 +4,9 @@ Every release exists and is complete, so both approaches skip every row; what di
 read to decide. The GitHub test server runs in process (its request counters and a byte meter on
 its sockets are read directly); it holds two copies of the releases:
 
-- ``o/ours``: titles from ``ci.matrix.release_title``, the wheels, their ``.metadata`` files and one
-  ``wheelhouse-build-manifest-<arch>.json`` per arch made by ``ci.manifest`` from each row's
-  ``ci.fingerprint.build_config`` with a fixed source revision (the resolver returns it: no git);
+- ``o/ours``: titles from ``ci.model.matrix.release_title``, the wheels, their ``.metadata`` files and one
+  ``wheelhouse-build-manifest-<arch>.json`` per arch made by ``ci.model.manifest`` from each row's
+  ``ci.model.fingerprint.build_config`` with a fixed source revision (the resolver returns it: no git);
 - ``o/anchor``: the same titles and wheels with the anchor's single schema-3
   ``wheelhouse-build-manifest.json`` (one build config per arch row).
 
@@ -76,7 +76,7 @@ def wheel_name(package: str, row) -> str:
 
 def anchor_build_config(row) -> dict:
     """``normalize_build_config`` keys of the anchor's schema-3 manifest (reference §4.1)."""
-    from ci import fingerprint
+    from ci.model import fingerprint
 
     s = row.settings
     return {
@@ -119,7 +119,7 @@ def _wheel_blobs(ctx: Context, rows) -> tuple[dict[str, tuple[bytes, str]], dict
 
 def seed(gh, ctx: Context, versions, rows) -> dict[str, int]:  # noqa: C901 - one straight setup pass over rows and packages for both repositories
     """Both repositories; returns the wheel size used per downloaded package."""
-    from ci import fingerprint, manifest, matrix
+    from ci.model import fingerprint, manifest, matrix
 
     blobs, sizes = _wheel_blobs(ctx, rows)
     by_tag: dict[str, list] = {}
@@ -169,9 +169,10 @@ def seed(gh, ctx: Context, versions, rows) -> dict[str, int]:  # noqa: C901 - on
 
 
 def run(ctx: Context) -> Figure:
-    from ci import matrix, plan
+    from ci.flows import plan
+    from ci.model import matrix
+    from ci.model.versions import load
     from ci.store.github import GitHubStore
-    from ci.versions import load
 
     versions = load(REPO / "versions.yaml")
     rows = matrix.expand(versions)
@@ -215,7 +216,7 @@ def run(ctx: Context) -> Figure:
     not_skipped += [f"anchor {v.row.label}: {v.reason}" for v in verdicts if not v.skip]
     o, a = stats["ours"], stats["anchor"]
     main = Table(
-        ["", "ours (`ci.plan.decide`)", "anchor (§4.4)", "anchor / ours"],
+        ["", "ours (`ci.flows.plan.decide`)", "anchor (§4.4)", "anchor / ours"],
         [
             ["rows skipped (of 28)", f"{ours_skips}", f"{anchor_skips}", ""],
             ["requests", f"{o['requests']}", f"{a['requests']}", f"{a['requests'] / o['requests']:.1f}x"],
@@ -240,7 +241,7 @@ def run(ctx: Context) -> Figure:
     scale = _scale(ctx)
     fig = Figure(
         NAME, TITLE,
-        compared=("deciding that all 28 rows of versions.yaml can be skipped: ours `ci.plan.decide` (one release "
+        compared=("deciding that all 28 rows of versions.yaml can be skipped: ours `ci.flows.plan.decide` (one release "
                   "listing, one small manifest per row, wheel digests compared; resolver returns a fixed revision) vs "
                   "the anchor's `release_covers_combo` per row (`benchmarks/anchor/generate_matrix.py`: release view, "
                   "manifest download per row, every platform wheel of the row's arch downloaded whole and its "

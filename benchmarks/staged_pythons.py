@@ -1,7 +1,7 @@
 """Figure 13: the compile time of every job, staged (the first Python, then the others from its cache) against
 all-parallel (each job with a cache of its own, as separate runners have).
 
-One run builds a component through ``ci.build.run`` for each Python of PYTHONS with an empty compiler cache
+One run builds a component through ``ci.build.job.run`` for each Python of PYTHONS with an empty compiler cache
 (the all-parallel jobs: separate runners, and what the first Python's job does in both plans), then each
 other Python again from a copy of the first Python's compiler cache (the staged plan's second stage, as
 ``_build.yml`` restores it). The first Python's cold build counts once in both sums. Every build runs in one
@@ -60,7 +60,7 @@ components:
 
 
 def _versions(work: Path):
-    from ci.versions import load
+    from ci.model.versions import load
 
     rows = "\n".join(f'  - {{arch: x86_64, cuda: "13.0.2", python: "{p}", torch: "{TORCH}", cxx11_abi: "TRUE", '
                      f"torch_index: default}}" for p in PYTHONS)
@@ -84,17 +84,17 @@ def _fht_source(work: Path) -> Path | None:
 
 
 def _build(versions, row, cache: Path, source: Path | None, environ: dict, dist: Path, log) -> dict:
-    from ci import build
-    from ci.build_record import BuildRecord
+    from ci.build import job
+    from ci.model.build_record import BuildRecord
 
-    options = build.BuildOptions(cache_dir=cache, dist_root=dist, source=source, environ=environ)
+    options = job.BuildOptions(cache_dir=cache, dist_root=dist, source=source, environ=environ)
     started = time.perf_counter()
-    with open(cache.parent / "build.log", "ab") as out:
+    with open(cache.parent / "job.log", "ab") as out:
         saved = os.dup(1), os.dup(2)
         os.dup2(out.fileno(), 1)
         os.dup2(out.fileno(), 2)
         try:
-            result = build.run(versions, row, options)
+            result = job.run(versions, row, options)
         finally:
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
@@ -109,7 +109,7 @@ def _build(versions, row, cache: Path, source: Path | None, environ: dict, dist:
 
 def measure(component: str, work: Path, log) -> dict:
     """Cold builds of every Python, then the others from the first's cache; the measurements as JSON."""
-    from ci import matrix
+    from ci.model import matrix
 
     work.mkdir(parents=True, exist_ok=True)
     versions = _versions(work)

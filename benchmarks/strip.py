@@ -2,7 +2,7 @@
 
 Three ways, each run as its own process tree (wall time and peak RSS of the whole tree):
 
-- ours: ``ci.wheels.rewrite.strip_local_version`` (copies every member's compressed bytes as they
+- ours: ``ci.formats.rewrite.strip_local_version`` (copies every member's compressed bytes as they
   are; rewrites METADATA, RECORD and the central directory);
 - anchor: ``benchmarks/anchor/wheel_pack.sh`` (lib/wheel_pack.sh: ``wheel unpack``, sed, renames,
   ``wheel pack``, which inflates every member to disk and deflates it again);
@@ -42,7 +42,7 @@ ARCHS = ("8.0", "9.0", "10.0", "12.0")
 
 _OURS = (
     "import sys; sys.path.insert(0, sys.argv[1]);"
-    "from ci.wheels.rewrite import strip_local_version;"
+    "from ci.formats.rewrite import strip_local_version;"
     "print(strip_local_version(sys.argv[2], sys.argv[3]))"
 )
 

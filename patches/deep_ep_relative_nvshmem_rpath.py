@@ -5,7 +5,7 @@ Upstream's setup.py links deep_ep_cpp with ``-Wl,-rpath,<nvshmem_dir>/lib``:
 the absolute directory of the NVSHMEM it compiled against, which on a builder
 is the row venv's ``site-packages/nvidia/nvshmem``. A wheel carrying it sends
 every user's import to a path that exists only on the build machine (the
-wheel checks refuse such a RUNPATH, ci/wheels/paths.py).
+wheel checks refuse such a RUNPATH, ci/checks/paths.py).
 
 The nvidia-nvshmem-cu<major> wheel, which torch itself depends on, installs
 ``nvidia/nvshmem/lib`` into the same site-packages as DeepEP's top-level

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ci import build_record
-from ci.build_record import BuildRecord
-from ci.digest import sha256_file
-from ci.manifest import WheelEntry
-from ci.matrix import MatrixRow
+from ci.base.digest import sha256_file
+from ci.model import build_record
+from ci.model.build_record import BuildRecord
+from ci.model.manifest import WheelEntry
+from ci.model.matrix import MatrixRow
 
 
 def record_of(row: MatrixRow, wheels: Sequence[Path], *, build_config: dict | None = None,

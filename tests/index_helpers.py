@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 from wheel_factory import record_hash
 
-from ci.digest import sha256_file
+from ci.base.digest import sha256_file
 from ci.store.model import Asset, Release
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """Three local indexes, as a user's installer meets them, and the commands a page prints, run.
 
-- ours: a world ``cu130/torch2.13`` published by ci/pages.py over file:// from a local store, holding a
+- ours: a world ``cu130/torch2.13`` published by ci/publish/pages.py over file:// from a local store, holding a
   stand-in flash-attn 2.8.3: a real wheel with a real fat binary (cubins for sm_80, sm_90, sm_100, built
   by nvcc) and a shared object linking libc10, stamped as a build stamps it (torch pin, SBOM);
 - the torch index of the world: a stand-in torch ``2.13.0+cu130``;
@@ -26,12 +26,12 @@ from index_helpers import REPO, UV, client_env, file_fetch, publish_release_file
 from stamp_helpers import fixture_facts, linked_shared_object, simple_index, torch_stand_in
 from wheel_factory import NVCC, build_wheel, cuda_shared_object
 
-from ci.catalog import Context
-from ci.digest import sha256_file
-from ci.pages import DirectoryTarget, publish_index
-from ci.stamp import stamp_wheel
-from ci.wheels.metadata import extract_metadata
-from ci.which_wheel import LOCK_PIP
+from ci.base.digest import sha256_file
+from ci.build.stamp import stamp_wheel
+from ci.formats.metadata import extract_metadata
+from ci.publish.catalog import Context
+from ci.publish.pages import DirectoryTarget, publish_index
+from ci.publish.which_wheel import LOCK_PIP
 
 WORLD = "cu130/torch2.13"
 OUR_VERSION = "2.8.3"

@@ -12,9 +12,10 @@ from typing import Any
 
 from wheel_factory import build_wheel
 
-from ci import matrix, sbom, sources, toolchain
-from ci.digest import sha256_file
-from ci.versions import load
+from ci.base.digest import sha256_file
+from ci.build import sbom, sources, toolchain
+from ci.model import matrix
+from ci.model.versions import load
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
@@ -29,7 +30,7 @@ def fixture_row():
 
 def fixture_facts(env: dict[str, str] | None = None) -> dict[str, Any]:
     """What a build of the fixture row records, gathered from the real parts: the fixture's source
-    directory and the test interpreter (torch 2.13 CPU), as ci/build.py gathers them."""
+    directory and the test interpreter (torch 2.13 CPU), as ci/build/job.py gathers them."""
     versions, row = fixture_row()
     checkout = sources.local_directory(FIXTURE_EXT)
     interpreter = toolchain.verify(sys.executable, row)

@@ -11,7 +11,8 @@ import pytest
 from nvidia_wheels import cached_wheel
 from wheel_factory import NVCC, build_wheel, gencode_shared_object
 
-from ci.wheels.archs import (
+from ci.checks.check import check_wheels
+from ci.formats.archs import (
     COMPAT_FILE,
     CudaArch,
     compatibility,
@@ -21,8 +22,7 @@ from ci.wheels.archs import (
     satisfies,
     stray_archs,
 )
-from ci.wheels.check import check_wheels
-from ci.wheels.fatbin import arch_problems, scan_wheel_archs
+from ci.formats.fatbin import arch_problems, scan_wheel_archs
 
 needs_nvcc = pytest.mark.skipif(not NVCC.is_file(), reason="nvcc not installed")
 

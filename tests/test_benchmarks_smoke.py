@@ -50,7 +50,7 @@ def test_unknown_figure_is_refused(capsys) -> None:
 
 
 def test_synthetic_wheel_is_read_alike_by_both_scanners(tmp_path: Path) -> None:
-    from ci.wheels.fatbin import scan_wheel_archs
+    from ci.formats.fatbin import scan_wheel_archs
 
     wheel = cuda_wheel(tmp_path, name="demo", version="1.0+cu130", tags="cp311-cp311-linux_x86_64",
                        size=300_000, archs=["8.0", "9.0a", "12.0f"])
@@ -69,8 +69,8 @@ def test_ratio_reports_median_and_min() -> None:
 def test_cross_python_versions_file_loads(tmp_path: Path) -> None:
     """The cross-Python figure builds from a versions file of its own; versions.yaml's checks apply to it."""
     from benchmarks import cross_python
-    from ci import matrix
-    from ci.versions import load
+    from ci.model import matrix
+    from ci.model.versions import load
 
     rows = matrix.expand(load(cross_python._versions_file(tmp_path)))
     assert {(r.component, r.python) for r in rows} >= {("wheelhouse-fixture", p) for p in cross_python.PYTHONS}

@@ -18,11 +18,12 @@ import pytest
 from fixture_versions import without_smoke_test
 from stamp_helpers import validate_cyclonedx
 
-from ci import build, matrix, sbom, toolchain
-from ci.build_record import BuildRecord
-from ci.errors import WheelhouseError
-from ci.versions import load
-from ci.wheels import pin
+from ci.base.errors import WheelhouseError
+from ci.build import job, sbom, toolchain
+from ci.checks import pin
+from ci.model import matrix
+from ci.model.build_record import BuildRecord
+from ci.model.versions import load
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
@@ -77,8 +78,8 @@ def _plan_text(versions, row) -> str:
     """The plan as in a fresh checkout: an empty dist/ (a local build's record would feed the time model)."""
     environ = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "CUDA_HOME": "/usr/local/cuda"}
     with tempfile.TemporaryDirectory() as empty:
-        options = build.BuildOptions(cache_dir=REPO / ".cache", dist_root=Path(empty) / "dist", environ=environ)
-        text = build.plan(versions, row, options).render().replace(str(Path(empty) / "dist"), str(REPO / "dist"))
+        options = job.BuildOptions(cache_dir=REPO / ".cache", dist_root=Path(empty) / "dist", environ=environ)
+        text = job.plan(versions, row, options).render().replace(str(Path(empty) / "dist"), str(REPO / "dist"))
     return _normalise(text) + "\n"
 
 
@@ -164,7 +165,7 @@ def test_fixture_builds_through_the_nox_session(tmp_path):
     assert record["toolchain"]["torch"].startswith("2.13.0")
     assert record["wheels"][0]["name"] == wheel.name
     assert set(record["durations"]) >= {"toolchain_s", "source_s", "build_s", "checks_s", "smoke_s", "total_s"}
-    # the wheel installed into a fresh venv with the row's torch, its operation run (ci/smoke.py)
+    # the wheel installed into a fresh venv with the row's torch, its operation run (ci/build/smoke.py)
     smoked = record["checks"]["smoke_test"]
     assert smoked["ok"] and "scaled_add" in smoked["commands"][0] and smoked["driver"] == "none (a CPU row)"
     # the build's own sccache server, read before it stopped: the binding's compile at least
@@ -263,7 +264,7 @@ def test_build_failure_is_one_line_and_leaves_dist_empty(tmp_path, case):
 def test_timed_out_build_is_resumed_in_the_same_directory(tmp_path, caplog):
     """build_timeout stops the build and keeps its directory; the next run resumes there, then cleans up."""
     caplog.set_level(logging.INFO, logger="wheelhouse")
-    from ci.errors import WheelhouseError
+    from ci.base.errors import WheelhouseError
 
     short = tmp_path / "short.yaml"
     short.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    build_timeout: 2s"))
@@ -274,12 +275,12 @@ def test_timed_out_build_is_resumed_in_the_same_directory(tmp_path, caplog):
     for shared in ("venvs", "compiler-cache"):  # the pinned venv and warm compiles of the other tests
         (REPO / ".cache" / shared).mkdir(parents=True, exist_ok=True)
         (cache / shared).symlink_to(REPO / ".cache" / shared)
-    options = build.BuildOptions(cache_dir=cache, dist_root=tmp_path / "dist")
+    options = job.BuildOptions(cache_dir=cache, dist_root=tmp_path / "dist")
 
     versions = load(short)
     (row,) = matrix.expand(versions)
     with pytest.raises(WheelhouseError, match=r"did not finish within build_timeout 2s; run the same command again"):
-        build.run(versions, row, options)
+        job.run(versions, row, options)
     (kept,) = (cache / "builds").iterdir()
     assert (kept / ".incomplete").is_file() and (kept / "src" / "setup.py").is_file()
     assert not (tmp_path / "dist").exists()
@@ -287,7 +288,7 @@ def test_timed_out_build_is_resumed_in_the_same_directory(tmp_path, caplog):
     caplog.clear()
     versions = load(long)
     (row,) = matrix.expand(versions)
-    result = build.run(versions, row, options)
+    result = job.run(versions, row, options)
     assert f"resuming the interrupted build in {kept}" in caplog.messages
     assert result.wheels[0].is_file()
     assert not kept.exists()  # a finished build leaves no directory behind
@@ -299,7 +300,7 @@ def test_repair_setting_gives_a_manylinux_wheel(tmp_path):
     versions_file.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    repair: manylinux_2_34"))
     versions = load(versions_file)
     (row,) = matrix.expand(versions)
-    result = build.run(versions, row, build.BuildOptions(cache_dir=REPO / ".cache", dist_root=tmp_path / "dist"))
+    result = job.run(versions, row, job.BuildOptions(cache_dir=REPO / ".cache", dist_root=tmp_path / "dist"))
     (wheel,) = result.wheels
     assert wheel.name == "wheelhouse_fixture-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl"
     record = json.loads(result.record.read_text())
@@ -310,8 +311,8 @@ def test_repair_setting_gives_a_manylinux_wheel(tmp_path):
 def test_builder_path_without_a_compiler_cache_or_arch_filter(tmp_path):
     """A machine with neither sccache nor ccache (the GPU machine) still gets a PATH, venv first."""
     venv_python = tmp_path / "venv" / "bin" / "python"
-    assert build.builder_path(None, venv_python, None, "/usr/bin:/bin") == f"{venv_python.parent}:/usr/bin:/bin"
-    assert build.builder_path(tmp_path / "filter", venv_python, "/opt/cache/bin/sccache", "") == \
+    assert job.builder_path(None, venv_python, None, "/usr/bin:/bin") == f"{venv_python.parent}:/usr/bin:/bin"
+    assert job.builder_path(tmp_path / "filter", venv_python, "/opt/cache/bin/sccache", "") == \
         f"{tmp_path / 'filter'}:{venv_python.parent}:/opt/cache/bin"
 
 
@@ -329,8 +330,8 @@ def test_cuda_home_of_an_nvcc_wrapper_is_the_toolkit_it_runs(tmp_path):
     wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
     for script in (real, wrapper):
         script.chmod(0o755)
-    assert toolchain.cuda_home(wrapper) == toolkit
-    assert toolchain.cuda_home(real) == toolkit
+    assert toolkit.cuda_home(wrapper) == toolkit
+    assert toolkit.cuda_home(real) == toolkit
 
 
 def test_a_cxx_that_links_libstdcxx_statically_is_refused_before_the_build(tmp_path):
@@ -396,9 +397,9 @@ def test_build_code_gets_no_credential_and_cannot_change_its_interpreter(tmp_pat
     (row,) = matrix.expand(versions)
     cache = tmp_path / "cache"
     venv = _stamped_row_venv(cache, row)
-    options = build.BuildOptions(cache_dir=cache, dist_root=tmp_path / "dist", source=src, environ=environ)
+    options = job.BuildOptions(cache_dir=cache, dist_root=tmp_path / "dist", source=src, environ=environ)
     with pytest.raises(WheelhouseError) as info:
-        build.run(versions, row, options)
+        job.run(versions, row, options)
 
     seen = json.loads(leak.read_text())
     assert seen["COMPONENT"] == "wheelhouse-fixture"  # the builder's own contract arrived
@@ -414,7 +415,7 @@ def test_build_code_gets_no_credential_and_cannot_change_its_interpreter(tmp_pat
         "ANY_SERVICE_TOKEN, AWS_SECRET_ACCESS_KEY, GH_PAT, GH_TOKEN, GITHUB_PAT, GITHUB_TOKEN, GIT_CONFIG_COUNT, "
         "GIT_CONFIG_KEY_0, GIT_CONFIG_VALUE_0, TOKEN, TWINE_PASSWORD, UV_INDEX_MIRROR_PASSWORD; the URL credentials "
         "in PIP_INDEX_URL, UV_EXTRA_INDEX_URL; "), line
-    assert line.endswith("variable(s) not on the allow-list (ci/credentials.py) (pass_env in versions.yaml passes one)")
+    assert line.endswith("variable(s) not on the allow-list (ci/model/credentials.py) (pass_env in versions.yaml passes one)")
 
     assert str(info.value) == (
         f"{row.label}: the build changed what its venv runs at start "
@@ -428,11 +429,11 @@ def test_build_code_gets_no_credential_and_cannot_change_its_interpreter(tmp_pat
 def _reuse_env_build(python: Path, src: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     """The fixture row built with --reuse-env by ``python`` (the interpreter that runs this tool, in the test a
     throwaway venv): its one-line error, if any, is the last line of stdout."""
-    script = ("import sys\nfrom pathlib import Path\nfrom ci import build, matrix\nfrom ci.errors import WheelhouseError\n"
-              "from ci.versions import load\nversions = load(sys.argv[1]); (row,) = matrix.expand(versions)\n"
-              "options = build.BuildOptions(cache_dir=Path(sys.argv[2]), dist_root=Path(sys.argv[3]), reuse_env=True, "
+    script = ("import sys\nfrom pathlib import Path\nfrom ci import build, matrix\nfrom ci.base.errors import WheelhouseError\n"
+              "from ci.model.versions import load\nversions = load(sys.argv[1]); (row,) = matrix.expand(versions)\n"
+              "options = job.BuildOptions(cache_dir=Path(sys.argv[2]), dist_root=Path(sys.argv[3]), reuse_env=True, "
               "source=Path(sys.argv[4]))\n"
-              "try:\n    build.run(versions, row, options)\nexcept WheelhouseError as error:\n    print(error)\n")
+              "try:\n    job.run(versions, row, options)\nexcept WheelhouseError as error:\n    print(error)\n")
     return subprocess.run([str(python), "-c", script, str(FIXTURE_VERSIONS), str(tmp_path / "cache"),
                            str(tmp_path / "dist"), str(src)], cwd=REPO, capture_output=True, text=True, timeout=600)
 
@@ -537,25 +538,25 @@ def test_the_dry_run_plan_masks_index_credentials():
     """The plan names the torch index; a password in its URL is masked like every logged line."""
     versions = load(FIXTURE_VERSIONS)
     (row,) = matrix.expand(versions)
-    options = build.BuildOptions(cache_dir=REPO / ".cache", torch_index="https://u:IDX_SECRET@127.0.0.1:9/simple")
-    text = build.plan(versions, row, options).render()
+    options = job.BuildOptions(cache_dir=REPO / ".cache", torch_index="https://u:IDX_SECRET@127.0.0.1:9/simple")
+    text = job.plan(versions, row, options).render()
     assert "--index-url https://***@127.0.0.1:9/simple" in text
     assert "IDX_SECRET" not in text
 
 
 def test_this_machines_max_jobs_replaces_the_versions_file_value():
     """WHEELHOUSE_MAX_JOBS: a 16-core machine builds with its cores without a versions file of its own."""
-    from ci.environment import Environment
-    from ci.errors import ConfigError
+    from ci.base.errors import ConfigError
+    from ci.model.environment import Environment
 
     versions = load()
     row = next(r for r in matrix.expand(versions) if r.component == "flash-attention")
     environ = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
     jobs = Environment.from_mapping({"WHEELHOUSE_MAX_JOBS": "16"}).max_jobs
-    options = build.BuildOptions(cache_dir=REPO / ".cache", dist_root=REPO / "dist", environ=environ, max_jobs=jobs)
-    assert build.plan(versions, row, options).env["MAX_JOBS"] == "16"
-    default = build.BuildOptions(cache_dir=REPO / ".cache", dist_root=REPO / "dist", environ=environ)
-    assert build.plan(versions, row, default).env["MAX_JOBS"] == str(row.settings.max_jobs)
+    options = job.BuildOptions(cache_dir=REPO / ".cache", dist_root=REPO / "dist", environ=environ, max_jobs=jobs)
+    assert job.plan(versions, row, options).env["MAX_JOBS"] == "16"
+    default = job.BuildOptions(cache_dir=REPO / ".cache", dist_root=REPO / "dist", environ=environ)
+    assert job.plan(versions, row, default).env["MAX_JOBS"] == str(row.settings.max_jobs)
     with pytest.raises(ConfigError, match=r"^WHEELHOUSE_MAX_JOBS=0: expected a whole number of build jobs from 1 to 1024$"):
         Environment.from_mapping({"WHEELHOUSE_MAX_JOBS": "0"})
 
@@ -574,12 +575,12 @@ def test_the_builder_gets_the_environment_the_plan_shows(tmp_path):
     versions_file.write_text(FIXTURE_VERSIONS.read_text().replace("max_jobs: 2", "max_jobs: 2\n    pass_env: [SEEN]"))
     versions = load(versions_file)
     (row,) = matrix.expand(versions)
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
                                  source=src, environ=environ)
-    planned = build.plan(versions, row, options)
+    planned = job.plan(versions, row, options)
     assert planned.env["PATH"].endswith(":$PATH")
     with pytest.raises(WheelhouseError, match="exited with status"):
-        build.run(versions, row, options)
+        job.run(versions, row, options)
     seen = json.loads(seen_file.read_text())
     build_dir = str(Path(seen["DIST_DIR"]).parent)
     expected = {key: value.replace(str(planned.build_dir), build_dir) for key, value in planned.env.items()}
@@ -633,12 +634,12 @@ def _resumable_source(tmp_path: Path) -> Path:
                     reason="needs g++ and ninja")
 def test_a_build_stopped_at_its_timeout_resumes_on_a_fresh_machine_to_the_same_bytes(tmp_path, caplog):
     """The resumable path as CI takes it: a build reaches its build_timeout; what _build.yml saves then
-    (ci.workflows.RESUME_PATHS: the build directories and the compiler cache) is all a fresh machine gets
+    (ci.flows.workflows.RESUME_PATHS: the build directories and the compiler cache) is all a fresh machine gets
     back; the next run resumes there, compiles only what the first did not finish, and its wheel passes the
     same checks as an uninterrupted build's and has the same bytes."""
     import tarfile
 
-    from ci import workflows
+    from ci.flows import workflows
 
     caplog.set_level(logging.INFO, logger="wheelhouse")
     src = _resumable_source(tmp_path)
@@ -657,8 +658,8 @@ def test_a_build_stopped_at_its_timeout_resumes_on_a_fresh_machine_to_the_same_b
         return versions, matrix.expand(versions)[0]
 
     def build_into(cache: Path, versions, row, dist: Path):
-        options = build.BuildOptions(cache_dir=cache, dist_root=dist, reuse_env=True, source=src, environ=environ)
-        return build.run(versions, row, options)
+        options = job.BuildOptions(cache_dir=cache, dist_root=dist, reuse_env=True, source=src, environ=environ)
+        return job.run(versions, row, options)
 
     def compiled() -> list[str]:
         done = compiles.read_text().split() if compiles.exists() else []
@@ -672,7 +673,7 @@ def test_a_build_stopped_at_its_timeout_resumes_on_a_fresh_machine_to_the_same_b
     # the interrupted one: held.cpp waits, build_timeout stops the build; quick.cpp was compiled
     cache = tmp_path / "workspace" / ".cache"
     hold.touch()
-    with pytest.raises(build.BuildTimedOut, match=r"did not finish within build_timeout 25s; run the same command"):
+    with pytest.raises(job.BuildTimedOut, match=r"did not finish within build_timeout 25s; run the same command"):
         build_into(cache, *versions_with("25s"), tmp_path / "dist")
     assert compiled() == ["quick.cpp"]
     assert not (tmp_path / "dist").exists()

@@ -1,4 +1,4 @@
-"""The build place (ci/build_place.py): the sources at one fixed path in a mount namespace of the build's own,
+"""The build place (ci/build/build_place.py): the sources at one fixed path in a mount namespace of the build's own,
 nothing shared between users or checkouts, nothing moved, and a killed build that resumes with what it compiled.
 
 The kill tests run a real build (torch's extension builder, g++, ninja, sccache) in a process of its own and kill
@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 from fixture_versions import without_smoke_test
 
-from ci import build, build_place, matrix
-from ci.errors import UsageError, WheelhouseError
-from ci.versions import load
+from ci.base.errors import UsageError, WheelhouseError
+from ci.build import build_place, job
+from ci.model import matrix
+from ci.model.versions import load
 from tests.test_build import HOLDING_CXX, _resumable_source
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,7 +115,7 @@ def test_a_second_user_gets_the_fixed_path_in_a_namespace_of_their_own(tmp_path,
             import sys
             sys.path.insert(0, {str(REPO)!r})
             from pathlib import Path
-            from ci import build_place
+            from ci.build import build_place
             place = build_place.choose(Path({str(theirs / 'build' / 'src')!r}), "demo", "x86_64", {{}})
             print(place.describe())
             code = build_place.run(place, ["/bin/sh", "-c", "pwd; cat mine; id -u"], {{"PATH": "/usr/bin:/bin"}},
@@ -177,14 +178,16 @@ DRIVER = """\
 import sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from ci import build, log, matrix
-from ci.versions import load
+from ci.build import job
+from ci.base import log
+from ci.model import matrix
+from ci.model.versions import load
 log.configure()
 versions = load(Path({versions!r}))
 row = matrix.expand(versions)[0]
-options = build.BuildOptions(cache_dir=Path({cache!r}), dist_root=Path({dist!r}), reuse_env=True,
+options = job.BuildOptions(cache_dir=Path({cache!r}), dist_root=Path({dist!r}), reuse_env=True,
                              source=Path({source!r}))
-build.run(versions, row, options)
+job.run(versions, row, options)
 """
 
 
@@ -317,11 +320,11 @@ def test_a_build_of_a_row_already_building_twice_names_the_builds_that_hold_it(t
     versions = load(FIXTURE_VERSIONS)
     (row,) = matrix.expand(versions)
     build_dir = tmp_path / "cache" / "builds" / "demo"
-    first = build._claim(build_dir, row)
-    second = build._claim(build_dir, row)
+    first = job._claim(build_dir, row)
+    second = job._claim(build_dir, row)
     try:
         with pytest.raises(WheelhouseError) as refused:
-            build._claim(build_dir, row)
+            job._claim(build_dir, row)
         message = str(refused.value)
         assert f"another build of this row is running in {build_dir}" in message
         assert f"pid {os.getpid()}, started " in message and "running for " in message

@@ -14,11 +14,12 @@ import pytest
 from build_records import record_of, write_record
 from wheel_factory import build_wheel
 
-from ci import build_record, matrix, release
-from ci.build_record import BuildRecord
-from ci.errors import ConfigError, WheelhouseError
+from ci.base.errors import ConfigError, WheelhouseError
+from ci.model import build_record, matrix
+from ci.model.build_record import BuildRecord
+from ci.model.versions import load
+from ci.publish import release
 from ci.store.local import LocalStore
-from ci.versions import load
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"

@@ -1,7 +1,7 @@
 """build_scripts/: lint, the failure contract of every builder, and the lib helpers run in real bash.
 
 No toolkit needed: helpers are sourced into bash subprocesses with fake inputs (a fake CUDA tree, a fake
-`python` on PATH, a fake ci.wheels.rewrite). The builders themselves are exercised for real by the build
+`python` on PATH, a fake ci.formats.rewrite). The builders themselves are exercised for real by the build
 tests of the Python side.
 """
 
@@ -727,12 +727,12 @@ def test_megatron_bridge_builds_offline_with_the_venvs_setuptools(tmp_path):
 
 
 def _fake_root(tmp_path: Path, body: str) -> Path:
-    """A WHEELHOUSE_ROOT whose ci.wheels.rewrite is ``body`` (recording its argv)."""
+    """A WHEELHOUSE_ROOT whose ci.formats.rewrite is ``body`` (recording its argv)."""
     root = tmp_path / "root"
-    (root / "ci/wheels").mkdir(parents=True)
+    (root / "ci/formats").mkdir(parents=True)
     (root / "ci/__init__.py").write_text("")
-    (root / "ci/wheels/__init__.py").write_text("")
-    (root / "ci/wheels/rewrite.py").write_text(
+    (root / "ci/formats/__init__.py").write_text("")
+    (root / "ci/formats/rewrite.py").write_text(
         "import pathlib, sys\npathlib.Path(__file__).with_name('argv').write_text('\\n'.join(sys.argv[1:]))\n" + body)
     return root
 
@@ -745,12 +745,12 @@ def test_strip_local_version_calls_the_library_with_local_wheels_only(tmp_path):
     (dist / "deep_ep-1.2.1+abc123-cp312-cp312-linux_x86_64.whl").write_bytes(b"")
     (dist / "other-1.0-py3-none-any.whl").write_bytes(b"")
     checkout = tmp_path / "checkout"  # with a `ci` package of its own, which must not shadow ours
-    (checkout / "ci/wheels").mkdir(parents=True)
+    (checkout / "ci/formats").mkdir(parents=True)
     (checkout / "ci/__init__.py").write_text("raise SystemExit('imported the checkout ci package')\n")
     proc = bash(source("wheel_pack.sh") + f'strip_local_version "{dist}"', cwd=checkout,
                 env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr
-    assert (root / "ci/wheels/argv").read_text() == str(dist / "deep_ep-1.2.1+abc123-cp312-cp312-linux_x86_64.whl")
+    assert (root / "ci/formats/argv").read_text() == str(dist / "deep_ep-1.2.1+abc123-cp312-cp312-linux_x86_64.whl")
     assert sorted(p.name for p in dist.iterdir()) == ["deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl",
                                                       "other-1.0-py3-none-any.whl"]
 
@@ -774,7 +774,7 @@ def test_strip_local_version_verifies_the_result(tmp_path):
                 env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable})
     assert proc.returncode == 1
     assert proc.stderr.splitlines()[-1] == (
-        "[wheelhouse] error: ci.wheels.rewrite left a local version in flash_mla-1.0.0+15f13e5-cp312-cp312-linux_x86_64.whl")
+        "[wheelhouse] error: ci.formats.rewrite left a local version in flash_mla-1.0.0+15f13e5-cp312-cp312-linux_x86_64.whl")
 
 
 # --- bundle_pythons.py (deep_gemm.sh) -----------------------------------------------------------------
@@ -1057,8 +1057,8 @@ def test_real_nvcc_takes_its_threads_from_the_builders_flags_through_the_arch_fi
     ok = subprocess.run([str(link), *gencodes, "-c", str(source), "-o", str(tmp_path / "k.o")], env=env,
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
-    from ci.wheels.elf import ElfFile
-    from ci.wheels.fatbin import scan_elf
+    from ci.formats.elf import ElfFile
+    from ci.formats.fatbin import scan_elf
 
     with open(tmp_path / "k.o", "rb") as handle:  # our fatbin reader (this machine has no cuobjdump)
         found = scan_elf("k.o", ElfFile(handle, "k.o"))

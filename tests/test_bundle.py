@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from wheel_factory import record_hash
 
-from ci.wheels.check import check_wheels
+from ci.checks.check import check_wheels
 
 REPO = Path(__file__).resolve().parent.parent
 LIB = REPO / "build_scripts" / "lib"

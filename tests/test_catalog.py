@@ -9,15 +9,15 @@ import pytest
 from index_helpers import wheel_bytes
 from test_index import BASE, DL, MemoryFetch, meta_bytes, sha, wheel_asset
 
-from ci.catalog import DEPRECATED, INDEX_RECORD, WORLD_RECORD, Context, Previous, Status, parse_previous
-from ci.errors import WheelhouseError
-from ci.index import CACHE_FILE, DigestCache, site_files
-from ci.pages import DirectoryTarget, context_of, publish_index
+from ci.base.errors import WheelhouseError
+from ci.formats.archs import CudaArch, parse_arch_list
+from ci.model.versions import REPO_ROOT, load
+from ci.publish.catalog import DEPRECATED, INDEX_RECORD, WORLD_RECORD, Context, Previous, Status, parse_previous
+from ci.publish.index import CACHE_FILE, DigestCache, site_files
+from ci.publish.pages import DirectoryTarget, context_of, publish_index
+from ci.publish.wheel_facts import WheelFacts
+from ci.publish.which_wheel import runs_on
 from ci.store.model import Asset, Release
-from ci.versions import REPO_ROOT, load
-from ci.wheel_facts import WheelFacts
-from ci.wheels.archs import CudaArch, parse_arch_list
-from ci.which_wheel import runs_on
 
 TITLE = "comp v1 - cu13.0.2 py3.11 torch2.13.0"
 
@@ -113,7 +113,7 @@ def test_which_gpus_a_wheels_device_code_runs_on(facts, gpu, runs):
 def test_a_deeply_nested_record_of_an_earlier_publish_is_one_line(reader):
     """R9: json.loads ends 200,000 nested brackets in RecursionError; each reader of what an earlier publish left
     says so in its one line (or, probing whether a file is ours, answers no)."""
-    from ci.site_marker import SiteMarker, is_digest_cache
+    from ci.publish.site_marker import SiteMarker, is_digest_cache
 
     deep = b"[" * 200_000 + b"]" * 200_000
     if reader == "digest-cache-probe":

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import build, build_place, cache_log, reproducible, toolchain
+from ci.build import build_place, job, reproducible, toolchain
+from ci.formats import cache_log
 
 PYTHONS = ("3.12", "3.11")
 _RESULT = re.compile(r"\[(?P<out>[^\]]+)\]: compile result: (?P<result>.+)$")
@@ -47,7 +48,7 @@ def test_object_with_python_headers_is_never_reused_across_pythons(tmp_path):
     if not all(includes.values()):
         pytest.skip(f"needs Pythons {', '.join(PYTHONS)} with headers")
     tool = _sccache()
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
     results, not_reused = {}, {}
     sites = {version: tmp_path / "cache" / "venvs" / f"py{version}-torch2.13.0-abc" / "lib" / f"python{version}"
              / "site-packages" for version in PYTHONS}
@@ -63,8 +64,8 @@ def test_object_with_python_headers_is_never_reused_across_pythons(tmp_path):
         (src / "binding.cpp").write_text(
             "#include <Python.h>\n#include <kernel_dep.h>\nint binding(int x) { return scale(x) + PY_MINOR_VERSION; }\n"
         )
-        _, cache_env = build._compiler_cache(options, build_dir, build._free_port(), [site])
-        # the server's log the build reads back for its record (ci/cache_log.py), where the build keeps it
+        _, cache_env = job._compiler_cache(options, build_dir, job._free_port(), [site])
+        # the server's log the build reads back for its record (ci/formats/cache_log.py), where the build keeps it
         log = Path(cache_env["SCCACHE_ERROR_LOG"])
         assert log == build_dir / cache_log.LOG_NAME and cache_env["SCCACHE_LOG"] == cache_log.SERVER_LOG_FILTER
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env}
@@ -94,22 +95,22 @@ def test_pythons_of_a_row_build_at_one_path_one_at_a_time(tmp_path):
     busy builds in a directory of its own instead of waiting or trampling it."""
     import dataclasses
 
-    from ci import fingerprint, matrix
-    from ci.versions import load
+    from ci.model import fingerprint, matrix
+    from ci.model.versions import load
 
     (row311,) = matrix.expand(load(Path(__file__).parent / "fixtures" / "versions.yaml"))
     row312 = dataclasses.replace(row311, python="3.12")
-    options = build.BuildOptions(cache_dir=tmp_path, dist_root=tmp_path / "dist", environ={})
-    dirs = {row.python: build._build_dir(options, row, fingerprint.build_config(row, "abc123")) for row in (row311, row312)}
+    options = job.BuildOptions(cache_dir=tmp_path, dist_root=tmp_path / "dist", environ={})
+    dirs = {row.python: job._build_dir(options, row, fingerprint.build_config(row, "abc123")) for row in (row311, row312)}
     assert dirs["3.11"] == dirs["3.12"] and "py3" not in dirs["3.11"].name
-    assert build._build_dir(options, row311, fingerprint.build_config(row311, "def456")) != dirs["3.11"]
+    assert job._build_dir(options, row311, fingerprint.build_config(row311, "def456")) != dirs["3.11"]
 
-    shared, first = build._claim(dirs["3.11"], row311)
-    own, second = build._claim(dirs["3.12"], row312)
+    shared, first = job._claim(dirs["3.11"], row311)
+    own, second = job._claim(dirs["3.12"], row312)
     assert shared == dirs["3.11"] and own == dirs["3.12"].with_name(dirs["3.12"].name + "-py3.12")
     second.close()
     first.close()
-    again, lock = build._claim(dirs["3.12"], row312)
+    again, lock = job._claim(dirs["3.12"], row312)
     assert again == dirs["3.12"]
     lock.close()
 
@@ -118,21 +119,21 @@ def test_pythons_of_a_row_build_at_one_path_one_at_a_time(tmp_path):
 def test_nvcc_goes_through_the_compiler_cache_with_or_without_the_arch_filter(tmp_path):
     """torch 2.11's extension builder never prefixed nvcc with the cache found on PATH, so a build without
     the arch filter compiled every kernel afresh; PYTORCH_NVCC names the cache for every CUDA row."""
-    from ci import matrix
-    from ci.versions import load
+    from ci.model import matrix
+    from ci.model.versions import load
 
     nvcc = tmp_path / "cuda" / "bin" / "nvcc"
     nvcc.parent.mkdir(parents=True)
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
     nvcc.chmod(0o755)
     environ = {"PATH": f"{nvcc.parent}:{Path(_sccache()).parent}:/usr/bin:/bin"}
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ=environ)
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ=environ)
     for versions_file, component, wrapped in (("versions.yaml", "flash-attention", str(nvcc)),
                                               ("tests/fixtures/versions-device.yaml", "causal-conv1d", "nvcc-filter-bin/nvcc")):
-        versions = load(build.REPO_ROOT / versions_file)
+        versions = load(job.REPO_ROOT / versions_file)
         row = next(r for r in matrix.expand(versions) if r.component == component and r.arch == "x86_64")
         assert row.settings.arch_filter == (component == "causal-conv1d")
-        command = build.plan(versions, row, options).env["PYTORCH_NVCC"]
+        command = job.plan(versions, row, options).env["PYTORCH_NVCC"]
         assert command.startswith(f"{_sccache()} ") and command.endswith(wrapped), command
 
 
@@ -145,7 +146,7 @@ def test_a_kernel_built_from_two_venv_paths_hits_every_step_the_second_time(tmp_
     not strip. The cache now remembers the site-packages of every build that filled it."""
     nvcc = str(Path("/usr/local/cuda/bin/nvcc"))
     tool = _sccache()
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
     build_dir = tmp_path / "cache" / "builds" / "comp-x86_64-torch2.11.0-0123"
     src = build_dir / "src"
     src.mkdir(parents=True)
@@ -156,7 +157,7 @@ def test_a_kernel_built_from_two_venv_paths_hits_every_step_the_second_time(tmp_
         headers = site / "torch" / "include"
         headers.mkdir(parents=True)
         (headers / "kernel_dep.cuh").write_text("__device__ inline float scale(float x) { return 3 * x; }\n")
-        _, cache_env = build._compiler_cache(options, build_dir, build._free_port(), [site])
+        _, cache_env = job._compiler_cache(options, build_dir, job._free_port(), [site])
         log = tmp_path / f"sccache-{name}.log"
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env,
                "SCCACHE_LOG": "debug", "SCCACHE_ERROR_LOG": str(log)}
@@ -173,15 +174,15 @@ def test_a_kernel_built_from_two_venv_paths_hits_every_step_the_second_time(tmp_
 
 
 def test_the_cache_remembers_the_site_packages_of_the_builds_that_filled_it(tmp_path):
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
     build_dir = tmp_path / "build"
-    tool, _ = build._compiler_cache(options, build_dir, "1", remember=False)
+    tool, _ = job._compiler_cache(options, build_dir, "1", remember=False)
     if tool is None or Path(tool).name != "sccache":
         pytest.skip("needs sccache")
-    record = tmp_path / "cache" / "compiler-cache" / "sccache" / build.SITE_PACKAGES_SEEN
+    record = tmp_path / "cache" / "compiler-cache" / "sccache" / job.SITE_PACKAGES_SEEN
 
     def basedirs(sites: list[str], remember: bool = True) -> list[str]:
-        return build._compiler_cache(options, build_dir, "1", sites, remember=remember)[1]["SCCACHE_BASEDIRS"].split(":")
+        return job._compiler_cache(options, build_dir, "1", sites, remember=remember)[1]["SCCACHE_BASEDIRS"].split(":")
 
     assert basedirs(["/a/site"], remember=False) == [str(build_dir), "/a/site",
                                                      "<site-packages of earlier builds into this cache>"]
@@ -189,9 +190,9 @@ def test_the_cache_remembers_the_site_packages_of_the_builds_that_filled_it(tmp_
     basedirs(["/a/site"])
     assert basedirs(["/b/site"]) == [str(build_dir), "/b/site", "/a/site"]
     assert basedirs(["/a/site"]) == [str(build_dir), "/a/site", "/b/site"]  # newest first, no repeats
-    for i in range(build.SITE_PACKAGES_REMEMBERED + 5):
+    for i in range(job.SITE_PACKAGES_REMEMBERED + 5):
         basedirs([f"/many/{i}"])
-    assert len(record.read_text().splitlines()) == build.SITE_PACKAGES_REMEMBERED
+    assert len(record.read_text().splitlines()) == job.SITE_PACKAGES_REMEMBERED
     assert not list(record.parent.glob("*.partial"))
 
 
@@ -210,15 +211,15 @@ def test_the_builds_sccache_server_does_not_stop_while_a_long_compile_runs(tmp_p
     import time
 
     tool = _sccache()
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
     (tmp_path / "build" / "src").mkdir(parents=True)  # where the server writes its log, as in a build's directory
     place = build_place.choose(tmp_path / "build" / "src", "demo", "x86_64", {build_place.SETTING: "in-place"})
     envs = {}
     for name in ("build", "control"):
-        _, cache_env = build._compiler_cache(options, tmp_path / "build", build._free_port())
+        _, cache_env = job._compiler_cache(options, tmp_path / "build", job._free_port())
         envs[name] = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env}
-    assert envs["build"]["SCCACHE_IDLE_TIMEOUT"] == str(build.ORPHAN_SERVER_IDLE_S)
-    server = build._start_sccache(tool, envs["build"], place, build.ServerSettings())
+    assert envs["build"]["SCCACHE_IDLE_TIMEOUT"] == str(job.ORPHAN_SERVER_IDLE_S)
+    server = job._start_sccache(tool, envs["build"], place, job.ServerSettings())
     envs["control"]["SCCACHE_IDLE_TIMEOUT"] = "1"  # what a client-started server does, shortened
     subprocess.run([tool, "--start-server"], env=envs["control"], check=True, capture_output=True)
     try:
@@ -226,7 +227,7 @@ def test_the_builds_sccache_server_does_not_stop_while_a_long_compile_runs(tmp_p
         assert _listening(envs["build"]["SCCACHE_SERVER_PORT"]) and server.poll() is None
         assert not _listening(envs["control"]["SCCACHE_SERVER_PORT"])
     finally:
-        build._stop_sccache(tool, envs["build"], server)
+        job._stop_sccache(tool, envs["build"], server)
         subprocess.run([tool, "--stop-server"], env=envs["control"], capture_output=True)
     assert server.returncode is not None
 
@@ -238,7 +239,7 @@ def test_venvs_preprocess_torch_headers_alike_once_their_mtimes_are_one(tmp_path
     fixture's kernel preprocessed differently in two venvs and missed the cache between Pythons."""
     import os
 
-    from ci import toolchain
+    from ci.build import toolchain
 
     body = "#pragma once\nnamespace at { namespace native { } }\n"
     outputs = {}
@@ -295,13 +296,13 @@ components:
 @pytest.mark.skipif(_sccache() is None or shutil.which("nvcc", path="/usr/local/cuda/bin") is None,
                     reason="needs sccache and nvcc")
 def test_the_build_record_names_the_units_the_second_python_compiled_again(tmp_path):
-    """The fixture built for Python 3.12, then 3.11, into one compiler cache, through ``ci.build.run``: its
+    """The fixture built for Python 3.12, then 3.11, into one compiler cache, through ``ci.build.job.run``: its
     fixture.cpp includes Python's headers (torch/csrc/utils/pybind.h) and its fixture_cuda.cu does not. The
     second build's record names fixture alone: never a false hit for the unit with Python.h."""
     from benchmarks import cuda_torch
-    from ci import matrix
-    from ci.build_record import BuildRecord
-    from ci.versions import load
+    from ci.model import matrix
+    from ci.model.build_record import BuildRecord
+    from ci.model.versions import load
 
     path = tmp_path / "versions.yaml"
     path.write_text(FIXTURE_TWO_PYTHONS)
@@ -311,8 +312,8 @@ def test_the_build_record_names_the_units_the_second_python_compiled_again(tmp_p
     environ = cuda_torch.build_environ(rows.values(), cache)
     misses = {}
     for python in ("3.12", "3.11"):
-        options = build.BuildOptions(cache_dir=cache, dist_root=tmp_path / f"dist-{python}", environ=environ)
-        record = BuildRecord.read(build.run(versions, rows[python], options).record)
+        options = job.BuildOptions(cache_dir=cache, dist_root=tmp_path / f"dist-{python}", environ=environ)
+        record = BuildRecord.read(job.run(versions, rows[python], options).record)
         misses[python] = record.compiler_cache_misses
     assert misses == {"3.12": ["fixture", "fixture_cuda"], "3.11": ["fixture"]}
 
@@ -325,13 +326,13 @@ def test_the_counts_are_per_translation_unit_and_the_steps_are_counted_apart(tmp
     build's counts are per unit now; sccache's per step stay beside them."""
     nvcc = "/usr/local/cuda/bin/nvcc"
     tool = _sccache()
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
     build_dir = tmp_path / "cache" / "builds" / "comp-x86_64-torch2.13.0-0123"
     src = build_dir / "src"
     src.mkdir(parents=True)
     counts = []
     for _ in range(2):
-        _, cache_env = build._compiler_cache(options, build_dir, build._free_port())
+        _, cache_env = job._compiler_cache(options, build_dir, job._free_port())
         Path(cache_env["SCCACHE_ERROR_LOG"]).unlink(missing_ok=True)  # as the build does before its builder
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **cache_env}
         try:
@@ -339,7 +340,7 @@ def test_the_counts_are_per_translation_unit_and_the_steps_are_counted_apart(tmp
                 (src / f"{unit}.cu").write_text(f"__global__ void {unit}(float* x) {{ x[threadIdx.x] *= 2; }}\n")
                 subprocess.run([tool, nvcc, "-gencode", "arch=compute_90,code=sm_90", "-c", f"{unit}.cu", "-o",
                                 f"{unit}.o"], cwd=src, env=env, check=True, capture_output=True)
-            counts.append(build.sccache_stats(tool, env))
+            counts.append(job.sccache_stats(tool, env))
         finally:
             subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
     cold, warm = counts
@@ -354,7 +355,7 @@ def test_a_cmake_projects_compiles_go_through_the_cache_by_ninja(tmp_path):
     """TransformerEngine's common library is a CMake build inside its setup.py: it compiled with neither the
     cache nor (unless it chose it) ninja. CMake takes both from the builder's environment."""
     tool = _sccache()
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist",
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist",
                                  environ={"PATH": os.environ.get("PATH", "")})
     build_dir = tmp_path / "cache" / "builds" / "comp-x86_64-torch2.13.0-0123"
     project = build_dir / "src"
@@ -363,22 +364,22 @@ def test_a_cmake_projects_compiles_go_through_the_cache_by_ninja(tmp_path):
                                             "add_library(common SHARED a.cpp b.cpp)\n")
     for unit in ("a", "b"):
         (project / f"{unit}.cpp").write_text(f"int {unit}() {{ return 1; }}\n")
-    _, cache_env = build._compiler_cache(options, build_dir, build._free_port())
+    _, cache_env = job._compiler_cache(options, build_dir, job._free_port())
     assert cache_env["CMAKE_CXX_COMPILER_LAUNCHER"] == tool and cache_env["CMAKE_CUDA_COMPILER_LAUNCHER"] == tool
     ninja_dir = str(Path(tool).parent)  # the tools' venv holds ninja beside sccache (requirements-tools.txt)
     env = {"PATH": os.pathsep.join([ninja_dir, "/usr/bin", "/bin"]), "HOME": str(tmp_path), **cache_env}
     try:
         subprocess.run(["cmake", "-S", ".", "-B", "out"], cwd=project, env=env, check=True, capture_output=True)
         subprocess.run(["cmake", "--build", "out"], cwd=project, env=env, check=True, capture_output=True)
-        stats = build.sccache_stats(tool, env)
+        stats = job.sccache_stats(tool, env)
     finally:
         subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
-    assert (project / "out" / "build.ninja").is_file()
+    assert (project / "out" / "job.ninja").is_file()
     units = {cache_log.translation_unit(out) for out, _ in cache_log.read_results(Path(cache_env["SCCACHE_ERROR_LOG"]))}
     assert stats is not None and stats["requests"] >= 2 and {"a", "b"} <= units, (stats, units)  # and CMake's probe
     # a generator the caller chose stays
-    assert "CMAKE_GENERATOR" not in build._compiler_cache(
-        build.BuildOptions(cache_dir=tmp_path / "c2", environ={"CMAKE_GENERATOR": "Unix Makefiles"}), build_dir, "1")[1]
+    assert "CMAKE_GENERATOR" not in job._compiler_cache(
+        job.BuildOptions(cache_dir=tmp_path / "c2", environ={"CMAKE_GENERATOR": "Unix Makefiles"}), build_dir, "1")[1]
 
 
 NO_NINJA_SETUP = """\
@@ -395,27 +396,27 @@ setup(name="wheelhouse-fixture", ext_modules=[CppExtension("wheelhouse_fixture._
 def test_a_project_that_compiles_without_ninja_is_named_by_the_plan_and_the_build(tmp_path, caplog):
     import logging
 
-    from ci import matrix
-    from ci.errors import WheelhouseError
-    from ci.versions import load
+    from ci.base.errors import WheelhouseError
+    from ci.model import matrix
+    from ci.model.versions import load
 
     src = tmp_path / "src"
-    shutil.copytree(build.REPO_ROOT / "tests" / "fixtures" / "fixture_ext", src)
+    shutil.copytree(job.REPO_ROOT / "tests" / "fixtures" / "fixture_ext", src)
     (src / "setup.py").write_text(NO_NINJA_SETUP)
     # a component name of its own: its sources' fixed build path is not the fixture's, which other builds use
     versions_file = tmp_path / "versions.yaml"
-    versions_file.write_text((build.REPO_ROOT / "tests" / "fixtures" / "versions.yaml").read_text()
+    versions_file.write_text((job.REPO_ROOT / "tests" / "fixtures" / "versions.yaml").read_text()
                              .replace("  wheelhouse-fixture:", "  no-ninja-fixture:"))
     versions = load(versions_file)
     (row,) = matrix.expand(versions)
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
                                  source=src, environ=dict(os.environ))
     said = "setup.py builds its torch extensions without ninja (use_ninja=False): they compile one unit at a time"
-    assert f"  warning:        {said}" in build.plan(versions, row, options).render()
+    assert f"  warning:        {said}" in job.plan(versions, row, options).render()
     caplog.set_level(logging.WARNING, logger="wheelhouse")
     with pytest.raises(WheelhouseError, match="exited with status"):
-        build.run(versions, row, options)
+        job.run(versions, row, options)
     assert any(said in record.getMessage() for record in caplog.records)
     # the fixture as it is builds with ninja: no warning
-    plain = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
-    assert "warning:" not in build.plan(versions, row, plain).render()
+    plain = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
+    assert "warning:" not in job.plan(versions, row, plain).render()

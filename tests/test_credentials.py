@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import credentials
+from ci.model import credentials
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"

@@ -19,8 +19,8 @@ from nvidia_wheels import cached_wheel
 from stand_in_torch import _files as torch_files
 from wheel_factory import build_wheel
 
-from ci.wheels.check import check_wheels
-from ci.wheels.cuda_libs import from_wheels, is_cuda_library, shipped_by
+from ci.checks.check import check_wheels
+from ci.checks.cuda_libs import from_wheels, is_cuda_library, shipped_by
 
 LIBRARY = "libcublasLt.so.13"
 OLD_API = "int cublasLtOld(void) { return 1; }\n"

@@ -6,7 +6,8 @@ import json
 import logging
 from pathlib import Path
 
-from ci import demo, which_wheel
+from ci.flows import demo
+from ci.publish import which_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent / "gpu"))
 import device_bundle
 import full_archs
 
-from ci.versions import REPO_ROOT, load
+from ci.model.versions import REPO_ROOT, load
 
 DEVICE = """\
 build_matrix:

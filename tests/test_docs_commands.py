@@ -40,9 +40,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ci import matrix
+from ci.model import matrix
+from ci.model.versions import load
 from ci.store.local import LocalStore
-from ci.versions import load
 
 REPO = Path(__file__).resolve().parent.parent
 GUIDE = REPO / "docs" / "maintaining-components.md"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import fingerprint, matrix
-from ci.versions import REPO_ROOT, load
+from ci.model import fingerprint, matrix
+from ci.model.versions import REPO_ROOT, load
 
 BUILD_SCRIPTS = REPO_ROOT / "build_scripts"
 _SOURCE = re.compile(r"""^\s*(?:source|\.)\s+(?P<arg>.+?)\s*(?:\s#.*)?$""")
@@ -111,7 +111,7 @@ def _marked(value: bool) -> set[str]:
 def test_the_settings_block_is_the_schemas_build_inputs():
     row = matrix.expand(load(REPO_ROOT / "versions.yaml"))[0]
     block = set(fingerprint.settings_block(row))
-    assert not row.settings.rehost  # at its default: left out (ci/fingerprint.py LEFT_OUT_AT_DEFAULT)
+    assert not row.settings.rehost  # at its default: left out (ci/model/fingerprint.py LEFT_OUT_AT_DEFAULT)
     assert block == _marked(True) - fingerprint.FILE_SETTINGS - fingerprint.LEFT_OUT_AT_DEFAULT
     assert _marked(True) >= fingerprint.FILE_SETTINGS and _marked(True) >= fingerprint.UNORDERED_SETTINGS
     assert _marked(True) >= fingerprint.LEFT_OUT_AT_DEFAULT
@@ -155,7 +155,7 @@ def _config_as_published(row: matrix.MatrixRow, revision: str) -> dict:
     config.update({"builder": s.builder, "torch_cuda_arch_list": s.torch_cuda_arch_list, "arch_filter": s.arch_filter,
                    "requires_cudnn": s.requires_cudnn, "extra_env": dict(s.extra_env),
                    "wheel_packages": sorted(s.wheel_packages), "repair": s.repair, "torch_pin": s.torch_pin})
-    if s.rehost:  # added since (ci/fingerprint.py LEFT_OUT_AT_DEFAULT): only a row that sets it has it
+    if s.rehost:  # added since (ci/model/fingerprint.py LEFT_OUT_AT_DEFAULT): only a row that sets it has it
         config["rehost"] = sorted(s.rehost)
     return config
 

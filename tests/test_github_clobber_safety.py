@@ -124,7 +124,7 @@ def test_uploads_that_fail_after_the_body_leave_nothing_behind(tmp_path: Path, i
 
 def test_a_rename_that_fails_otherwise_leaves_the_old_asset_and_no_temporary_one(tmp_path: Path) -> None:
     """Not a 422 (here a 500 on every attempt): nothing is deleted but the temporary asset."""
-    from ci.errors import RemoteError
+    from ci.base.errors import RemoteError
     from ci.store.http import RetryPolicy
 
     f = tmp_path / NAME

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import RemoteError
+from ci.base.errors import RemoteError
 from ci.store.github import CLOBBER_SUFFIX, CONVERGE, GitHubStore, Seen
 from ci.store.http import RetryPolicy
 from tests.github_server import FaultConfig, GitHubTestServer

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import RemoteError
-from ci.index import DigestCache, build_site
+from ci.base.errors import RemoteError
 from ci.maintenance import migrate
+from ci.publish.index import DigestCache, build_site
 from ci.store import github as github_store
 from ci.store.github import GitHubStore
 from tests.github_server import GitHubTestServer

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import log
-from ci.errors import RemoteError
+from ci.base import log
+from ci.base.errors import RemoteError
 from ci.store.github import GitHubStore
 from ci.store.http import RetryPolicy
 from tests.github_server import FakeClock, FaultConfig, GitHubTestServer
@@ -66,8 +66,8 @@ def _built_row(tmp_path: Path):
     from build_records import write_record
     from wheel_factory import build_wheel
 
-    from ci import matrix
-    from ci.versions import load
+    from ci.model import matrix
+    from ci.model.versions import load
 
     row = matrix.expand(load(FIXTURE_VERSIONS))[0]
     world = tmp_path / "dist" / row.world

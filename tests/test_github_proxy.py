@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ci.index import DigestCache, build_site
+from ci.publish.index import DigestCache, build_site
 from ci.store.artifacts import GitHubArtifacts
 from ci.store.github import GitHubStore
 from tests.github_server import GitHubTestServer

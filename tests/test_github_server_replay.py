@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import RemoteError
+from ci.base.errors import RemoteError
 from ci.store.github import GitHubStore
 from tests.github_server import GitHubTestServer
 from tests.github_server.replay import ReplayServer, load_fixture, shape

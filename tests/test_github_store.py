@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import RemoteError
+from ci.base.errors import RemoteError
 from ci.store.github import GitHubStore
 from ci.store.http import RetryPolicy
 from ci.store.model import ReleaseStore

@@ -1,4 +1,4 @@
-"""ci.index: worlds, links, hashes, metadata, escaping, duplicates, cache, determinism, speed."""
+"""ci.publish.index: worlds, links, hashes, metadata, escaping, duplicates, cache, determinism, speed."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from html.parser import HTMLParser
 import pytest
 from index_helpers import wheel_bytes
 
-from ci.errors import WheelhouseError
-from ci.index import (
+from ci.base.errors import WheelhouseError
+from ci.publish.index import (
     CACHE_FILE,
     DigestCache,
     build_site,
@@ -21,8 +21,8 @@ from ci.index import (
     render_site,
     site_files,
 )
-from ci.pages import DirectoryTarget, publish_index
-from ci.site_marker import is_digest_cache
+from ci.publish.pages import DirectoryTarget, publish_index
+from ci.publish.site_marker import is_digest_cache
 from ci.store.model import Asset, Release
 
 BASE = "https://owner.github.io/repo"
@@ -326,7 +326,7 @@ _URLS = [
 def test_wheel_checks_by_parts_agree_with_the_checks_one_by_one():
     """The fast path checks a name's part before the first dash and the rest separately (each once per
     build); for every combination, in every cache state, it answers what the checks in sequence answer."""
-    from ci.index import _Builder, _wheel_project_checked
+    from ci.publish.index import _Builder, _wheel_project_checked
 
     names = [f"{p}-{t}" for p, t in itertools.product(_PROJECT_PARTS, _TAILS)] + ["pkg", "pkg.whl", "-"]
     assets = [Asset(n, 1, url, id=i) for i, (n, url) in enumerate(itertools.product(names, _URLS))]

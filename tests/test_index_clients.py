@@ -21,8 +21,8 @@ from index_helpers import (
 )
 from wheel_factory import build_wheel
 
-from ci.digest import sha256_file
-from ci.pages import DirectoryTarget, publish_index
+from ci.base.digest import sha256_file
+from ci.publish.pages import DirectoryTarget, publish_index
 from ci.store.model import Release
 
 WORLD = "cu130/torch2.13"

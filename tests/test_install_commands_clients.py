@@ -38,9 +38,9 @@ from provenance_helpers import release_fixture
 from stamp_helpers import simple_index, torch_stand_in
 from wheel_factory import build_wheel
 
-from ci.catalog import Context
-from ci.pages import DirectoryTarget, IndexWhere, publish
-from ci.which_wheel import LOCK_PIP
+from ci.publish.catalog import Context
+from ci.publish.pages import DirectoryTarget, IndexWhere, publish
+from ci.publish.which_wheel import LOCK_PIP
 
 EXPECTED = {"einops": "0.8.1", "flash-attn": "2.8.3", "torch": WORLD_TORCH}
 

@@ -1,4 +1,4 @@
-"""flashinfer-jit-cache assembled here (ci/jit_cache.py): shards finished, packed, and checked complete.
+"""flashinfer-jit-cache assembled here (ci/model/jit_cache.py): shards finished, packed, and checked complete.
 
 The module shared objects are real: nvcc compiles a kernel for sm_90a (one cubin, as flashinfer's
 modules for that arch carry), gcc a host library for the module without CUDA sources. The module
@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from wheel_factory import NVCC, build_wheel, cuda_shared_object, host_shared_object
 
-from ci import jit_cache, shard_model, shards
-from ci.errors import UsageError, WheelhouseError
-from ci.wheels.archive import open_wheel
-from ci.wheels.check import check_wheels
+from ci.base.errors import UsageError, WheelhouseError
+from ci.checks.check import check_wheels
+from ci.formats.archive import open_wheel
+from ci.model import jit_cache, shards
+from ci.timing import shard_model
 
 REPO = Path(__file__).resolve().parent.parent
 needs_nvcc = pytest.mark.skipif(not NVCC.is_file(), reason="no CUDA toolkit (nvcc) on this machine")
@@ -249,13 +250,13 @@ def test_a_subset_is_the_modules_its_patterns_name(tmp_path):
 @needs_nvcc
 def test_the_builders_commands_end_in_one_line(tmp_path):
     listing = _module_list(tmp_path / "list", targets=("9.0a",))
-    run = subprocess.run([sys.executable, "-m", "ci.jit_cache", "select", "--modules", str(listing.path),
+    run = subprocess.run([sys.executable, "-m", "ci.model.jit_cache", "select", "--modules", str(listing.path),
                           "--shard", "2/2", "--shards-dir", str(tmp_path / "shards"), "--out", str(tmp_path / "n")],
                          cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout == f"{tmp_path / 'shards' / 'shard-2-of-2'}\n"
     assert (tmp_path / "n").read_text() == "sm90a/decode_f16\nsm90a/silu\n"
-    bad = subprocess.run([sys.executable, "-m", "ci.jit_cache", "select", "--modules", str(listing.path),
+    bad = subprocess.run([sys.executable, "-m", "ci.model.jit_cache", "select", "--modules", str(listing.path),
                           "--shard", "3/2", "--shards-dir", str(tmp_path), "--out", str(tmp_path / "n")],
                          cwd=REPO, capture_output=True, text=True)
     assert (bad.returncode, bad.stderr) == (2, "[wheelhouse] error: --shard '3/2': write I/N with 1 <= I <= N <= 256, "
@@ -323,8 +324,8 @@ def test_pack_refuses_providers_the_component_does_not_publish(tmp_path):
 
 
 def test_versions_yaml_publishes_a_provider_per_arch_of_flashinfers_lists():
-    from ci import versions
-    from ci.wheels.archs import parse_arch_list
+    from ci.formats.archs import parse_arch_list
+    from ci.model import versions
 
     component = versions.load().component("flashinfer")
     for arch in ("x86_64", "aarch64"):

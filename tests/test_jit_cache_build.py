@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.build_record import BuildRecord
-from ci.wheels.check import check_wheels
+from ci.checks.check import check_wheels
+from ci.model.build_record import BuildRecord
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = os.environ.get("WHEELHOUSE_TEST_CUDA_TORCH_PYTHON", "")

@@ -1,4 +1,4 @@
-"""The site's records are written by ci/json_text.py, faster than ``json.dumps(indent=1, sort_keys=True)`` and
+"""The site's records are written by ci/base/json_text.py, faster than ``json.dumps(indent=1, sort_keys=True)`` and
 byte for byte the same: on random documents of every shape json accepts, and on every JSON file of a real
 published site (wheel facts, statuses, a retired world). The site is built from the same model as before, so
 its digest does not change (benchmarks/RESULTS.md, figure 1, gives the whole site's digest before and after).
@@ -14,7 +14,8 @@ import pytest
 from install_clients import build_indexes
 from packaging.utils import parse_wheel_filename
 
-from ci import index, json_text
+from ci.base import json_text
+from ci.publish import index
 from ci.store.model import Asset, Release
 
 _SCALARS = (None, True, False, 0, -7, 2**70, 1.5, 1e300, float("nan"), float("inf"), "", "plain",
@@ -61,7 +62,7 @@ def test_the_shapes_with_a_path_of_their_own(document):
 
 def test_every_json_file_of_a_published_site_is_written_as_json_writes_it(tmp_path):
     site = build_indexes(tmp_path, retired_world=True).site
-    records = sorted(path for path in site.rglob("*.json") if path.name != "wheelhouse-site.json")  # the marker: ci/site_marker.py
+    records = sorted(path for path in site.rglob("*.json") if path.name != "wheelhouse-site.json")  # the marker: ci/publish/site_marker.py
     assert {path.name for path in records} == {"wheelhouse-index.json", "wheelhouse-world.json", "digests.json"}
     assert len(records) == 4  # the index record, two worlds' records (one of them retired) and the digest cache
     assert any('"facts": {' in path.read_text() for path in records)  # nested records, not only flat ones
@@ -94,7 +95,7 @@ def test_the_catalog_takes_each_wheels_version_as_packaging_parses_it():
     "https://mirror.example/releases/download/t1x/x-1.0-py3-none-any.whl",
 ])
 def test_the_release_page_is_taken_once_per_folder_and_is_the_catalogs(url):
-    from ci.catalog import release_page
+    from ci.publish.catalog import release_page
 
     folder = url.rpartition("/")[0]
     assert index._release_page(folder, "t1") == release_page(url, "t1")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import RemoteError
+from ci.base.errors import RemoteError
 from ci.maintenance import migrate
 from ci.store import local
 from ci.store.local import LocalStore

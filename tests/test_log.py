@@ -1,4 +1,4 @@
-"""The one logging path (ci/log.py): steps and errors as GitHub Actions workflow commands, streamed
+"""The one logging path (ci/base/log.py): steps and errors as GitHub Actions workflow commands, streamed
 commands that keep their tail for the one-line error, transfer progress in tenths or as a bar."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import log
-from ci.errors import WheelhouseError
+from ci.base import log
+from ci.base.errors import WheelhouseError
 
 
 class FakeClock:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import WheelhouseError
+from ci.base.errors import WheelhouseError
 from ci.maintenance import migrate
 from ci.store.github import GitHubStore
 from ci.store.local import LocalStore

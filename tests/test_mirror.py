@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import sources
-from ci.versions import REPO_ROOT
+from ci.build import sources
+from ci.model.versions import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "tests" / "gpu" / "make_source_bundles.py"
 _spec = importlib.util.spec_from_file_location("make_source_bundles", SCRIPT)

@@ -1,4 +1,4 @@
-"""ci/naming.py helpers that other modules sort and compare with, and the rules names must follow."""
+"""ci/model/naming.py helpers that other modules sort and compare with, and the rules names must follow."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.naming import MAX_TAG_LENGTH, ref_format_problem, tag_problem, version_key
+from ci.model.naming import MAX_TAG_LENGTH, ref_format_problem, tag_problem, version_key
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from ci.index import DigestCache, build_site
+from ci.publish.index import DigestCache, build_site
 from ci.store.github import GitHubStore
 from ci.store.model import Asset, Release, newest_by_name
 from tests.github_server import GitHubTestServer

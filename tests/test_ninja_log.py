@@ -1,4 +1,4 @@
-"""ci/ninja_log.py: the slowest steps of a build, read from real ninja logs."""
+"""ci/formats/ninja_log.py: the slowest steps of a build, read from real ninja logs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import ninja_log
+from ci.formats import ninja_log
 
 
 def _ninja_build(directory: Path, steps: dict[str, str]) -> None:

@@ -11,7 +11,7 @@ import time
 
 from index_helpers import REPO
 
-from ci.demo import FIXTURE_VERSIONS
+from ci.flows.demo import FIXTURE_VERSIONS
 
 
 def test_an_unreachable_git_source_stops_the_build_before_the_toolchain(tmp_path):

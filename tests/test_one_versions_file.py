@@ -14,7 +14,7 @@ from index_helpers import REPO
 from provenance_helpers import release_fixture
 from stamp_helpers import fixture_row
 
-from ci.demo import FIXTURE_VERSIONS
+from ci.flows.demo import FIXTURE_VERSIONS
 
 
 def invoke(*args: str, versions: Path, store: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""ci.pages: git branch (bare repository over file://), Pages artifact and plain directory publishing."""
+"""ci.publish.pages: git branch (bare repository over file://), Pages artifact and plain directory publishing."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import RemoteError, UsageError, WheelhouseError
-from ci.index import CACHE_FILE
-from ci.pages import (
+from ci.base.errors import RemoteError, UsageError, WheelhouseError
+from ci.publish.index import CACHE_FILE
+from ci.publish.pages import (
     ArtifactTarget,
     DirectoryTarget,
     GitBranchTarget,
@@ -21,7 +21,7 @@ from ci.pages import (
     publish_index,
     sync_tree,
 )
-from ci.site_marker import MARKER_FILE
+from ci.publish.site_marker import MARKER_FILE
 from ci.store.model import Asset, Release
 
 BASE = "https://owner.github.io/repo"
@@ -302,7 +302,7 @@ def test_push_branch_without_remote_uses_origin_and_says_when_there_is_none(tmp_
 
 
 def test_default_world_is_the_first_matrix_rows_unless_chosen():
-    from ci.versions import load
+    from ci.model.versions import load
 
     versions = load()
     assert default_world(versions) == "cu130/torch2.13"

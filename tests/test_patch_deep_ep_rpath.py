@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.wheels import paths
-from ci.wheels.elf import ElfFile
+from ci.checks import paths
+from ci.formats.elf import ElfFile
 
 REPO = Path(__file__).resolve().parent.parent
 PATCH = REPO / "patches" / "deep_ep_relative_nvshmem_rpath.py"
@@ -154,7 +154,7 @@ def test_real_deep_ep_setup_at_the_pin_changes_in_one_line(tmp_path):
     if snapshot is None:
         pytest.skip("no DeepEP snapshot: set WHEELHOUSE_SNAPSHOTS to a directory holding deepseek-ai/DeepEP.git "
                     "(CI has none; the stand-in above covers the patch there)")
-    from ci.versions import load
+    from ci.model.versions import load
 
     pin = load(REPO / "versions.yaml").component("deep-ep").ref
     setup = subprocess.run(["git", f"--git-dir={snapshot}", "show", f"{pin}:setup.py"], check=True,

@@ -230,7 +230,7 @@ def test_hopper_ptx_in_a_header_is_left_out_of_the_sm80_pass(tree, tmp_path):
 def _deep_ep_pin() -> str:
     sys.path.insert(0, str(REPO))
     try:
-        from ci.versions import load
+        from ci.model.versions import load
     finally:
         sys.path.pop(0)
     return load(REPO / "versions.yaml").component("deep-ep").ref

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from ci import fingerprint, manifest, matrix, plan
-from ci.matrix import MatrixRow
+from ci.flows import plan
+from ci.model import fingerprint, manifest, matrix
+from ci.model.matrix import MatrixRow
+from ci.model.versions import DEFAULT_VERSIONS, load
 from ci.store.github import GitHubStore
-from ci.versions import DEFAULT_VERSIONS, load
 from tests.github_server import GitHubTestServer
 
 REVISION = "c0ffee" * 6 + "c0ff"

@@ -16,8 +16,8 @@ import pytest
 from index_helpers import REPO
 from provenance_helpers import release_fixture
 
-from ci.demo import FIXTURE_VERSIONS
-from ci.which_wheel import SAFE_URL
+from ci.flows.demo import FIXTURE_VERSIONS
+from ci.publish.which_wheel import SAFE_URL
 
 
 def publish(store: Path, *args: str, versions: Path = FIXTURE_VERSIONS) -> subprocess.CompletedProcess[str]:

@@ -12,13 +12,15 @@ from urllib.request import url2pathname
 import pytest
 from provenance_helpers import RUN_ENV, built_row, release_fixture
 
-from ci import build_record, manifest, provenance, release, sbom
-from ci.digest import sha256_file
-from ci.errors import ConfigError, RemoteError
-from ci.index import site_files
+from ci.base.digest import sha256_file
+from ci.base.errors import ConfigError, RemoteError
+from ci.build import sbom
+from ci.model import build_record, manifest
+from ci.model.versions import REPO_ROOT
+from ci.publish import provenance, release
+from ci.publish.index import site_files
 from ci.store.local import LocalStore
 from ci.store.model import Asset, Release
-from ci.versions import REPO_ROOT
 
 
 class RecordingStore:
@@ -150,7 +152,7 @@ def test_asset_names_round_trip():
 def test_the_publish_job_signs_our_predicate_over_the_checked_wheels_and_releases_the_bundle():
     """One provenance: the predicate `invoke release --predicate-out` writes is what actions/attest signs (over the
     wheels checked again on this runner), and its bundle is what `invoke release --provenance-bundle` uploads."""
-    from ci import workflows
+    from ci.flows import workflows
 
     job = workflows.publish_workflow()["jobs"]["publish"]
     names = [step.get("name") for step in job["steps"]]

@@ -17,13 +17,14 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from ci import matrix, naming, pages
-from ci.errors import WheelhouseError
+from ci.base.errors import WheelhouseError
 from ci.maintenance import prune
-from ci.pages import DirectoryTarget, IndexWhere, publish_index
+from ci.model import matrix, naming
+from ci.model.versions import Versions, load
+from ci.publish import pages
+from ci.publish.pages import DirectoryTarget, IndexWhere, publish_index
 from ci.store.github import GitHubStore
 from ci.store.local import LocalStore
-from ci.versions import Versions, load
 from tests.crash_points import kill_at_every_step
 from tests.github_server import GitHubTestServer
 from tests.github_server.pytest_plugin import github_server as server  # noqa: F401 (fixture)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from wheel_factory import build_wheel
 
-from ci import pages
-from ci.errors import WheelhouseError
-from ci.pages import ArtifactTarget, DirectoryTarget, publish_index
+from ci.base.errors import WheelhouseError
+from ci.publish import pages
+from ci.publish.pages import ArtifactTarget, DirectoryTarget, publish_index
 from ci.store.local import LocalStore
 from ci.store.model import Asset, Release
 from tests.crash_points import kill_at_every_step, run_killed_at

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.versions import REPO_ROOT
+from ci.model.versions import REPO_ROOT
 
 MIRROR = os.environ.get("WHEELHOUSE_TEST_MIRROR")
 VERSIONS = REPO_ROOT / "tests" / "fixtures" / "versions-real-cpu.yaml"

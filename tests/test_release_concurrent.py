@@ -14,8 +14,9 @@ from pathlib import Path
 from build_records import write_record
 from wheel_factory import build_wheel
 
-from ci import manifest, matrix, provenance
-from ci.versions import load
+from ci.model import manifest, matrix
+from ci.model.versions import load
+from ci.publish import provenance
 from tests.github_server import GitHubTestServer
 
 REPO = Path(__file__).resolve().parent.parent

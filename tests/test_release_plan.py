@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from ci import build, manifest, matrix, plan, provenance, release
-from ci.digest import sha256_file
-from ci.errors import RemoteError, WheelhouseError
+from ci.base.digest import sha256_file
+from ci.base.errors import RemoteError, WheelhouseError
+from ci.build import job
+from ci.flows import plan
+from ci.model import manifest, matrix, naming
+from ci.model.versions import load
+from ci.publish import provenance, release
 from ci.store.local import LocalStore
-from ci.versions import load
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
@@ -45,7 +48,7 @@ def built(tmp_path_factory):
     versions = load(FIXTURE_VERSIONS)
     (row,) = matrix.expand(versions)
     dist = tmp_path_factory.mktemp("dist")
-    result = build.run(versions, row, build.BuildOptions(cache_dir=REPO / ".cache", dist_root=dist))
+    result = job.run(versions, row, job.BuildOptions(cache_dir=REPO / ".cache", dist_root=dist))
     return versions, row, dist, result
 
 
@@ -166,15 +169,15 @@ def test_plan_markdown(built, tmp_path):
 
 
 def test_wheel_arch_coverage_rule():
-    assert plan.wheel_covers_arch("x-1.0-py3-none-any.whl", "aarch64")
-    assert plan.wheel_covers_arch("x-1.0-cp312-cp312-manylinux_2_28_aarch64.whl", "aarch64")
-    assert not plan.wheel_covers_arch("x-1.0-cp312-cp312-linux_x86_64.whl", "aarch64")
-    assert not plan.wheel_covers_arch("not-a-wheel.whl", "x86_64")
+    assert naming.wheel_covers_arch("x-1.0-py3-none-any.whl", "aarch64")
+    assert naming.wheel_covers_arch("x-1.0-cp312-cp312-manylinux_2_28_aarch64.whl", "aarch64")
+    assert not naming.wheel_covers_arch("x-1.0-cp312-cp312-linux_x86_64.whl", "aarch64")
+    assert not naming.wheel_covers_arch("not-a-wheel.whl", "x86_64")
 
 
 def test_release_notes_say_which_wheels_are_upstreams():
     """versions.yaml's rehost names them; a component that rehosts nothing gets no such line."""
-    from ci import wheel_packages
+    from ci.model import wheel_packages
 
     versions = load()
     rows = {row.component: row for row in matrix.expand(versions) if row.arch == "x86_64"}

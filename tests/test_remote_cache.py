@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from webdav_server import WSGIDAV, webdav_server
 
-from ci import build, build_place, remote_cache
-from ci.errors import UsageError
+from ci.base.errors import UsageError
+from ci.build import build_place, job, remote_cache
 
 SCCACHE = shutil.which("sccache", path=str(Path(sys.executable).parent)) or shutil.which("sccache")
 NVCC = Path("/usr/local/cuda/bin/nvcc")
@@ -35,29 +35,29 @@ def dav(tmp_path):
         yield server
 
 
-def _machine(tmp_path: Path, name: str, environ: dict[str, str]) -> tuple[build.BuildOptions, Path]:
+def _machine(tmp_path: Path, name: str, environ: dict[str, str]) -> tuple[job.BuildOptions, Path]:
     """A fresh machine: its own cache directory and build directory, at the one workspace path every hosted
     runner has (the previous machine's workspace is moved away first)."""
     workspace = tmp_path / "runner"
     if workspace.exists():
         workspace.rename(tmp_path / f"workspace-before-{name}")
-    options = build.BuildOptions(cache_dir=workspace / ".cache", dist_root=workspace / "dist", environ=environ)
+    options = job.BuildOptions(cache_dir=workspace / ".cache", dist_root=workspace / "dist", environ=environ)
     build_dir = options.cache_dir / "builds" / f"comp-x86_64-torch2.13.0-0123-{name}"  # a shard's own, say
     (build_dir / "src").mkdir(parents=True)
     return options, build_dir
 
 
-def _compile_on(options: build.BuildOptions, build_dir: Path, units: dict[str, str], command: list[str],
+def _compile_on(options: job.BuildOptions, build_dir: Path, units: dict[str, str], command: list[str],
                 sites: tuple[Path, ...] = ()) -> tuple[dict, dict[str, str]]:
     """Compile ``units`` (name -> source) on a machine the way a build does: the build's own server, started
     with the remote and its credential, then the compiles as the builder makes them, with the builder's
     environment. Returns sccache's counts and the environment the compiles had."""
     remote = remote_cache.from_environment(options.environ)
     secret = remote_cache.take_secret(options.environ, remote)
-    tool, cache_env = build._compiler_cache(options, build_dir, build._free_port(), list(sites))
+    tool, cache_env = job._compiler_cache(options, build_dir, job._free_port(), list(sites))
     assert tool is not None
     builder_env = {"PATH": os.environ["PATH"], "HOME": str(options.cache_dir), **cache_env}
-    # where a build compiles: its sources at one fixed path on every machine (ci/reproducible.py), since nvcc
+    # where a build compiles: its sources at one fixed path on every machine (ci/build/reproducible.py), since nvcc
     # names the source's absolute path in its device steps
     src = options.cache_dir.parent.parent / "wheelhouse-src"
     shutil.rmtree(src, ignore_errors=True)
@@ -69,17 +69,17 @@ def _compile_on(options: build.BuildOptions, build_dir: Path, units: dict[str, s
             done = subprocess.run([tool, *command, "-c", name, "-o", f"{name}.o"], cwd=src, env=builder_env,
                                   capture_output=True, text=True)
             assert done.returncode == 0, done.stderr
-        stats = build.sccache_stats(tool, builder_env)
+        stats = job.sccache_stats(tool, builder_env)
     finally:
-        build._stop_sccache(tool, builder_env, server)
+        job._stop_sccache(tool, builder_env, server)
     assert stats is not None
     return stats, builder_env
 
 
 def _own_server(tool: str, cache_env: dict[str, str], remote, secret: dict[str, str], where: Path):
-    """The build's own sccache server, as a build starts it before its builder (ci/build.py), here in place."""
+    """The build's own sccache server, as a build starts it before its builder (ci/build/job.py), here in place."""
     place = build_place.choose(where, "comp", "x86_64", {build_place.SETTING: "in-place"})
-    return build._start_sccache(tool, cache_env, place, build.ServerSettings(remote, secret, {"PATH": os.environ["PATH"]}))
+    return job._start_sccache(tool, cache_env, place, job.ServerSettings(remote, secret, {"PATH": os.environ["PATH"]}))
 
 
 UNITS = {f"unit{i}.cpp": f"int unit{i}(int x) {{ return x * {i} + {i * i}; }}\n" for i in range(6)}
@@ -115,7 +115,7 @@ def test_the_credential_reaches_the_server_and_nothing_the_builder_can_read(tmp_
     remote = remote_cache.from_environment(options.environ)
     taken = remote_cache.take_secret(options.environ, remote)
     assert taken == {"password": dav.passwords["writer"]} and not secret.exists()  # read, then removed
-    tool, cache_env = build._compiler_cache(options, build_dir, build._free_port())
+    tool, cache_env = job._compiler_cache(options, build_dir, job._free_port())
     assert tool is not None and remote is not None
     password = dav.passwords["writer"]
     assert password not in json.dumps(cache_env)  # what the builder gets with its compiles
@@ -131,9 +131,9 @@ def test_the_credential_reaches_the_server_and_nothing_the_builder_can_read(tmp_
         (build_dir / "src" / "a.cpp").write_text("int a() { return 1; }\n")
         subprocess.run([tool, "g++", "-c", "a.cpp", "-o", "a.o"], cwd=build_dir / "src", check=True,
                        env={"PATH": os.environ["PATH"], **cache_env}, capture_output=True)
-        assert build.sccache_stats(tool, {"PATH": os.environ["PATH"], **cache_env})["misses"] == 1  # and stored
+        assert job.sccache_stats(tool, {"PATH": os.environ["PATH"], **cache_env})["misses"] == 1  # and stored
     finally:
-        build._stop_sccache(tool, {"PATH": os.environ["PATH"], **cache_env}, server)
+        job._stop_sccache(tool, {"PATH": os.environ["PATH"], **cache_env}, server)
     assert len(dav.objects()) == 1
 
 
@@ -242,16 +242,16 @@ def test_a_bad_credential_file_is_one_line_and_is_removed_all_the_same(tmp_path,
 
 
 def test_the_plan_names_the_remote_and_the_mode_and_never_the_credential(tmp_path):
-    from ci import matrix
-    from ci.versions import load
+    from ci.model import matrix
+    from ci.model.versions import load
 
-    versions = load(build.REPO_ROOT / "tests" / "fixtures" / "versions.yaml")
+    versions = load(job.REPO_ROOT / "tests" / "fixtures" / "versions.yaml")
     (row,) = matrix.expand(versions)
     secret = tmp_path / "secret"
     secret.write_text("password=hunter2\n")
     environ = {"PATH": os.environ["PATH"], remote_cache.SETTING: "webdav+https://ci@cache.example/wheelhouse",
                remote_cache.SECRET_FILE: str(secret)}
-    plan = build.plan(versions, row, build.BuildOptions(cache_dir=tmp_path, environ=environ)).render()
+    plan = job.plan(versions, row, job.BuildOptions(cache_dir=tmp_path, environ=environ)).render()
     if SCCACHE is None:
         pytest.skip("needs sccache")
     assert "remote WebDAV https://cache.example/wheelhouse (read-only;" in plan
@@ -262,23 +262,23 @@ def test_the_plan_names_the_remote_and_the_mode_and_never_the_credential(tmp_pat
 @pytest.mark.slow  # two builds of the fixture, 40 s each here; the g++ and nvcc tests above are its fast variant
 @needs_server
 def test_the_fixture_built_on_two_machines_compiles_once_and_gives_one_wheel(tmp_path, dav):
-    """The fixture extension through ``ci.build.run`` on two fresh machines (cache and build directories, the
+    """The fixture extension through ``ci.build.job.run`` on two fresh machines (cache and build directories, the
     workspace path every runner has) with the server between them: the second machine's compiles all come
     from the server, and its wheel has the first one's sha256."""
-    from ci import matrix
-    from ci.build_record import BuildRecord
-    from ci.versions import load
+    from ci.model import matrix
+    from ci.model.build_record import BuildRecord
+    from ci.model.versions import load
 
-    versions = load(build.REPO_ROOT / "tests" / "fixtures" / "versions.yaml")
+    versions = load(job.REPO_ROOT / "tests" / "fixtures" / "versions.yaml")
     (row,) = matrix.expand(versions)
     results = {}
     for name in ("first", "second"):
         environ = {**os.environ, remote_cache.SETTING: dav.url(), remote_cache.MODE: "read-write",
                    remote_cache.SECRET_FILE: str(dav.secret_file(tmp_path / f"{name}.secret"))}
         options, _ = _machine(tmp_path, name, environ)
-        options = build.BuildOptions(cache_dir=options.cache_dir, dist_root=options.dist_root, reuse_env=True,
+        options = job.BuildOptions(cache_dir=options.cache_dir, dist_root=options.dist_root, reuse_env=True,
                                      environ=environ)
-        record = BuildRecord.read(build.run(versions, row, options).record)
+        record = BuildRecord.read(job.run(versions, row, options).record)
         results[name] = (record.compiler_cache_stats, [wheel.sha256 for wheel in record.wheels],
                          record.compiler_cache_misses)
     (first, first_wheels, _), (second, second_wheels, not_reused) = results.values()
@@ -292,7 +292,7 @@ def test_the_fixture_built_on_two_machines_compiles_once_and_gives_one_wheel(tmp
 def test_a_wrong_credential_stops_the_build_before_the_builder_in_one_line(tmp_path, dav):
     """sccache probes the store when its server starts: a refused credential is one line naming the store and
     the fix, before any compile, never a build that silently compiles everything cold."""
-    from ci.errors import WheelhouseError
+    from ci.base.errors import WheelhouseError
 
     secret = tmp_path / "wrong.secret"
     secret.write_text("password=not-the-password\n")

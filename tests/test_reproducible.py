@@ -19,13 +19,14 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from fixture_versions import without_smoke_test
 
-from ci import build, matrix, rebuild, reproducible
-from ci.digest import sha256_file
-from ci.sources import Checkout
-from ci.versions import load
-from ci.wheels.archive import open_wheel
-from ci.wheels.record import check_record
-from ci.wheels.rewrite import add_members, normalize_wheel
+from ci.base.digest import sha256_file
+from ci.build import job, rebuild, reproducible
+from ci.build.sources import Checkout
+from ci.formats.archive import open_wheel
+from ci.formats.record import check_record
+from ci.formats.rewrite import add_members, normalize_wheel
+from ci.model import matrix
+from ci.model.versions import load
 from tests.wheel_factory import NVCC, build_wheel, host_shared_object
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,7 +39,7 @@ def _rebuild(tmp_path: Path, versions_file: Path, component: str, *, source: Pat
              environ: dict | None = None) -> rebuild.RebuildReport:
     versions = load(versions_file)
     row = next(r for r in matrix.expand(versions) if r.component == component)
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", reuse_env=True, source=source,
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", reuse_env=True, source=source,
                                  environ=environ or dict(os.environ))
     return rebuild.rebuild_check(versions, row, options, tmp_path / "work")
 
@@ -99,12 +100,12 @@ def test_a_pure_python_component_rebuilt_is_the_same_bytes(tmp_path):
     assert report.identical, report.render()
 
 
-def _build_from(tmp_path: Path, versions_file: Path, source: Path, name: str) -> build.BuildResult:
+def _build_from(tmp_path: Path, versions_file: Path, source: Path, name: str) -> job.BuildResult:
     versions = load(versions_file)
     (row,) = matrix.expand(versions)
-    options = build.BuildOptions(cache_dir=tmp_path / f"cache-{name}", dist_root=tmp_path / f"dist-{name}",
+    options = job.BuildOptions(cache_dir=tmp_path / f"cache-{name}", dist_root=tmp_path / f"dist-{name}",
                                  reuse_env=True, source=source)
-    return build.run(versions, row, options)
+    return job.run(versions, row, options)
 
 
 def test_two_clones_of_a_directory_source_made_apart_build_the_same_bytes(tmp_path):
@@ -167,7 +168,7 @@ def test_causal_conv1d_rebuilt_with_nvcc_is_the_same_bytes(tmp_path):
     cache = Path(os.environ.get("WHEELHOUSE_CACHE", REPO / ".cache"))
     versions = load(DEVICE_VERSIONS)
     row = next(r for r in matrix.expand(versions) if r.component == "causal-conv1d")
-    options = build.BuildOptions(cache_dir=cache, reuse_env=True)
+    options = job.BuildOptions(cache_dir=cache, reuse_env=True)
     started = time.monotonic()
     report = rebuild.rebuild_check(versions, row, options, tmp_path / "work")
     print(report.render(), f"\nboth builds: {time.monotonic() - started:.0f} s")
@@ -401,7 +402,7 @@ def test_source_date_epoch_of_a_git_commit_an_sdist_and_a_directory(tmp_path):
 
 
 def test_the_build_environment_passes_source_date_epoch_and_the_prefix_maps(tmp_path):
-    from ci import credentials
+    from ci.model import credentials
 
     variables = reproducible.build_variables({"CFLAGS": "-O2", "NVCC_APPEND_FLAGS": "--threads 2"}, epoch=EPOCH,
                                              source_dir=Path("/tmp/wheelhouse-src/x-x86_64"), site_packages="/v/sp")
@@ -483,7 +484,7 @@ def test_normalize_wheel_makes_order_dates_modes_and_extras_the_sources(tmp_path
 
 
 def test_normalize_wheel_refuses_a_wheel_without_record_and_leaves_it_as_it_was(tmp_path):
-    from ci.errors import CheckFailed
+    from ci.base.errors import CheckFailed
 
     wheel = build_wheel(tmp_path, name="pkg")
     broken = tmp_path / "broken" / wheel.name
@@ -547,7 +548,7 @@ def _extension(tmp_path: Path, name: str, flags: list[str]) -> bytes:
 
 
 def test_the_check_refuses_an_rpath_into_site_packages_and_a_baked_build_dir(tmp_path):
-    from ci.wheels import check
+    from ci.checks import check
 
     build_dir = "/srv/wheelhouse-src/deep-ep-x86_64"
     rpath = "/home/runner/.cache/venvs/x/lib/python3.12/site-packages/nvidia/nvshmem/lib"
@@ -580,7 +581,7 @@ def test_the_check_refuses_an_rpath_into_site_packages_and_a_baked_build_dir(tmp
 
 
 def test_the_build_directory_and_site_packages_given_by_the_build_are_searched(tmp_path):
-    from ci.wheels import check
+    from ci.checks import check
 
     site = "/opt/builder/venv/lib/python3.11/site-packages"
     so = _extension(tmp_path, "a", ["-UBASE_PATH", f'-DBASE_PATH="{site}/torch/include"'])

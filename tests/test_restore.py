@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from wheel_factory import build_wheel
 
-from ci import manifest, matrix, naming
-from ci import plan as skip_plan
-from ci.errors import ConfigError, WheelhouseError
+from ci.base.errors import ConfigError, WheelhouseError
+from ci.checks.contents import FLASHINFER_HEADERS
+from ci.flows import plan as skip_plan
 from ci.maintenance import restore
+from ci.model import manifest, matrix, naming
 from ci.store.artifacts import GitHubArtifacts, LocalArtifacts
 from ci.store.github import GitHubStore
 from ci.store.local import LocalStore
-from ci.wheels.contents import FLASHINFER_HEADERS
 from tests.github_server import GitHubTestServer
 from tests.github_server.pytest_plugin import github_server as server  # noqa: F401 (fixture)
 from tests.github_server.schemas import DATA, errors

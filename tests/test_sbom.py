@@ -16,15 +16,15 @@ import torch
 from stamp_helpers import FIXTURE_EXT, fixture_facts, fixture_row, validate_cyclonedx
 from wheel_factory import NVCC, build_wheel, cuda_shared_object, record_hash, write_synthetic_elf
 
-from ci import sbom, sources, toolchain
-from ci.digest import sha256_file
-from ci.errors import CheckFailed
-from ci.stamp import stamp_wheel
-from ci.versions import REPO_ROOT
-from ci.wheels.archive import open_wheel
-from ci.wheels.archs import CudaArch
-from ci.wheels.fatbin import scan_wheel_archs
-from ci.wheels.record import check_record
+from ci.base.digest import sha256_file
+from ci.base.errors import CheckFailed
+from ci.build import sbom, sources, toolchain
+from ci.build.stamp import stamp_wheel
+from ci.formats.archive import open_wheel
+from ci.formats.archs import CudaArch
+from ci.formats.fatbin import scan_wheel_archs
+from ci.formats.record import check_record
+from ci.model.versions import REPO_ROOT
 
 SBOM_MEMBER = "wheelhouse_fixture-0.1.0.dist-info/sboms/wheelhouse.cdx.json"
 

@@ -1,4 +1,4 @@
-"""Shards of one build (ci/shards.py): a stable assignment, and a set that is complete or refused in one line.
+"""Shards of one build (ci/model/shards.py): a stable assignment, and a set that is complete or refused in one line.
 
 The module list is the real one: flashinfer 0.6.13's AOT list for sm_90a (793 modules, 3962 CUDA
 sources), as build_scripts/lib/flashinfer_aot.py wrote it from upstream's ``gen_all_modules``.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import shards
-from ci.errors import UsageError, WheelhouseError
+from ci.base.errors import UsageError, WheelhouseError
+from ci.model import shards
 
 REPO = Path(__file__).resolve().parent.parent
 SM90 = REPO / "tests/fixtures/flashinfer-0.6.13-aot-modules-sm90a.json"

@@ -21,9 +21,9 @@ import pytest
 from provenance_helpers import RUN_ENV, Released, built_row, release_fixture
 from sigstore_test_root import Identity, LocalSigstore
 
-from ci import provenance, release, signature
-from ci.digest import sha256_file
-from ci.errors import WheelhouseError
+from ci.base.digest import sha256_file
+from ci.base.errors import WheelhouseError
+from ci.publish import provenance, release, signature
 from ci.store.local import LocalStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -124,7 +124,7 @@ def test_the_rounds_forgeries_and_variants_are_refused_or_said_to_be_unsigned(re
     # variant: RECORD made to list the .pth too: consistent, but unsigned, and it says so
     listed = tmp_path / "listed-wheel"
     listed.mkdir()
-    from ci.wheels.rewrite import add_members
+    from ci.formats.rewrite import add_members
     relisted = listed / released.wheel.name
     shutil.copyfile(released.wheel, relisted)
     add_members(relisted, relisted, {"zzz_backdoor.pth": b"import os\n"}, {})

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import site_lock
-from ci.errors import WheelhouseError
+from ci.base.errors import WheelhouseError
+from ci.publish import site_lock
 from ci.store.local import LocalStore
 
 REPO = Path(__file__).resolve().parent.parent

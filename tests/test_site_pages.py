@@ -2,7 +2,7 @@
 stays with PEP 792 markers, and the pages are static and fit a phone.
 
 The site is the stand-in one of tests/install_clients.py (a real fat binary in a real wheel, published
-through ci/pages.py), published twice: the second time without the cu129/torch2.13 release, as after a prune.
+through ci/publish/pages.py), published twice: the second time without the cu129/torch2.13 release, as after a prune.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from install_clients import RETIRED_WORLD, WORLD, build_indexes
 from link_check import check_site
 
-from ci import landing
-from ci.catalog import INDEX_RECORD, WORLD_RECORD
-from ci.which_wheel import SERVED_NAME, parse_world, served_copy
+from ci.publish import landing
+from ci.publish.catalog import INDEX_RECORD, WORLD_RECORD
+from ci.publish.which_wheel import SERVED_NAME, parse_world, served_copy
 
 
 @pytest.fixture(scope="module")

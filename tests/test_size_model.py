@@ -1,4 +1,4 @@
-"""Wheel sizes planned before the build (ci/size_model.py): the data file is what its command writes from
+"""Wheel sizes planned before the build (ci/timing/size_model.py): the data file is what its command writes from
 benchmarks/device_results.json, every real row gets a size, and a row whose asset would pass the budget is
 refused in one line before anything is built."""
 
@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ci import build, matrix, size_model
-from ci.errors import ConfigError
-from ci.versions import load
+from ci.base.errors import ConfigError
+from ci.build import job
+from ci.model import matrix
+from ci.model.versions import load
+from ci.timing import size_model
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,17 +76,17 @@ def test_a_plan_with_an_asset_past_the_budget_is_refused_in_one_line(tmp_path: P
     versions = load()
     row = next(r for r in matrix.expand(versions) if r.component == "flash-attention" and r.arch == "x86_64")
     with pytest.raises(ConfigError) as refused:
-        build.plan(versions, row, build.BuildOptions(cache_dir=REPO / ".cache"))
+        job.plan(versions, row, job.BuildOptions(cache_dir=REPO / ".cache"))
     assert str(refused.value) == (
         "versions.yaml: components.flash-attention: flash-attention (x86_64 cu13.0.2 py3.11 torch2.13.0): flash-attn "
         "would be 2.34 GiB (1 build(s), 4 archs), past the 1.90 GiB a release asset may take (GitHub refuses 2 GiB); "
         "build fewer archs into one wheel: drop some from torch_cuda_arch_list (arch_overrides per CPU arch), or split "
         "the component into one component per arch family")
-    # the same row with the aarch64 list (two archs) fits, and build.run refuses before it fetches anything
+    # the same row with the aarch64 list (two archs) fits, and job.run refuses before it fetches anything
     aarch64 = next(r for r in matrix.expand(versions) if r.component == "flash-attention" and r.arch == "aarch64")
     assert not size_model.predict(aarch64).over_budget
     with pytest.raises(ConfigError, match=r"past the 1\.90 GiB"):
-        build.run(versions, row, build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist"))
+        job.run(versions, row, job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist"))
     assert not (tmp_path / "cache").exists()
 
 
@@ -96,5 +98,5 @@ def test_invoke_matrix_and_the_dry_run_show_the_sizes_beside_the_time() -> None:
     assert "h (fits)" in first and "GiB in 7, largest 543 MiB (fits)" in first
     versions = load()
     row = next(r for r in matrix.expand(versions) if r.component == "flashinfer" and r.arch == "x86_64")
-    text = build.plan(versions, row, build.BuildOptions(cache_dir=REPO / ".cache")).render()
+    text = job.plan(versions, row, job.BuildOptions(cache_dir=REPO / ".cache")).render()
     assert "  wheel sizes:    flashinfer-python " in text and "flashinfer-jit-cache-sm90a 543 MiB (4226 compiles" in text

@@ -1,4 +1,4 @@
-"""Smoke tests (ci/smoke.py): the wheels installed as a user installs them, the component's commands run.
+"""Smoke tests (ci/build/smoke.py): the wheels installed as a user installs them, the component's commands run.
 
 The fixture extension (CPU-built, the stand-in for a real component here) passes its smoke test; a module
 that passes every wheel check but cannot be imported fails it, in one line; an import that links the CUDA
@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from wheel_factory import build_wheel
 
-from ci import build, matrix, smoke, versions
-from ci.errors import WheelhouseError
-from ci.wheels.check import check_wheels
+from ci.base.errors import WheelhouseError
+from ci.build import job, smoke
+from ci.checks.check import check_wheels
+from ci.model import matrix, versions
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
@@ -131,5 +132,5 @@ def test_a_broken_extension_fails_its_row_and_leaves_dist_empty(tmp_path: Path) 
     row = _row(path)
     dist = tmp_path / "dist"
     with pytest.raises(WheelhouseError, match=r"smoke test failed: .* undefined symbol: wheelhouse_fixture_missing"):
-        build.run(versions.load(path), row, build.BuildOptions(cache_dir=CACHE, dist_root=dist))
+        job.run(versions.load(path), row, job.BuildOptions(cache_dir=CACHE, dist_root=dist))
     assert not dist.exists() or not any(dist.rglob("*.whl"))

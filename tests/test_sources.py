@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import sources
-from ci.errors import WheelhouseError
+from ci.base.errors import WheelhouseError
+from ci.build import sources
 
 
 def _git(*args: str, cwd: Path) -> str:

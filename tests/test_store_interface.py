@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import RemoteError
+from ci.base.errors import RemoteError
 from ci.store.github import GitHubStore
 from tests.github_server.replay import Exchange, ReplayServer
 
@@ -114,8 +114,8 @@ def test_the_local_store_fetches_its_assets_and_reads_file_urls(tmp_path, base_u
 
 
 def test_open_store_and_open_artifacts(tmp_path, github_server):
-    from ci.environment import Environment
-    from ci.errors import ConfigError, UsageError
+    from ci.base.errors import ConfigError, UsageError
+    from ci.model.environment import Environment
     from ci.store import open_artifacts, open_store
     from ci.store.artifacts import GitHubArtifacts, LocalArtifacts
     from ci.store.local import LocalStore

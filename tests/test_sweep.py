@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ci import matrix
-from ci.errors import ConfigError
-from ci.versions import load
+from ci.base.errors import ConfigError
+from ci.model import matrix
+from ci.model.versions import load
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "gpu"))

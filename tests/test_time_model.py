@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 
-from ci import matrix, time_model
-from ci.versions import REPO_ROOT, load
+from ci.model import matrix
+from ci.model.versions import REPO_ROOT, load
+from ci.timing import time_model
 
 
 def _row(component: str, arch: str = "x86_64", python: str = "3.12"):
@@ -93,8 +94,8 @@ def test_flash_attentions_own_unit_sets_its_thread_gain():
 
 def test_a_row_that_compiles_the_jit_cache_is_predicted_by_its_slowest_shard():
     """flashinfer's calibration build compiled nothing (the python wheel); a row that builds flashinfer-jit-cache
-    is that plus its slowest shard from the recorded module times (ci/shard_model.py), so more shards, less time."""
-    from ci import shard_model
+    is that plus its slowest shard from the recorded module times (ci/timing/shard_model.py), so more shards, less time."""
+    from ci.timing import shard_model
 
     row = _row("flashinfer")
     prediction = time_model.predict(row)

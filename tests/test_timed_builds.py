@@ -16,7 +16,8 @@ from build_records import record_of
 from index_helpers import REPO
 from stamp_helpers import fixture_row
 
-from ci import build_record, time_model
+from ci.model import build_record
+from ci.timing import time_model
 
 
 def run_task(*args: str, times: Path) -> subprocess.CompletedProcess[str]:
@@ -73,5 +74,5 @@ def test_a_build_that_cannot_calibrate_is_one_line(case, tmp_path):
     assert (result.returncode, result.stdout) == (2, ""), result.stdout + result.stderr
     assert result.stderr.count("\n") == 1
     expected = ("2 of the build's compiles came from the compiler cache" if case == "cache-hits"
-                else "flash-mla is calibrated by a measured build in ci/time_model.py")
+                else "flash-mla is calibrated by a measured build in ci/timing/time_model.py")
     assert expected in result.stderr and not times.exists()

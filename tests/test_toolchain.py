@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ci import matrix, toolchain
-from ci.errors import WheelhouseError
-from ci.versions import load
+from ci.base.errors import WheelhouseError
+from ci.build import toolchain
+from ci.model import matrix
+from ci.model.versions import load
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"

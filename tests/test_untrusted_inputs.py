@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ci.errors import WheelhouseError
+from ci.base.errors import WheelhouseError
 from ci.maintenance import restore
-from ci.pages import GitBranchTarget
+from ci.publish.pages import GitBranchTarget
 
 
 def test_versions_ref_is_never_an_option_of_git_show(tmp_path):
@@ -36,7 +36,7 @@ from pathlib import Path  # noqa: E402
 
 from wheel_factory import build_wheel  # noqa: E402
 
-from ci.digest import sha256_file  # noqa: E402
+from ci.base.digest import sha256_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
@@ -98,8 +98,8 @@ def _fixture_record(**changes) -> str:
     """A whole build record of the fixture row (no wheels), with ``changes`` to its top-level fields."""
     from build_records import record_of
 
-    from ci import matrix
-    from ci.versions import load
+    from ci.model import matrix
+    from ci.model.versions import load
 
     (row,) = matrix.expand(load(FIXTURE_VERSIONS))
     return json.dumps({**json.loads(record_of(row, []).to_json()), **changes})
@@ -171,9 +171,9 @@ def _fake_build(dist: Path, seed: str) -> Path:
     """What a build of the fixture row leaves in dist/ (wheel, .metadata, build record), without compiling."""
     from build_records import write_record
 
-    from ci import matrix
-    from ci.versions import load
-    from ci.wheels.metadata import extract_metadata
+    from ci.formats.metadata import extract_metadata
+    from ci.model import matrix
+    from ci.model.versions import load
 
     (row,) = matrix.expand(load(FIXTURE_VERSIONS))
     out = dist / row.world
@@ -316,7 +316,7 @@ def test_a_published_site_file_nested_past_the_json_readers_depth_is_not_ours(tm
 @pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000,
                                   "[" * 65 + "]" * 65])
 def test_the_bounded_json_reader_refuses_depth_as_a_value_error(text):
-    from ci import bounded_json
+    from ci.base import bounded_json
 
     with pytest.raises(ValueError, match="nested more than 64 levels"):
         bounded_json.loads(text)

@@ -16,12 +16,12 @@ import pytest
 from provenance_helpers import Released, release_fixture
 from wheel_factory import build_wheel
 
-from ci import sbom
-from ci.digest import sha256_file
-from ci.wheels import pin
-from ci.wheels.archive import open_wheel
-from ci.wheels.metadata import read_metadata
-from ci.wheels.rewrite import add_members
+from ci.base.digest import sha256_file
+from ci.build import sbom
+from ci.checks import pin
+from ci.formats.archive import open_wheel
+from ci.formats.metadata import read_metadata
+from ci.formats.rewrite import add_members
 
 REPO = Path(__file__).resolve().parent.parent
 

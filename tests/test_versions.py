@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ci import matrix, versions
-from ci.errors import ConfigError
+from ci.base.errors import ConfigError
+from ci.model import matrix, versions
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -109,7 +109,7 @@ MALFORMED = [
      "(demo); rehost only one of them, or add it to wheel_packages"),
     ("shards-zero", mutated(_set(["components", "demo", "shards"], 0)),
      "versions.yaml: components.demo.shards: 0 is too small; the minimum is 1"),
-    # a builder that does not declare it builds by shards (ci/shards.py BUILDER_DECLARATION): each of the N jobs
+    # a builder that does not declare it builds by shards (ci/model/shards.py BUILDER_DECLARATION): each of the N jobs
     # would run the whole build and leave no shard
     ("shards-builder-cannot", mutated(_set(["components", "demo", "shards"], 256)),
      "versions.yaml: components.demo.shards: 256 shards, but build_scripts/fixture.sh does not build by shards (it "
@@ -333,7 +333,7 @@ def test_release_naming_matches_the_anchor(real):
 
 def test_a_cpu_row_reads_cpu_in_titles_logs_and_its_tag():
     """A CPU row's label was `cucpu` (`x86_64 cucpu py3.11`); its release tag names its world, cpu."""
-    from ci import naming
+    from ci.model import naming
 
     fixture = REPO / "tests" / "fixtures" / "versions.yaml"
     loaded = versions.load(fixture)
@@ -376,7 +376,7 @@ def test_every_list_of_setting_names_agrees():
     """The schema's settings are the one list; the component's and the override's $refs, the Settings fields,
     SETTING_KEYS and the README's versions.yaml table name the same settings (a key missing from one was
     accepted by the schema and then dropped silently). Each says whether it is a build input (x-build-input,
-    read by ci/fingerprint.py), so none is left out of the fingerprint by omission."""
+    read by ci/model/fingerprint.py), so none is left out of the fingerprint by omission."""
     defs = _schema_defs()
     names = set(defs["settings"]["properties"])
     unmarked = {name for name, prop in defs["settings"]["properties"].items()

@@ -14,11 +14,13 @@ import pytest
 from build_records import write_record
 from wheel_factory import build_wheel
 
-from ci import build, matrix, release, wheel_packages
-from ci.errors import CheckFailed
+from ci.base.errors import CheckFailed
+from ci.build import job
+from ci.formats.metadata import extract_metadata
+from ci.model import matrix, wheel_packages
+from ci.model.versions import load
+from ci.publish import release
 from ci.store.local import LocalStore
-from ci.versions import load
-from ci.wheels.metadata import extract_metadata
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VERSIONS = REPO / "tests" / "fixtures" / "versions.yaml"
@@ -130,10 +132,10 @@ def test_a_build_whose_wheel_is_another_project_fails_with_one_line_and_leaves_d
     (source / "torch_shadow" / "__init__.py").write_text("")
     (source / "setup.py").write_text('from setuptools import setup\n'
                                      'setup(name="transformer_engine", version="99.0", packages=["torch_shadow"])\n')
-    options = build.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", reuse_env=True,
                                  source=source, run_checks=False)
     with pytest.raises(CheckFailed) as refused:
-        build.run(versions, row, options)
+        job.run(versions, row, options)
     assert str(refused.value) == (
         f"{row.label}: transformer_engine-99.0-py3-none-any.whl: project 'transformer-engine' is not one component "
         "wheelhouse-fixture publishes (wheelhouse-fixture: components.wheelhouse-fixture.wheel_packages in "

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from wheel_factory import build_wheel, host_shared_object
 
-from ci.errors import CheckFailed
-from ci.wheels.abi import check_torch_abi, resolve_torch_target, torch_expected
+from ci.base.errors import CheckFailed
+from ci.checks.abi import check_torch_abi, resolve_torch_target, torch_expected
 
 TORCH_DIR = Path(__import__("torch").__file__).parent
 
@@ -82,7 +82,7 @@ def test_bad_targets_are_one_line_errors(tmp_path: Path) -> None:
 def test_an_extension_with_its_own_libstdcxx_beside_torch_is_refused(tmp_path: Path, static: bool) -> None:
     """Linked to torch (DT_NEEDED libc10.so) with libstdc++ inside: std::regex breaks at run time (seen on the
     GPU machine, whose CXX wrapper adds -static-libstdc++), so the wheel must not ship; needs no torch target."""
-    from ci.wheels.check import check_wheels
+    from ci.checks.check import check_wheels
 
     flags = [f"-L{TORCH_DIR / 'lib'}", "-Wl,--no-as-needed", "-lc10", *(["-static-libstdc++"] if static else [])]
     so = host_shared_object(flags)
@@ -101,7 +101,7 @@ def test_an_extension_with_its_own_libstdcxx_beside_torch_is_refused(tmp_path: P
 
 def test_any_shared_object_with_its_own_libstdcxx_is_refused(tmp_path: Path) -> None:
     """Not only modules that link torch: a helper library with -static-libstdc++ carries a second libstdc++ too."""
-    from ci.wheels.check import check_wheels
+    from ci.checks.check import check_wheels
 
     static = build_wheel(tmp_path / "static", {"demo_pkg/libhelper.so": host_shared_object(["-static-libstdc++"])
                                                .read_bytes()})
@@ -123,7 +123,7 @@ def test_cuda_wheel_against_a_cpu_torch_is_told_so(tmp_path: Path, cuda_torch: b
     from hostile_wheels import SHT_PROGBITS, elf, fatbin_container
     from stand_in_torch import torch_dir
 
-    from ci.wheels.check import check_wheels
+    from ci.checks.check import check_wheels
 
     kernels = elf([(".nv_fatbin", SHT_PROGBITS, fatbin_container(90), 0, 0)])
     wheel = build_wheel(tmp_path / "w", {"demo_pkg/_C.cpython-311-x86_64-linux-gnu.so": host_shared_object()

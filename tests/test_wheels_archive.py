@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from wheel_factory import build_wheel, raw_zip
 
-from ci.errors import CheckFailed
-from ci.wheels.archive import open_wheel, parse_filename
+from ci.base.errors import CheckFailed
+from ci.formats.archive import open_wheel, parse_filename
 
 WHEEL = "demo_pkg-1.0-cp311-cp311-linux_x86_64.whl"
 
@@ -130,7 +130,7 @@ def _declare_size(wheel: Path, member: str, size: int) -> None:
 
 
 def test_declared_sizes_beyond_the_cap_are_refused_before_reading(tmp_path: Path) -> None:
-    from ci.wheels.archive import MAX_UNCOMPRESSED
+    from ci.formats.archive import MAX_UNCOMPRESSED
 
     files = {f"demo_pkg/part{k}.bin": b"x" for k in range(5)}
     wheel = build_wheel(tmp_path, files)
@@ -173,7 +173,7 @@ def test_open_in_place_reads_what_the_member_holds_at_any_offset(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import random
 
-    from ci.wheels.archive import MemberReader
+    from ci.formats.archive import MemberReader
 
     monkeypatch.setattr(MemberReader, "CHECKPOINT_EVERY", 1 << 16)  # many checkpoints in a small member
     rng = random.Random(7)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ci.errors import ConfigError
-from ci.wheels.archs import CudaArch, missing_archs, parse_arch_list
+from ci.base.errors import ConfigError
+from ci.formats.archs import CudaArch, missing_archs, parse_arch_list
 
 
 def test_parse_spellings() -> None:

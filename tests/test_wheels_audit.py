@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from wheel_factory import build_wheel
 
-from ci.errors import CheckFailed
-from ci.wheels.audit import audit_repair, audit_show
+from ci.base.errors import CheckFailed
+from ci.checks.audit import audit_repair, audit_show
 
 
 def test_show_fixture(fixture_wheel: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from wheel_factory import REPO, build_wheel, host_shared_object
 
-from ci.wheels.check import check_wheels
+from ci.checks.check import check_wheels
 
 TORCH_WHEELS = REPO / ".cache" / "torch-wheels"
 SITE_PACKAGES = Path(__import__("torch").__file__).parent.parent
@@ -176,7 +176,7 @@ def test_extension_module_must_be_an_elf_for_the_platform(tmp_path: Path) -> Non
 _WRITES = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from ci.wheels.check import check_wheels
+from ci.checks.check import check_wheels
 
 def written():  # every byte this process passes to write(), whatever the file system
     return int(next(line.split()[1] for line in open("/proc/self/io") if line.startswith("wchar:")))

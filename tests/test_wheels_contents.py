@@ -1,4 +1,4 @@
-"""Wheels that carry their kernels as data are complete only with all of them (ci/wheels/contents.py).
+"""Wheels that carry their kernels as data are complete only with all of them (ci/checks/contents.py).
 
 The rules were checked against upstream's own 0.6.13 wheels of flashinfer-python and flashinfer-cubin
 (the real 458 MB cubin wheel passes); here, small wheels of the same layout.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from wheel_factory import build_wheel, write_synthetic_elf
 
-from ci.wheels.check import check_wheels
-from ci.wheels.contents import FLASHINFER_HEADERS
+from ci.checks.check import check_wheels
+from ci.checks.contents import FLASHINFER_HEADERS
 
 MANIFEST_DIR = "flashinfer_cubin/cubins/158f6fa11ef139a098cfddcdddce73ca99d164ad/fmha/trtllm-gen"
 

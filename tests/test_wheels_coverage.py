@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from wheel_factory import build_wheel
 
-from ci.errors import ConfigError
-from ci.wheels.archive import open_wheel
-from ci.wheels.coverage import check_coverage, parse_pythons
+from ci.base.errors import ConfigError
+from ci.checks.coverage import check_coverage, parse_pythons
+from ci.formats.archive import open_wheel
 
 SO = b"\x7fELF not really"
 TWO = "cp311.cp312-cp311.cp312-linux_x86_64"

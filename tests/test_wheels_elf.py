@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from wheel_factory import host_shared_object
 
-from ci.errors import CheckFailed
-from ci.wheels.elf import ElfFile, demangle, is_elf
+from ci.base.errors import CheckFailed
+from ci.formats.elf import ElfFile, demangle, is_elf
 
 
 def _nm(path: Path, *flags: str) -> set[str]:

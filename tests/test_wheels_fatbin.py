@@ -19,8 +19,8 @@ from wheel_factory import (
     write_synthetic_elf,
 )
 
-from ci.wheels.archs import CudaArch, parse_arch_list
-from ci.wheels.fatbin import arch_problems, scan_wheel_archs
+from ci.formats.archs import CudaArch, parse_arch_list
+from ci.formats.fatbin import arch_problems, scan_wheel_archs
 
 needs_nvcc = pytest.mark.skipif(not NVCC.is_file(), reason="nvcc not installed")
 
@@ -90,7 +90,7 @@ def test_cuobjdump_output_is_parsed(tmp_path: Path, cuda_so: Path, monkeypatch: 
 _MEASURE = """
 import json, resource, sys
 sys.path.insert(0, sys.argv[1])
-from ci.wheels.fatbin import scan_wheel_archs
+from ci.formats.fatbin import scan_wheel_archs
 scan = scan_wheel_archs(sys.argv[2], use_cuobjdump=False)
 hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({"archs": [str(a) for a in scan.cubin_archs],

@@ -127,10 +127,10 @@ def test_symbol_tables_under_the_cap_do_not_multiply_per_member(tmp_path, stand_
 def test_fatbin_headers_beyond_the_wheels_budget_are_refused_once(tmp_path):
     """Valid container and entry headers each cost a step: one wheel may read a bounded number of them,
     and the refusal is said once, not once per member after it."""
-    from ci.errors import CheckFailed
-    from ci.wheels.archive import open_wheel
-    from ci.wheels.elf import ElfFile
-    from ci.wheels.fatbin import MAX_FATBIN_HEADERS, HeaderBudget, scan_elf
+    from ci.base.errors import CheckFailed
+    from ci.formats.archive import open_wheel
+    from ci.formats.elf import ElfFile
+    from ci.formats.fatbin import MAX_FATBIN_HEADERS, HeaderBudget, scan_elf
 
     assert HeaderBudget().limit == MAX_FATBIN_HEADERS == 1 << 20
     container = hostile_wheels.fatbin_container(90, entries=3)  # 4 headers

@@ -6,7 +6,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from ci.wheels.metadata import extract_metadata
+from ci.formats.metadata import extract_metadata
 
 
 def test_extract_metadata(tmp_path: Path, fixture_wheel: Path) -> None:

@@ -13,15 +13,15 @@ from packaging.specifiers import SpecifierSet
 from stamp_helpers import FIXTURE_VERSIONS, fixture_facts, linked_shared_object
 from wheel_factory import build_wheel, host_shared_object
 
-from ci import fingerprint, matrix
-from ci.errors import CheckFailed, ConfigError
-from ci.stamp import stamp_wheel
-from ci.versions import SCHEMA_PATH, load
-from ci.wheels import pin
-from ci.wheels.archive import open_wheel
-from ci.wheels.check import check_wheels
-from ci.wheels.metadata import extract_metadata
-from ci.wheels.record import check_record
+from ci.base.errors import CheckFailed, ConfigError
+from ci.build.stamp import stamp_wheel
+from ci.checks import pin
+from ci.checks.check import check_wheels
+from ci.formats.archive import open_wheel
+from ci.formats.metadata import extract_metadata
+from ci.formats.record import check_record
+from ci.model import fingerprint, matrix
+from ci.model.versions import SCHEMA_PATH, load
 
 UPSTREAM = (
     b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\nRequires-Dist: numpy\n"

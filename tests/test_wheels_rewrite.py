@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from wheel_factory import build_wheel, record_hash, reversion_wheel
 
-from ci.errors import CheckFailed
-from ci.wheels.rewrite import strip_local_version
+from ci.base.errors import CheckFailed
+from ci.formats.rewrite import strip_local_version
 
 LOCAL = "0.1.0+abc1234"
 
@@ -116,7 +116,7 @@ def test_command_line_strips_in_place(tmp_path: Path, fixture_wheel: Path) -> No
     import sys
 
     local = reversion_wheel(fixture_wheel, LOCAL, tmp_path)
-    result = subprocess.run([sys.executable, "-m", "ci.wheels.rewrite", str(local)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "ci.formats.rewrite", str(local)], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in tmp_path.glob("*.whl")) == ["wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"]
@@ -125,7 +125,7 @@ def test_command_line_strips_in_place(tmp_path: Path, fixture_wheel: Path) -> No
 
 def test_strip_refuses_a_local_header_name_it_did_not_validate(tmp_path: Path) -> None:
     """The local header's '../' name never reaches the output's central directory (nor any output)."""
-    from ci.wheels import rewrite
+    from ci.formats import rewrite
     from tests.hostile_wheels import header_mismatch
 
     wheel = header_mismatch(tmp_path)
@@ -169,9 +169,9 @@ def test_command_line_refuses_inputs_that_strip_to_one_name(tmp_path: Path) -> N
 
 def test_add_members_copies_the_rest_raw_and_records_the_new_files(tmp_path: Path) -> None:
     """Bundle mode's writer: new files before .dist-info, WHEEL replaced, RECORD right, other bytes as they were."""
-    from ci.wheels.archive import open_wheel
-    from ci.wheels.record import check_record
-    from ci.wheels.rewrite import add_members
+    from ci.formats.archive import open_wheel
+    from ci.formats.record import check_record
+    from ci.formats.rewrite import add_members
 
     wheel = build_wheel(tmp_path / "in", {"demo_pkg/__init__.py": b"x = 1\n" * 1000, "demo_pkg/_C.cpython-311.so": b"311"})
     module = tmp_path / "_C.cpython-312.so"

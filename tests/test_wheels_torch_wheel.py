@@ -34,7 +34,7 @@ def _download(tmp_path: Path, arch: str, index: str) -> tuple[int, str, str]:
     versions = tmp_path / "versions.yaml"
     versions.write_text(VERSIONS.format(arch=arch, index=index))
     env = {**client_env(tmp_path), "WHEELHOUSE_VERSIONS": str(versions), "PYTHONPATH": str(REPO)}
-    result = run([sys.executable, "-m", "ci.wheels.torch_wheel", "--component", "wheelhouse-fixture", "--python", "3.11",
+    result = run([sys.executable, "-m", "ci.publish.torch_wheel", "--component", "wheelhouse-fixture", "--python", "3.11",
                   "--torch", "2.13.0", "--arch", arch, "--dest", str(tmp_path / "torch")], env)
     return result.returncode, result.stdout.strip(), result.stderr.strip()
 
@@ -49,7 +49,7 @@ def test_the_rows_torch_wheel_is_downloaded_for_its_python_and_arch_and_checked_
     assert Path(out) == tmp_path / "torch" / "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl"
     assert Path(out).read_bytes() == offered[1].read_bytes()
 
-    from ci.wheels.check import check_wheels
+    from ci.checks.check import check_wheels
 
     wheel = build_wheel(tmp_path / "w", {"demo_pkg/_C.cpython-311-x86_64-linux-gnu.so": host_shared_object().read_bytes()})
     (problem,) = check_wheels([wheel], torch_target=out).problems

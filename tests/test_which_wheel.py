@@ -30,8 +30,8 @@ from install_clients import (
     user_torch,
 )
 
-from ci.catalog import INDEX_RECORD
-from ci.which_wheel import FORMS
+from ci.publish.catalog import INDEX_RECORD
+from ci.publish.which_wheel import FORMS
 
 
 @pytest.fixture(scope="module")

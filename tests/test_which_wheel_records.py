@@ -4,7 +4,7 @@ else, and no record is read past its size limit or outside the site.
 
 The hostile sites are copies of a real one (tests/install_clients.py) with one value changed, as the third
 adversarial round's ``which_hostile.py`` made them, plus variants of each root cause. Each run is the file
-itself (``python ci/which_wheel.py``), as a user runs the copy the site serves; the printed command lines are
+itself (``python ci/publish/which_wheel.py``), as a user runs the copy the site serves; the printed command lines are
 then pasted into bash with stand-in ``pip`` and ``uv`` that only echo, and must not have made any file.
 """
 
@@ -26,7 +26,7 @@ import pytest
 from index_helpers import REPO
 from install_clients import WORLD, WORLD_TORCH, build_indexes, user_torch
 
-from ci.which_wheel import INDEX_RECORD, MAX_RECORD_BYTES, WORLD_RECORD
+from ci.publish.which_wheel import INDEX_RECORD, MAX_RECORD_BYTES, WORLD_RECORD
 
 RECORD = f"{WORLD}/{WORLD_RECORD}"
 

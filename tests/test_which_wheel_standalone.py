@@ -25,9 +25,9 @@ from provenance_helpers import release_fixture
 from stamp_helpers import simple_index, torch_stand_in
 from test_which_wheel import printed_forms
 
-from ci import which_wheel
-from ci.demo import FIXTURE_VERSIONS, SMOKE_TEST
-from ci.which_wheel import FORMS, SERVED_NAME, Version, interpreter_tags, served_copy, version_in
+from ci.flows.demo import FIXTURE_VERSIONS, SMOKE_TEST
+from ci.publish import which_wheel
+from ci.publish.which_wheel import FORMS, SERVED_NAME, Version, interpreter_tags, served_copy, version_in
 
 VERSIONS = ["2.13.0", "2.13.0+cpu", "2.13.0+cu130", "2.13.1", "2.13", "2.13.0a0", "2.13.0rc1", "2.13.0.dev20250101",
             "2.13.0.post1", "2.12.9", "2.14.0", "1!2.13.0", "2.13.0a0+git1234", "3.11", "3.9", "3.10.4", "3.13.0b1",

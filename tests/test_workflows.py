@@ -1,7 +1,7 @@
 """The generated GitHub Actions workflows: current, derived from versions.yaml, lint-clean and least-privilege.
 
 The security properties are asserted on the parsed YAML, so a hand edit to
-ci/workflows.py that weakens one fails here even when actionlint is happy.
+ci/flows/workflows.py that weakens one fails here even when actionlint is happy.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
-from ci import matrix, naming, workflows
-from ci.errors import ConfigError
-from ci.versions import DEFAULT_VERSIONS, REPO_ROOT, load
+from ci.base.errors import ConfigError
+from ci.flows import workflows
+from ci.model import matrix, naming
+from ci.model.versions import DEFAULT_VERSIONS, REPO_ROOT, load
 
 WF = workflows.WORKFLOWS_DIR
 BUILD = f"{WF}/_build.yml"
@@ -449,7 +450,7 @@ def test_build_job_runs_the_local_commands(docs, versions):
                 callers += 1
                 assert set(job["with"]) == set(inputs), (path, job_id)
                 assert job["strategy"]["fail-fast"] is False
-                shard_keys = {"shard", "shard_index"} if reusable == SHARD else set()  # ci/shards.py matrix_entries
+                shard_keys = {"shard", "shard_index"} if reusable == SHARD else set()  # ci/model/shards.py matrix_entries
                 for name, value in job["with"].items():
                     assert re.search(r"matrix\.(\w+)", value).group(1) in row_keys | shard_keys, (path, name)
         assert callers, reusable
@@ -532,7 +533,7 @@ def test_publish_runs_no_upstream_code_and_checks_the_wheels_again(docs):
     recheck = _script("recheck_wheels.sh")
     assert 'invoke check-wheel --wheel "dist/$WORLD/*.whl" --pythons' in recheck and "--require-archs" in recheck
     # the torch ABI check too: against the row's torch wheel, downloaded and read in place, never installed
-    assert 'python -m ci.wheels.torch_wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH"' in recheck
+    assert 'python -m ci.publish.torch_wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH"' in recheck
     assert '--torch "$torch_wheel"' in recheck and "pip install" not in recheck
     env = by_name["Check the wheels again"]["env"]
     assert {env[k] for k in ("COMPONENT", "TORCH", "ARCH")} == {"${{ inputs.component }}", "${{ inputs.torch }}",
@@ -714,7 +715,7 @@ def test_plan_comment_edits_the_marked_comment_or_creates_one(tmp_path):
     assert log.read_text().splitlines()[1].startswith("api --method POST repos/o/r/issues/7/comments -f body=")
 
 
-# --- the remote compiler cache (ci/remote_cache.py) -----------------------------------------------
+# --- the remote compiler cache (ci/build/remote_cache.py) -----------------------------------------------
 
 
 def _github_expression(expression: str, context: dict[str, str]) -> object:

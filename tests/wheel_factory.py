@@ -110,7 +110,7 @@ def build_wheel(
         zf.writestr(info, record.getvalue().encode())
     if sidecar:
         sys.path.insert(0, str(REPO))
-        from ci.wheels.metadata import extract_metadata
+        from ci.formats.metadata import extract_metadata
 
         extract_metadata(target)
     return target
@@ -272,7 +272,7 @@ def fatbin_section_bytes(so: Path) -> bytes:
     import sys
 
     sys.path.insert(0, str(REPO))
-    from ci.wheels.elf import ElfFile
+    from ci.formats.elf import ElfFile
 
     with open(so, "rb") as fp:
         elf = ElfFile(fp)

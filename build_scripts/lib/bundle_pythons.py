@@ -29,7 +29,7 @@ setup.py reads must still be exported). It:
    the build interpreter (a module missing for one Python, or one the wheel
    does not have, is an error naming both);
 4. rewrites the wheel with the wheelhouse's raw-copy writer
-   (``ci.wheels.rewrite.add_members``, imported from this repository): the new
+   (``ci.formats.rewrite.add_members``, imported from this repository): the new
    modules next to the existing ones, RECORD with their hashes and sizes, one
    ``Tag:`` per Python in WHEEL, and the filename's tags compressed
    (``cp310.cp311.cp312.cp313``); every other member's bytes are copied as they
@@ -298,7 +298,7 @@ def bundle(wheel: Path, src: Path, interpreters: list[str], work_root: Path | No
 
 
 def _rewrite_library():
-    """The wheelhouse's wheel reader and raw-copy writer (ci/wheels/), from this repository.
+    """The wheelhouse's wheel reader and raw-copy writer (ci/formats/), from this repository.
 
     Imported only here, in the parent: the per-target child puts the project's checkout first on
     sys.path, and a checkout may have a ``ci`` package of its own.
@@ -306,8 +306,8 @@ def _rewrite_library():
     root = str(Path(__file__).resolve().parents[2])
     if root not in sys.path:
         sys.path.insert(0, root)
-    from ci.errors import CheckFailed
-    from ci.wheels import archive, rewrite
+    from ci.base.errors import CheckFailed
+    from ci.formats import archive, rewrite
 
     return archive, rewrite, CheckFailed
 
@@ -315,7 +315,7 @@ def _rewrite_library():
 def merge(wheel: Path, extra: dict[str, Path], tags: list[str]) -> Path:
     """Rewrite ``wheel`` with ``extra`` members (arcname -> file) and CPython ``tags``; return the new path.
 
-    ci.wheels.rewrite.add_members writes it: the wheel's members are copied raw, the modules added
+    ci.formats.rewrite.add_members writes it: the wheel's members are copied raw, the modules added
     before .dist-info, WHEEL's ``Tag:`` lines replaced, and RECORD updated for both.
     """
     archive, rewrite, CheckFailed = _rewrite_library()

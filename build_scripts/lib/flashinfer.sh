@@ -178,14 +178,14 @@ flashinfer_aot_deps() {
     printf '%s\n' "$dir"
 }
 
-# wheelhouse_jit_cache ARGS...: python -m ci.jit_cache ARGS under
+# wheelhouse_jit_cache ARGS...: python -m ci.model.jit_cache ARGS under
 # WHEELHOUSE_PYTHON, from the wheelhouse root (flashinfer's checkout has a ci/
 # of its own); paths in ARGS must be absolute.
 wheelhouse_jit_cache() {
     require_env WHEELHOUSE_ROOT
     (
         cd "$WHEELHOUSE_ROOT" || exit 1
-        PYTHONPATH="$WHEELHOUSE_ROOT" "${WHEELHOUSE_PYTHON:-python}" -m ci.jit_cache "$@"
+        PYTHONPATH="$WHEELHOUSE_ROOT" "${WHEELHOUSE_PYTHON:-python}" -m ci.model.jit_cache "$@"
     )
 }
 
@@ -202,7 +202,7 @@ flashinfer_provider_tag() {
 # (lib/flashinfer_aot.py), as upstream's layout has it: one provider wheel per
 # arch target of TORCH_CUDA_ARCH_LIST (its module list made and compiled with
 # FLASHINFER_CUDA_ARCH_LIST set to that target alone, in build/aot/<provider>)
-# and the shim (ci/jit_cache.py). Shards live in WHEELHOUSE_SHARDS_DIR
+# and the shim (ci/model/jit_cache.py). Shards live in WHEELHOUSE_SHARDS_DIR
 # (default: shards/ beside DIST_DIR). Three modes:
 #   WHEELHOUSE_SHARD=I/N     compile shard I of N into its directory there; no wheel
 #   WHEELHOUSE_ASSEMBLE=1    compile nothing: the wheels from the shards there

@@ -1,6 +1,6 @@
 """One flashinfer-jit-cache provider wheel: the AOT modules of one arch target.
 
-(ci/jit_cache.py packs this file as ``flashinfer_jit_cache/providers/<tag>/__init__.py``; it runs in the user's
+(ci/model/jit_cache.py packs this file as ``flashinfer_jit_cache/providers/<tag>/__init__.py``; it runs in the user's
 interpreter.) The ``flashinfer.jit_cache.providers`` entry point of the wheel names :func:`get_provider`, which
 answers with the provider's manifest (upstream's schema: provider id, distribution, version, CUDA architectures,
 modules) and where its modules are; the flashinfer-jit-cache shim chooses among the installed providers.

@@ -1,6 +1,6 @@
 """flashinfer-jit-cache as the wheelhouse builds it: the shim over one provider wheel per arch target.
 
-(ci/jit_cache.py packs this file as ``flashinfer_jit_cache/__init__.py``; it runs in the user's interpreter.)
+(ci/model/jit_cache.py packs this file as ``flashinfer_jit_cache/__init__.py``; it runs in the user's interpreter.)
 
 flashinfer (0.6.13 and later) takes its ahead-of-time modules from ``flashinfer_jit_cache.get_jit_cache_dir()``.
 The modules live in provider wheels (``flashinfer-jit-cache-sm90a``...), each the AOT inventory compiled for one

@@ -3,7 +3,7 @@
 # Local-version stripping for wheels whose setup.py appends "+<git sha>".
 # GitHub release assets turn "+" into ".", which would desynchronise the
 # filename from the metadata, and the sha says nothing the release does not.
-# The rewrite itself lives in the wheelhouse library (ci/wheels/rewrite.py):
+# The rewrite itself lives in the wheelhouse library (ci/formats/rewrite.py):
 # one implementation, tested in Python, instead of an unpack/sed/repack here.
 
 # shellcheck source=env.sh
@@ -34,11 +34,11 @@ strip_local_version() {
     (
         cd "$WHEELHOUSE_ROOT" || exit 1
         PYTHONPATH="$WHEELHOUSE_ROOT${PYTHONPATH:+:$PYTHONPATH}" \
-            "${WHEELHOUSE_PYTHON:-python}" -m ci.wheels.rewrite "${wheels[@]}"
+            "${WHEELHOUSE_PYTHON:-python}" -m ci.formats.rewrite "${wheels[@]}"
     )
     # Trust, but verify: the result must be in place and plain.
     for whl in "$dir"/*.whl; do
         [[ -e "$whl" ]] || continue
-        [[ "${whl##*/}" != *+* ]] || die "ci.wheels.rewrite left a local version in ${whl##*/}"
+        [[ "${whl##*/}" != *+* ]] || die "ci.formats.rewrite left a local version in ${whl##*/}"
     done
 }

@@ -6,10 +6,10 @@ Tag schemes, oldest first (the anchor's history):
 - stage B: ``<component>-<ref>-py<X.Y>``, with the bare stage-A form kept for Python 3.12;
 - stage C: ``<component>-<sanitized ref>-py<X.Y>-torch<T>``, one release for every world of a
   (Python, torch): a CPU and a CUDA row shared it, and one world's wheel replaced the other's;
-- current: ``<component>-<sanitized ref>-<cuXY|cpu>-py<X.Y>-torch<T>`` (:func:`ci.naming.release_tag`).
+- current: ``<component>-<sanitized ref>-<cuXY|cpu>-py<X.Y>-torch<T>`` (:func:`ci.model.naming.release_tag`).
 
 The new tag comes from the release's TITLE (``<component> <ref> - [<arch> ]cu<cuda> py<X.Y>
-torch<T>; ...``, :func:`ci.naming.parse_title`), which every stage wrote the same way. A title must
+torch<T>; ...``, :func:`ci.model.naming.parse_title`), which every stage wrote the same way. A title must
 name exactly one distinct (Python, torch) pair and one world (CUDA major.minor, or cpu); anything
 else is "unparseable" and the release is never touched: a stage-C release whose title names two
 worlds holds the wheels of both under one name each, and which world's bytes are left there is for a
@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ci import naming
-from ci.errors import WheelhouseError
+from ci.base.errors import WheelhouseError
 from ci.maintenance import delete_git_tag, git_tags
+from ci.model import naming
 from ci.store.model import Release, ReleaseStore
 
 RENAME = "rename"

@@ -30,12 +30,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from ci import matrix, naming
-from ci.errors import UsageError, WheelhouseError
-from ci.index import check_world
-from ci.pages import IndexWhere, PublishOutcome, publish
+from ci.base.errors import UsageError, WheelhouseError
+from ci.model import matrix, naming
+from ci.model.versions import Versions
+from ci.publish.index import check_world
+from ci.publish.pages import IndexWhere, PublishOutcome, publish
 from ci.store.model import Release, ReleaseStore
-from ci.versions import Versions
 
 MAX_DELETED_SHARE = 0.5
 """Share of the store's releases one prune may delete without ``force``."""
@@ -228,9 +228,9 @@ def apply(prune: PrunePlan, store: ReleaseStore, *, index: IndexWhere | None = N
           force: bool = False) -> PruneResult:
     """Re-publish the index without the planned releases, then delete them (a missing one is fine).
 
-    ``index``: where to re-publish it (:func:`ci.pages.publish`, the flow publish-index runs). Refused, with
+    ``index``: where to re-publish it (:func:`ci.publish.pages.publish`, the flow publish-index runs). Refused, with
     nothing changed, when :meth:`PrunePlan.refusal` objects and not ``force``, or when the index would lose
-    more wheel links than the deletions explain (see ci.pages)."""
+    more wheel links than the deletions explain (see ci.publish.pages)."""
     refusal = None if force else prune.refusal()
     if refusal is not None:
         raise refusal

@@ -17,13 +17,13 @@ them. This task puts them back:
    refuse any member that is absolute, has a ``..`` component or is a symbolic link, take the
    ``*.whl`` (and ``*.whl.metadata``) members, and run the wheel checks on every wheel (all but
    the torch ABI check, which needs the row's torch); every wheel must be a project the component
-   publishes (ci/wheel_packages.py, the component's ``wheel_packages`` for that arch); a ``.metadata``
+   publishes (ci/model/wheel_packages.py, the component's ``wheel_packages`` for that arch); a ``.metadata``
    must equal its wheel's METADATA, and a wheel without one gets it, made from that METADATA;
 5. per release: create it if missing, upload the wheels (an existing asset with other bytes is
    refused unless ``clobber``, which replaces it through the store's safe clobber; an existing
    release keeps its title and notes), then attach
    one ``wheelhouse-build-manifest-<arch>.json`` per arch marked ``restored: true``, so the skip
-   plan (ci/plan.py) rebuilds the release instead of trusting wheels no build of ours checked.
+   plan (ci/flows/plan.py) rebuilds the release instead of trusting wheels no build of ours checked.
    An existing manifest is left alone when none of that arch's wheels changed.
 
 Idempotent: a second run finds the same bytes everywhere and changes nothing.
@@ -40,20 +40,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ci import log, manifest, matrix, naming, wheel_packages
-from ci.digest import sha256_file
-from ci.errors import CheckFailed, ConfigError, WheelhouseError
-from ci.plan import wheel_covers_arch
+from ci.base import log
+from ci.base.digest import sha256_file
+from ci.base.errors import CheckFailed, ConfigError, WheelhouseError
+from ci.formats.archive import unsafe_member
+from ci.model import manifest, matrix, naming, wheel_packages
+from ci.model.naming import wheel_covers_arch
+from ci.model.versions import REPO_ROOT, Versions
 from ci.store.artifacts import Artifact, ArtifactSource
 from ci.store.model import Release, ReleaseStore
-from ci.versions import REPO_ROOT, Versions
-from ci.wheels.archive import unsafe_member
 
 ARTIFACT_NAME = re.compile(
     r"^wheel-(?P<component>.+)-(?P<arch>x86_64|aarch64)-cu(?P<cuda>[\w.]+)-py(?P<python>[\w.]+)"
     r"-torch(?P<torch>[\w.+]+)$"
 )
-"""Inverse of :func:`ci.naming.artifact_name`."""
+"""Inverse of :func:`ci.model.naming.artifact_name`."""
 
 Log = Callable[[str], None]
 
@@ -85,7 +86,7 @@ def versions_from_text(text: str, *, ref: str) -> Versions:
     The semantic checks that look at the working tree (builder scripts, patch files) are left out:
     they concern building, and the tree has moved on since ``ref``.
     """
-    from ci import versions as versions_module
+    from ci.model import versions as versions_module
 
     with tempfile.TemporaryDirectory(prefix="wheelhouse-versions-") as tmp:
         path = Path(tmp) / "versions.yaml"
@@ -380,7 +381,7 @@ def _check_restored(what: str, item: Item, wheels: list[Path], sidecars: list[Pa
 
     Nothing reaches a release unchecked: an artifact is other people's bytes until it passes.
     """
-    from ci.wheels.check import check_wheels
+    from ci.checks.check import check_wheels
 
     report = check_wheels(wheels)
     if not report.ok:

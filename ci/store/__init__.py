@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ci.errors import ConfigError, UsageError
+from ci.base.errors import ConfigError, UsageError
 from ci.store.artifacts import ArtifactSource, GitHubArtifacts, LocalArtifacts
 from ci.store.http import ProgressFn
 from ci.store.model import ReleaseStore
 
 if TYPE_CHECKING:  # the settings module reads no store; only its type is needed here
-    from ci.environment import Environment
+    from ci.model.environment import Environment
 
 
 def open_store(env: Environment, *, dry_run: bool = False, progress: ProgressFn | None = None,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ci.errors import RemoteError, WheelhouseError
+from ci.base.errors import RemoteError, WheelhouseError
 
 if TYPE_CHECKING:
     from ci.store.github_api import GitHubAPI

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ci.digest import sha256_file
-from ci.errors import RemoteError
+from ci.base.digest import sha256_file
+from ci.base.errors import RemoteError
 from ci.store.github_api import GitHubAPI
 from ci.store.http import ProgressFn, Response, RetryPolicy
 from ci.store.model import Asset, Release, newest_by_name

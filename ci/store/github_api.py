@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ci import log
-from ci.errors import RemoteError
+from ci.base import log
+from ci.base.errors import RemoteError
 from ci.store.http import (
     ProgressFn,
     Response,

@@ -3,7 +3,7 @@
 :class:`Retrier` runs one attempt function until it returns an answer that is not transient,
 sleeping between attempts: exponential backoff with jitter for 5xx answers and dropped or reset
 connections; ``Retry-After`` for secondary rate limits; until ``x-ratelimit-reset`` when the primary
-limit is used up. After a bounded number of attempts it raises :class:`ci.errors.RemoteError` with a
+limit is used up. After a bounded number of attempts it raises :class:`ci.base.errors.RemoteError` with a
 one-line message. ``sleep``, ``clock`` and the jitter RNG are injectable so that tests run fast.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ci.errors import RemoteError
+from ci.base.errors import RemoteError
 
 ProgressFn = Callable[[str, int, int], None]
 """progress(label, bytes done, bytes total)."""

@@ -40,9 +40,9 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-from ci import bounded_json
-from ci.digest import sha256_file
-from ci.errors import RemoteError
+from ci.base import bounded_json
+from ci.base.digest import sha256_file
+from ci.base.errors import RemoteError
 from ci.store.model import Asset, Release
 
 _CHUNK = 1 << 20

@@ -49,7 +49,7 @@ export WHEELHOUSE_CACHE="$WORK/cache"
 # deep_ep_sources: the sources deep-ep was built from in WORK.
 deep_ep_sources() {
     local ref dir
-    ref="$("$PY" -c 'import sys; from ci.versions import load; print(load(sys.argv[1]).component("deep-ep").ref)' "$DEVICE_VERSIONS")"
+    ref="$("$PY" -c 'import sys; from ci.model.versions import load; print(load(sys.argv[1]).component("deep-ep").ref)' "$DEVICE_VERSIONS")"
     for dir in "$WORK"/cache/builds/*/src "$WORK"/cache/sources/git/*-"$ref"; do
         if [[ -f "$dir/csrc/kernels/launch.cuh" && -f "$dir/csrc/deep_ep.cpp" && -f "$dir/setup.py" ]]; then
             printf '%s\n' "$dir"

@@ -121,7 +121,7 @@ def download_tools(into: Path, pip: list[str], requirements: tuple[str, ...] = T
 
 def download_sdists(components: list[str], versions_path: Path, into: Path, pip: list[str]) -> list[Path]:
     sys.path.insert(0, str(ROOT))
-    from ci.versions import load
+    from ci.model.versions import load
 
     versions = load(versions_path, check_tree=False)
     into.mkdir(parents=True, exist_ok=True)

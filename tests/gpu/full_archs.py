@@ -36,8 +36,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from ci import versions as versions_mod  # noqa: E402
-from ci.errors import ConfigError  # noqa: E402
+from ci.base.errors import ConfigError  # noqa: E402
+from ci.model import versions as versions_mod  # noqa: E402
 
 DEVICE_VERSIONS = ROOT / "tests" / "fixtures" / "versions-device.yaml"
 # What the setup.py of a component without torch_cuda_arch_list emits for CUDA 13 (cuobjdump's list).
@@ -141,8 +141,8 @@ def _cubin_archs(shared_object: Path) -> list[str]:
     if shutil.which("cuobjdump"):
         listed = subprocess.run(["cuobjdump", "--list-elf", str(shared_object)], capture_output=True, text=True).stdout
         return sorted(set(re.findall(r"\bsm_\d+[af]?\b", listed)))
-    from ci.wheels.elf import ElfFile
-    from ci.wheels.fatbin import scan_elf
+    from ci.formats.elf import ElfFile
+    from ci.formats.fatbin import scan_elf
 
     with open(shared_object, "rb") as handle:
         found = scan_elf(shared_object.name, ElfFile(handle, shared_object.name))
@@ -160,8 +160,9 @@ def result(component: str, *, versions: Path, dist: Path, build_s: int, status: 
     import tempfile
     import zipfile
 
-    from ci import matrix, time_model
-    from ci.wheels.archs import parse_arch_list
+    from ci.formats.archs import parse_arch_list
+    from ci.model import matrix
+    from ci.timing import time_model
 
     loaded = versions_mod.load(versions, check_tree=False)
     row = next(r for r in matrix.expand(loaded) if r.component == component and r.arch == "x86_64")

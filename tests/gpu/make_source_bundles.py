@@ -53,8 +53,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from ci import versions as versions_mod  # noqa: E402
-from ci.errors import WheelhouseError  # noqa: E402
+from ci.base.errors import WheelhouseError  # noqa: E402
+from ci.model import versions as versions_mod  # noqa: E402
 
 # What a build reads of a repository that is too large (or incomplete in a
 # snapshot) to carry whole. Top-level files (licences, READMEs) are always kept.

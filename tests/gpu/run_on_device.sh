@@ -106,7 +106,7 @@ if compgen -G ".device/sdists/*" >/dev/null; then
 fi
 # The wheel names a component's build makes (its wheel_packages, as files name them).
 wheel_stems() {
-    "$PY" -c 'import sys; from ci.versions import load; from packaging.utils import canonicalize_name
+    "$PY" -c 'import sys; from ci.model.versions import load; from packaging.utils import canonicalize_name
 v = load(sys.argv[1]); print(" ".join(canonicalize_name(p).replace("-", "_") for c in sys.argv[2:] for p in v.component(c).settings_for("x86_64").wheel_packages))' \
         "$WHEELHOUSE_VERSIONS" "$@"
 }
@@ -224,7 +224,7 @@ if [[ "$MODE" == one-unit ]]; then
     use_mirror
     rm -rf "$WORK/fa-src"
     git clone -q --depth 1 --no-checkout https://github.com/Dao-AILab/flash-attention.git "$WORK/fa-src"
-    ref="$("$PY" -c 'import sys; from ci.versions import load; print(load(sys.argv[1]).component("flash-attention").ref)' "$WHEELHOUSE_VERSIONS")"
+    ref="$("$PY" -c 'import sys; from ci.model.versions import load; print(load(sys.argv[1]).component("flash-attention").ref)' "$WHEELHOUSE_VERSIONS")"
     git -C "$WORK/fa-src" fetch -q --depth 1 origin "$ref" && git -C "$WORK/fa-src" checkout -q FETCH_HEAD
     git -C "$WORK/fa-src" submodule update -q --init --depth 1 csrc/cutlass
     rm -rf "$WORK/fa-src/.git"  # clean sources, as a build gets them (with .git, setup.py fetches composable_kernel)

@@ -1,8 +1,8 @@
 """On the GPU machine: the SBOM's arch list of a real CUDA wheel equals what cuobjdump lists.
 
 Builds the fixture extension with its CUDA kernel (``TORCH_CUDA_ARCH_LIST``, default ``8.0;9.0+PTX``)
-against the machine's torch, writes the torch pin and the SBOM into it as a build does (ci/stamp.py,
-facts gathered by ci/sbom.py from the real interpreter and source directory), then compares, per
+against the machine's torch, writes the torch pin and the SBOM into it as a build does (ci/build/stamp.py,
+facts gathered by ci/build/sbom.py from the real interpreter and source directory), then compares, per
 shared object, the SBOM's cubin and PTX archs with ``cuobjdump --list-elf --list-ptx``. Prints one
 line per shared object and copies the stamped wheel to ``OUT_DIR`` (first argument) for validation
 elsewhere. Exit status 1 on any difference.
@@ -23,20 +23,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from ci import matrix, sbom, sources, toolchain  # noqa: E402
-from ci.stamp import stamp_wheel  # noqa: E402
-from ci.versions import load  # noqa: E402
-from ci.wheels.archive import open_wheel  # noqa: E402
-from ci.wheels.elf import ElfFile  # noqa: E402
-from ci.wheels.fatbin import find_cuobjdump, scan_elf  # noqa: E402
-from ci.wheels.pin import read_torch_pin  # noqa: E402
+from ci.build import sbom, sources, toolchain  # noqa: E402
+from ci.build.stamp import stamp_wheel  # noqa: E402
+from ci.checks import toolkit  # noqa: E402
+from ci.checks.pin import read_torch_pin  # noqa: E402
+from ci.formats.archive import open_wheel  # noqa: E402
+from ci.formats.elf import ElfFile  # noqa: E402
+from ci.formats.fatbin import find_cuobjdump, scan_elf  # noqa: E402
+from ci.model import matrix  # noqa: E402
+from ci.model.versions import load  # noqa: E402
 
 
 def main(out_dir: Path) -> int:
     versions = load(os.environ.get("WHEELHOUSE_VERSIONS", ROOT / "tests" / "fixtures" / "versions-device.yaml"))
     row = next(r for r in matrix.expand(versions) if r.component == "wheelhouse-fixture")
     interpreter = toolchain.verify(sys.executable, row)
-    tool = find_cuobjdump(toolchain.cuda_home(interpreter.nvcc) if interpreter.nvcc else None)
+    tool = find_cuobjdump(toolkit.cuda_home(interpreter.nvcc) if interpreter.nvcc else None)
     assert tool is not None, "no cuobjdump"
     with tempfile.TemporaryDirectory(prefix="sbom-archs-") as tmp:
         work = Path(tmp) / "src"

@@ -49,7 +49,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from ci.errors import ConfigError  # noqa: E402
+from ci.base.errors import ConfigError  # noqa: E402
 
 DEVICE_VERSIONS = ROOT / "tests" / "fixtures" / "versions-device.yaml"
 RESULTS = ROOT / "benchmarks" / "device_results.json"
@@ -275,7 +275,7 @@ def _run(command: list[str], env: dict, log: Path, *, cwd: Path = ROOT) -> int:
 
 def _built(name: str, dist: Path, world: str) -> dict:
     """What the build record says: wheels with sha256 and size, the checks, the build place."""
-    from ci.build_record import BuildRecord
+    from ci.model.build_record import BuildRecord
 
     records = sorted((dist / world).glob(f"{name}-*.build.json"))
     if not records:
@@ -345,8 +345,8 @@ def green(entry: dict) -> bool:
 
 def run(*, versions: Path, work: Path, out: Path, commit: str, deadline_s: int, python: str = sys.executable,
         components: list[str] | None = None, rebuild: tuple[str, ...] = REBUILD_CHECKS) -> dict:
-    from ci import matrix
-    from ci.versions import load
+    from ci.model import matrix
+    from ci.model.versions import load
 
     loaded = load(versions, check_tree=False)
     names = components or sorted(loaded.components)

@@ -201,8 +201,8 @@ def test_deep_ep_imports_with_nvshmem_and_hybrid_ep():
     import deep_ep_cpp
     import hybrid_ep_cpp
 
-    from ci.wheels.elf import ElfFile
-    from ci.wheels.paths import run_paths
+    from ci.checks.paths import run_paths
+    from ci.formats.elf import ElfFile
 
     nvshmem = sorted(p for p in _mapped_libraries() if Path(p).name.startswith("libnvshmem_host.so"))
     print(f"deep_ep {deep_ep.__file__}: deep_ep_cpp {deep_ep_cpp.__file__}, hybrid_ep_cpp {hybrid_ep_cpp.__file__}; "
