@@ -12,7 +12,7 @@ source "$LIB/env.sh"
 # shellcheck source=lib/arch.sh
 source "$LIB/arch.sh"
 
-require_env TORCH_CUDA_ARCH_LIST MAX_JOBS DIST_DIR
+require_env TORCH_CUDA_ARCH_LIST WHEELHOUSE_ARCHS_COUNT MAX_JOBS DIST_DIR
 ensure_dist_dir
 export_extra_env
 [[ "$MAX_JOBS" =~ ^[1-9][0-9]*$ ]] || die "MAX_JOBS must be a positive integer, got '$MAX_JOBS' (max_jobs in versions.yaml)"
@@ -23,7 +23,7 @@ export APEX_CPP_EXT=1 APEX_CUDA_EXT=1
 
 # apex passes no --threads to nvcc, so NVCC_THREADS reaches it only through
 # NVCC_APPEND_FLAGS; more threads than gencodes would idle.
-arch_count="$(arch_list_tokens "$TORCH_CUDA_ARCH_LIST" | wc -l)"
+arch_count="$WHEELHOUSE_ARCHS_COUNT"
 nvcc_threads="$(nvcc_threads_for "$arch_count")"
 append_nvcc_threads "$arch_count"
 # setuptools builds apex's twelve extensions one after another unless

@@ -19,7 +19,7 @@ source "$LIB/rdma_nvshmem.sh"
 # shellcheck source=lib/wheel_pack.sh
 source "$LIB/wheel_pack.sh"
 
-require_env CUDA_VERSION PYTHON_VERSION TORCH_CUDA_ARCH_LIST MAX_JOBS DIST_DIR WHEELHOUSE_ROOT
+require_env CUDA_VERSION PYTHON_VERSION TORCH_CUDA_ARCH_LIST WHEELHOUSE_ARCHS_PRE_HOPPER MAX_JOBS DIST_DIR WHEELHOUSE_ROOT
 ensure_dist_dir
 export_extra_env
 require_env NVSHMEM_VERSION
@@ -38,7 +38,7 @@ export DISABLE_AGGRESSIVE_PTX_INSTRS=1
 activate_arch_filter
 
 row_python "$WHEELHOUSE_ROOT/patches/deep_ep_relative_nvshmem_rpath.py" .
-if arch_list_has_pre_hopper "$TORCH_CUDA_ARCH_LIST"; then
+if [[ "$WHEELHOUSE_ARCHS_PRE_HOPPER" == 1 ]]; then
     log_info "arch list $TORCH_CUDA_ARCH_LIST includes a pre-Hopper arch: applying the sm_80 fat-binary patch"
     row_python "$WHEELHOUSE_ROOT/patches/enable_deep_ep_sm80.py" .
 else

@@ -28,7 +28,7 @@ activate_arch_filter
 # filter keeps) and its setup.py gives nvcc no --threads: without them nvcc
 # compiles the gencodes one after another.
 if [[ -n "${WHEELHOUSE_NVCC_ARCHS:-}" ]]; then
-    append_nvcc_threads "$(arch_list_tokens "$WHEELHOUSE_NVCC_ARCHS" | wc -l)"
+    append_nvcc_threads "$WHEELHOUSE_ARCHS_COUNT"  # the filter keeps the arch list's, which the contract counts
 else
     append_nvcc_threads "$FAST_HADAMARD_TRANSFORM_GENCODES"
 fi

@@ -11,7 +11,7 @@ source "$LIB/arch.sh"
 # shellcheck source=lib/flash_attention.sh
 source "$LIB/flash_attention.sh"
 
-require_env CUDA_VERSION TORCH_CUDA_ARCH_LIST MAX_JOBS CXX11_ABI DIST_DIR
+require_env CUDA_VERSION TORCH_CUDA_ARCH_LIST WHEELHOUSE_ARCHS_SM MAX_JOBS CXX11_ABI DIST_DIR
 ensure_dist_dir
 export_extra_env
 
@@ -21,7 +21,7 @@ pip_install_build_deps ninja packaging wheel psutil setuptools
 export FLASH_ATTENTION_FORCE_BUILD=TRUE
 export FLASH_ATTENTION_FORCE_CXX11_ABI="$CXX11_ABI"
 # flash-attention's setup.py wants undotted archs ("80;90;100;120").
-FLASH_ATTN_CUDA_ARCHS="$(arch_list_strip_dots "$TORCH_CUDA_ARCH_LIST")"
+FLASH_ATTN_CUDA_ARCHS="$WHEELHOUSE_ARCHS_SM"
 export FLASH_ATTN_CUDA_ARCHS
 export NVCC_THREADS="${NVCC_THREADS:-2}"
 ARCH_COUNT="$(tr ';' '\n' <<<"$FLASH_ATTN_CUDA_ARCHS" | grep -c .)"

@@ -15,7 +15,7 @@ source "$LIB/nccl.sh"
 # shellcheck source=lib/cudnn.sh
 source "$LIB/cudnn.sh"
 
-require_env CUDA_VERSION TORCH_CUDA_ARCH_LIST MAX_JOBS DIST_DIR
+require_env CUDA_VERSION TORCH_CUDA_ARCH_LIST WHEELHOUSE_ARCHS_SM MAX_JOBS DIST_DIR
 ensure_dist_dir
 export_extra_env
 
@@ -29,7 +29,7 @@ export NVTE_FRAMEWORK=pytorch
 # No "+<sha>" local version, while keeping the torch extension (which
 # NVTE_RELEASE_BUILD would drop).
 export NVTE_NO_LOCAL_VERSION=1
-NVTE_CUDA_ARCHS="$(arch_list_strip_dots "$TORCH_CUDA_ARCH_LIST")"
+NVTE_CUDA_ARCHS="$WHEELHOUSE_ARCHS_SM"
 export NVTE_CUDA_ARCHS
 # The checkout already has its submodules; setup.py's own `git submodule update`
 # would act on whatever repository encloses the build directory (ours).

@@ -157,32 +157,45 @@ def test_ensure_dist_dir_wants_an_absolute_path(tmp_path):
     assert (tmp_path / "a/b").is_dir()
 
 
-# --- arch.sh --------------------------------------------------------------------------------
+# --- the arch list: parsed once, exported in the forms builders use ---------------------------------
+
+
+def _forms(listed: str) -> dict[str, str]:
+    from ci.build.job import arch_forms
+    from ci.formats.archs import parse_arch_list
+
+    return arch_forms(parse_arch_list(listed))
 
 
 @pytest.mark.parametrize(
-    ("dotted", "undotted"),
-    [("8.0;9.0;10.0", "80;90;100"), ("8.0;9.0;10.0;12.0", "80;90;100;120"), ("9.0a 10.0a", "90a 100a"), ("", "")],
+    ("listed", "sm", "dotted"),
+    [("8.0;9.0;10.0", "80;90;100", "8.0;9.0;10.0"), ("8.0;9.0;10.0;12.0", "80;90;100;120", "8.0;9.0;10.0;12.0"),
+     ("9.0a 10.0a", "90a;100a", "9.0a;10.0a"), ("8.0;9.0a,10.0a  12.0f", "80;90a;100a;120f", "8.0;9.0a;10.0a;12.0f"),
+     ("90 100a", "90;100a", "9.0;10.0a"), ("sm_90a compute_120f", "90a;120f", "9.0a;12.0f")],
 )
-def test_arch_list_strip_dots(dotted, undotted):
-    assert bash(source("arch.sh") + f'arch_list_strip_dots "{dotted}"').stdout == f"{undotted}\n"
+def test_the_arch_list_reaches_builders_dotted_and_as_nvcc_numbers(listed, sm, dotted):
+    forms = _forms(listed)
+    assert (forms["WHEELHOUSE_ARCHS_SM"], forms["WHEELHOUSE_ARCHS"]) == (sm, dotted)
+    assert forms["WHEELHOUSE_ARCHS_COUNT"] == str(len(sm.split(";")))
 
 
 @pytest.mark.parametrize(
-    ("archs", "pre_hopper"),
+    ("listed", "pre_hopper"),
     [("8.0;9.0;10.0", True), ("9.0;10.0", False), ("9.0a 10.0a", False), ("8.0 9.0a 10.0a 12.0f", True),
-     ("7.5", True), ("8.9", True), ("", False), ("12.0f", False), ("8.0+PTX", True), ("90;100", False),
+     ("7.5", True), ("8.9", True), ("12.0f", False), ("8.0+PTX", True), ("90;100", False),
      ("80", True), (" 9.0 ;; 10.0 ", False)],
 )
-def test_arch_list_has_pre_hopper(archs, pre_hopper):
-    proc = bash(source("arch.sh") + f'if arch_list_has_pre_hopper "{archs}"; then echo yes; else echo no; fi')
-    assert proc.stdout == ("yes\n" if pre_hopper else "no\n"), proc.stderr
+def test_whether_a_list_holds_a_pre_hopper_arch_is_exported(listed, pre_hopper):
+    assert _forms(listed)["WHEELHOUSE_ARCHS_PRE_HOPPER"] == ("1" if pre_hopper else "0")
+    assert _forms(listed)["WHEELHOUSE_ARCHS_PTX"] == ("1" if "PTX" in listed else "0")
 
 
-def test_unreadable_arch_stops_the_script_even_in_a_condition():
-    proc = bash(source("arch.sh") + 'if arch_list_has_pre_hopper "9.0;9.x"; then echo yes; else echo no; fi')
-    assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr.splitlines() == ["[wheelhouse] error: cannot read CUDA arch '9.x' (expected e.g. 8.0, 9.0a, 12.0f or 90)"]
+def test_no_builder_parses_the_arch_list_again():
+    """The forms above are the only way a builder reads the list: no bash parser of it is left."""
+    scripts = "".join(path.read_text() for path in SCRIPTS.rglob("*.sh"))
+    for parser in ("arch_list_tokens", "arch_list_strip_dots", "arch_list_has_pre_hopper", "arch_number"):
+        assert parser not in scripts, parser
+    assert "${TORCH_CUDA_ARCH_LIST//./}" not in scripts
 
 
 @pytest.fixture()
@@ -487,8 +500,8 @@ def test_transformer_engine_builds_offline_against_the_row_venvs_nccl_and_cudnn(
         f"open({str(seen)!r}, 'w'))\n"
         "setuptools.setup(name='transformer_engine', version='2.16.1', py_modules=[])\n")
     env.update({"PIP_NO_INDEX": "1", "DIST_DIR": str(tmp_path / "dist"), "COMPONENT": "transformer-engine",
-                "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "16", "EXTRA_ENV": '{"NVTE_BUILD_THREADS_PER_JOB": "1"}',
-                "CXX": "/usr/bin/g++"})
+                "TORCH_CUDA_ARCH_LIST": "9.0", **_forms("9.0"), "MAX_JOBS": "16",
+                "EXTRA_ENV": '{"NVTE_BUILD_THREADS_PER_JOB": "1"}', "CXX": "/usr/bin/g++"})
     proc = subprocess.run(["bash", str(SCRIPTS / "transformer_engine.sh")], cwd=project, env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -598,20 +611,19 @@ def test_wheel_package_wanted():
     ("9.0", "9.0"),  # flashinfer itself makes 9.0 into 9.0a
 ])
 def test_flashinfer_arch_list_is_space_separated_major_dot_minor(given, flashinfer):
-    proc = bash(source("flashinfer.sh") + f'flashinfer_arch_list "{given}"', env={"COMPONENT": "flashinfer"})
+    proc = bash(source("flashinfer.sh") + "flashinfer_arch_list", env={"COMPONENT": "flashinfer", **_forms(given)})
     assert (proc.returncode, proc.stdout) == (0, f"{flashinfer}\n"), proc.stderr
 
 
 @pytest.mark.parametrize(("given", "error"), [
     ("9.0a+PTX", "TORCH_CUDA_ARCH_LIST '9.0a+PTX': flashinfer's ahead-of-time compile writes cubins only, no PTX; "
                  "drop +PTX from components.flashinfer.torch_cuda_arch_list"),
-    ("9.0 hopper", "cannot read CUDA arch 'hopper' of TORCH_CUDA_ARCH_LIST '9.0 hopper' (expected e.g. 8.0, 9.0a, "
-                   "12.0f or 90)"),
     ("", "TORCH_CUDA_ARCH_LIST is empty: flashinfer-jit-cache needs the archs to compile for; set "
          "components.flashinfer.torch_cuda_arch_list"),
 ])
 def test_flashinfer_arch_list_refuses_what_flashinfer_cannot_take(given, error):
-    proc = bash(source("flashinfer.sh") + f'flashinfer_arch_list "{given}"', env={"COMPONENT": "flashinfer"})
+    env = {"COMPONENT": "flashinfer", "TORCH_CUDA_ARCH_LIST": given, **(_forms(given) if given else {})}
+    proc = bash(source("flashinfer.sh") + "flashinfer_arch_list", env=env)
     assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == f"[wheelhouse] error: {error}"
 
 
@@ -624,7 +636,8 @@ def test_wheel_rehosted():
 
 def _flashinfer_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {"COMPONENT": "flashinfer", "TARGET_ARCH": "x86_64", "CUDA_VERSION": "13.0.2", "DIST_DIR": str(tmp_path / "dist"),
-            "SOURCE_REVISION": "5" * 40, "REF": "v0.6.13", "TORCH_CUDA_ARCH_LIST": "9.0a", **extra}
+            "SOURCE_REVISION": "5" * 40, "REF": "v0.6.13", "TORCH_CUDA_ARCH_LIST": "9.0a", **_forms(
+                extra.get("TORCH_CUDA_ARCH_LIST", "9.0a")), **extra}
 
 
 def test_flashinfer_cubin_is_built_nowhere_but_rehosted(tmp_path):
@@ -836,7 +849,8 @@ else:
 def _run_apex(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
     record = _recording_python(tmp_path / "bin", "apex-0.1-cp312-cp312-linux_x86_64.whl")
     environ = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "DIST_DIR": str(tmp_path / "dist"),
-               "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "16", "NVCC_THREADS": "2", **env}
+               "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "16", "NVCC_THREADS": "2", **env,
+               **_forms(env.get("TORCH_CUDA_ARCH_LIST", "9.0"))}
     proc = subprocess.run(["bash", str(SCRIPTS / "apex.sh")], cwd=tmp_path, env=environ, capture_output=True,
                           text=True, timeout=60, check=False)
     return proc, (json.loads(record.read_text()) if record.is_file() else {})
@@ -1034,7 +1048,7 @@ def test_fast_hadamard_transform_gives_nvcc_threads_for_its_gencodes(tmp_path, t
         link.parent.mkdir()
         link.symlink_to(SCRIPTS / "nvcc-arch-filter")
         env |= {"WHEELHOUSE_NVCC_ARCHS": filtered, "WHEELHOUSE_REAL_NVCC": "/usr/local/cuda/bin/nvcc",
-                "PATH": f"{link.parent}:{tmp_path / 'bin'}:/usr/bin:/bin"}
+                "PATH": f"{link.parent}:{tmp_path / 'bin'}:/usr/bin:/bin", **_forms(filtered)}
     proc, seen = _run_fast_hadamard_transform(tmp_path, **env)
     assert proc.returncode == 0, proc.stderr
     assert seen["env"]["NVCC_APPEND_FLAGS"] == append

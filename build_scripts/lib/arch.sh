@@ -1,65 +1,13 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
-# CUDA architecture lists. TORCH_CUDA_ARCH_LIST arrives dotted ("8.0;9.0;10.0",
-# or space separated with suffixes as flashinfer writes it: "9.0a 10.0a").
-# Decisions about the list (e.g. whether DeepEP needs its sm_80 patch) are made
-# here in shell, so builders do not import the wheelhouse's Python library.
+# The nvcc arch filter and nvcc's threads. The arch list itself is parsed once,
+# by ci/build/job.py, and arrives in the forms builders use (README, "The build
+# environment contract"): WHEELHOUSE_ARCHS (8.0;9.0a), WHEELHOUSE_ARCHS_SM
+# (80;90a), WHEELHOUSE_ARCHS_COUNT, WHEELHOUSE_ARCHS_PTX and
+# WHEELHOUSE_ARCHS_PRE_HOPPER; no builder parses it again.
 
 # shellcheck source=env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-
-# arch_list_strip_dots "8.0;9.0;10.0" -> "80;90;100". Separators and suffixes
-# are kept ("9.0a 10.0a" -> "90a 100a"); flash-attention and TransformerEngine
-# want this spelling.
-arch_list_strip_dots() {
-    printf '%s\n' "${1//./}"
-}
-
-# arch_number TOKEN -> integer major*10+minor ("9.0a" -> 90, "10.0" -> 100,
-# "12.1" -> 121, "8.0+PTX" -> 80, "90a" -> 90). Dies on a token it cannot read:
-# a typo must not silently change which code paths a build takes.
-arch_number() {
-    local token="$1"
-    token="${token%+[Pp][Tt][Xx]}"
-    if [[ "$token" =~ ^([0-9]+)\.([0-9])[a-z]?$ ]]; then
-        printf '%d\n' "$((10#${BASH_REMATCH[1]} * 10 + 10#${BASH_REMATCH[2]}))"
-    elif [[ "$token" =~ ^([0-9]+)([0-9])[a-z]?$ ]]; then
-        printf '%d\n' "$((10#${BASH_REMATCH[1]} * 10 + 10#${BASH_REMATCH[2]}))"
-    else
-        die "cannot read CUDA arch '$1' (expected e.g. 8.0, 9.0a, 12.0f or 90)"
-    fi
-}
-
-# arch_list_tokens LIST: one token per line; ';', ',' and whitespace separate.
-arch_list_tokens() {
-    local token parts=()
-    IFS=$' \t\n;,' read -r -a parts <<<"$1"
-    for token in "${parts[@]}"; do
-        printf '%s\n' "$token"
-    done
-}
-
-# arch_list_has_below LIST THRESHOLD: succeed when any arch in LIST is older
-# than THRESHOLD (e.g. "8.0;9.0;10.0" 9.0 -> yes). An empty LIST has none.
-arch_list_has_below() {
-    local list="$1" limit token number
-    # `|| exit 1`: arch_number dies in a subshell, and callers use this
-    # function as an `if` condition, where set -e does not apply.
-    limit="$(arch_number "$2")" || exit 1
-    while IFS= read -r token; do
-        [[ -n "$token" ]] || continue
-        number="$(arch_number "$token")" || exit 1
-        if ((number < limit)); then
-            return 0
-        fi
-    done < <(arch_list_tokens "$list")
-    return 1
-}
-
-# arch_list_has_pre_hopper LIST: any arch below 9.0 (A100 and older).
-arch_list_has_pre_hopper() {
-    arch_list_has_below "$1" 9.0
-}
 
 # activate_arch_filter: when the build step asked for nvcc argument filtering
 # (WHEELHOUSE_NVCC_ARCHS set and the filter first on PATH as `nvcc`), make

@@ -109,28 +109,14 @@ wheel_rehosted() {
     [[ " ${REHOST_PACKAGES:-} " == *" $1 "* ]]
 }
 
-# flashinfer_arch_list LIST: TORCH_CUDA_ARCH_LIST as flashinfer's
-# FLASHINFER_CUDA_ARCH_LIST takes it: space-separated major.minor, suffixes
-# kept ("8.0;9.0a,10.0a 12.0f" -> "8.0 9.0a 10.0a 12.0f", "90" -> "9.0",
-# "sm_100a" -> "10.0a"). Its AOT compiles cubins only, so +PTX is refused.
+# flashinfer_arch_list: the row's archs as flashinfer's FLASHINFER_CUDA_ARCH_LIST
+# takes them, space-separated major.minor with suffixes ("8.0 9.0a 10.0a 12.0f"):
+# the contract's WHEELHOUSE_ARCHS, which ci/build/job.py parsed from
+# TORCH_CUDA_ARCH_LIST. Its AOT compiles cubins only, so +PTX is refused.
 flashinfer_arch_list() {
-    local token out=() major minor suffix
-    while IFS= read -r token; do
-        [[ -n "$token" ]] || continue
-        if [[ "$token" == *+[Pp][Tt][Xx] ]]; then
-            die "TORCH_CUDA_ARCH_LIST '$1': flashinfer's ahead-of-time compile writes cubins only, no PTX; drop +PTX from components.$COMPONENT.torch_cuda_arch_list"
-        fi
-        token="${token#sm_}"
-        token="${token#compute_}"
-        if [[ "$token" =~ ^([0-9]+)\.([0-9])([af]?)$ ]] || [[ "$token" =~ ^([0-9]+)([0-9])([af]?)$ ]]; then
-            major="${BASH_REMATCH[1]}" minor="${BASH_REMATCH[2]}" suffix="${BASH_REMATCH[3]}"
-            out+=("$((10#$major)).$minor$suffix")
-        else
-            die "cannot read CUDA arch '$token' of TORCH_CUDA_ARCH_LIST '$1' (expected e.g. 8.0, 9.0a, 12.0f or 90)"
-        fi
-    done < <(arch_list_tokens "$1")
-    ((${#out[@]})) || die "TORCH_CUDA_ARCH_LIST is empty: flashinfer-jit-cache needs the archs to compile for; set components.$COMPONENT.torch_cuda_arch_list"
-    printf '%s\n' "${out[*]}"
+    [[ -n "${WHEELHOUSE_ARCHS:-}" ]] || die "TORCH_CUDA_ARCH_LIST is empty: flashinfer-jit-cache needs the archs to compile for; set components.$COMPONENT.torch_cuda_arch_list"
+    [[ "${WHEELHOUSE_ARCHS_PTX:-0}" != 1 ]] || die "TORCH_CUDA_ARCH_LIST '${TORCH_CUDA_ARCH_LIST:-}': flashinfer's ahead-of-time compile writes cubins only, no PTX; drop +PTX from components.$COMPONENT.torch_cuda_arch_list"
+    printf '%s\n' "${WHEELHOUSE_ARCHS//;/ }"
 }
 
 # The modules flashinfer's AOT imports beyond torch, with the requirement that
@@ -216,7 +202,7 @@ flashinfer_jit_cache_build() {
     aot="$PWD/build/aot"
     shards_dir="${WHEELHOUSE_SHARDS_DIR:-$(dirname "$DIST_DIR")/shards}"
     mkdir -p "$aot" "$shards_dir"
-    FLASHINFER_CUDA_ARCH_LIST="$(flashinfer_arch_list "${TORCH_CUDA_ARCH_LIST:-}")" || exit 1
+    FLASHINFER_CUDA_ARCH_LIST="$(flashinfer_arch_list)" || exit 1
     read -r -a targets <<<"$FLASHINFER_CUDA_ARCH_LIST"
     export FLASHINFER_NVCC_THREADS="${NVCC_THREADS:-1}"
     if [[ -n "${SCCACHE_DIR:-}" ]] && command -v sccache >/dev/null 2>&1; then

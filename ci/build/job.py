@@ -52,6 +52,7 @@ from ci.model.manifest import WheelEntry
 from ci.model.matrix import MatrixRow
 from ci.model.versions import REPO_ROOT, Component, Versions
 from ci.formats import rewrite
+from ci.formats.archs import ArchList
 
 
 
@@ -400,7 +401,7 @@ def builder_environment(versions: Versions, row: MatrixRow, options: BuildOption
         variables["CUDA_HOME"] = str(toolkit.cuda_home(nvcc))
     if filter_bin is not None and nvcc is not None:
         variables["WHEELHOUSE_REAL_NVCC"] = str(nvcc)
-        variables["WHEELHOUSE_NVCC_ARCHS"] = row.settings.torch_cuda_arch_list or ""
+        variables["WHEELHOUSE_NVCC_ARCHS"] = str(row.settings.archs or "")
         variables["PYTORCH_NVCC"] = str(filter_bin / "nvcc")
     if cache_tool:
         variables.update(cache_env)
@@ -416,6 +417,21 @@ def builder_environment(versions: Versions, row: MatrixRow, options: BuildOption
     return BuilderEnvironment(variables, cache_tool, filter_bin)
 
 
+def arch_forms(archs: ArchList | None) -> dict[str, str]:
+    """The arch list as builders use it, parsed once here so no builder parses it again: dotted
+    (``WHEELHOUSE_ARCHS``: ``8.0;9.0a;10.0;12.0f``, as TORCH_CUDA_ARCH_LIST and flashinfer take it), as nvcc's
+    numbers (``WHEELHOUSE_ARCHS_SM``: ``80;90a;100;120f``, flash-attention's and TransformerEngine's form), how
+    many, whether +PTX was asked for, and whether any is older than Hopper (DeepEP's sm_80 patch). Empty for a
+    component that sets its own gencodes."""
+    if archs is None:
+        return {}
+    return {"WHEELHOUSE_ARCHS": ";".join(str(a) for a in archs.archs),
+            "WHEELHOUSE_ARCHS_SM": ";".join(a.sm.removeprefix("sm_") for a in archs.archs),
+            "WHEELHOUSE_ARCHS_COUNT": str(len(archs.archs)),
+            "WHEELHOUSE_ARCHS_PTX": "1" if archs.ptx else "0",
+            "WHEELHOUSE_ARCHS_PRE_HOPPER": "1" if any(a.major < 9 for a in archs.archs) else "0"}
+
+
 def _contract(row: MatrixRow, python: str, dist: Path, options: BuildOptions, bundle: tuple[str, ...]) -> dict:
     """The variables every builder gets (README, "The build environment contract")."""
     s = row.settings
@@ -429,6 +445,7 @@ def _contract(row: MatrixRow, python: str, dist: Path, options: BuildOptions, bu
         "TORCH_VISION_VERSION": row.torch_vision,
         "TORCH_AUDIO_VERSION": row.torch_audio,
         "TORCH_CUDA_ARCH_LIST": s.torch_cuda_arch_list or "",
+        **arch_forms(s.archs),
         "WHEEL_PACKAGES": " ".join(s.wheel_packages),
         "MAX_JOBS": str(options.max_jobs or s.max_jobs),
         "NVCC_THREADS": str(s.nvcc_threads),
@@ -1005,9 +1022,7 @@ def _check_wheels(row: MatrixRow, wheels: list[Path], torch_dir: Path, build_pat
     """Run the wheel checks against the build interpreter's torch; raise on failure."""
     from ci.checks import check
 
-    require = None
-    if row.settings.verify_wheel_archs and row.settings.torch_cuda_arch_list and row.cuda != "cpu":
-        require = row.settings.torch_cuda_arch_list
+    require = row.settings.archs if row.settings.verify_wheel_archs and row.cuda != "cpu" else None
     report = check.check_wheels(wheels, torch_target=torch_dir, require_archs=require, pythons=list(row.pythons),
                                 build_paths=build_paths, build_path_exceptions=row.settings.build_path_exceptions)
     if not report.ok:

@@ -225,7 +225,7 @@ def recorded_modules(row: MatrixRow, dist_root: Path) -> tuple[str, dict[str, An
     committed = RECORDED_TIMES / f"{row.component}-{row.arch}.json"
     if committed.is_file():
         modules = json.loads(committed.read_text(encoding="utf-8"))
-        wanted = parse_arch_list(row.settings.torch_cuda_arch_list or "").archs
+        wanted = row.settings.archs.archs if row.settings.archs else ()
         if parse_arch_list(str(modules.get("cuda_arch_list", ""))).archs == wanted:
             return str(committed.relative_to(REPO_ROOT)), modules
     return None

@@ -193,11 +193,8 @@ def predict_seconds(component: str, conditions: Conditions) -> float:
 
 
 def arch_count(row: MatrixRow) -> int:
-    from ci.formats.archs import parse_arch_list
-
-    listed = row.settings.torch_cuda_arch_list
-    if listed:
-        return max(1, len(parse_arch_list(listed).archs))
+    if row.settings.archs is not None:
+        return max(1, len(row.settings.archs.archs))
     cal = CALIBRATION.get(row.component)
     return cal.own_archs if cal else 1
 
