@@ -429,7 +429,7 @@ def test_build_code_gets_no_credential_and_cannot_change_its_interpreter(tmp_pat
 def _reuse_env_build(python: Path, src: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     """The fixture row built with --reuse-env by ``python`` (the interpreter that runs this tool, in the test a
     throwaway venv): its one-line error, if any, is the last line of stdout."""
-    script = ("import sys\nfrom pathlib import Path\nfrom ci import build, matrix\nfrom ci.base.errors import WheelhouseError\n"
+    script = ("import sys\nfrom pathlib import Path\nfrom ci.build import job\nfrom ci.model import matrix\nfrom ci.base.errors import WheelhouseError\n"
               "from ci.model.versions import load\nversions = load(sys.argv[1]); (row,) = matrix.expand(versions)\n"
               "options = job.BuildOptions(cache_dir=Path(sys.argv[2]), dist_root=Path(sys.argv[3]), reuse_env=True, "
               "source=Path(sys.argv[4]))\n"

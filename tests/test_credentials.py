@@ -56,7 +56,7 @@ def test_build_environment_is_an_allow_list():
 def test_a_process_restarts_without_credentials_so_its_proc_environ_holds_none(tmp_path):
     """Deleting from os.environ leaves /proc/<pid>/environ as it was; the re-exec clears it."""
     script = ("import os, sys\n"
-              "from ci import credentials\n"
+              "from ci.model import credentials\n"
               "credentials.reexec_without_credentials([sys.executable, *sys.orig_argv[1:]], os.environ, "
               "keep={'MIRROR_PASSWORD'})\n"
               "print(open(f'/proc/{os.getpid()}/environ', 'rb').read().decode())\n")
@@ -120,7 +120,7 @@ def test_a_build_under_a_process_that_holds_the_token_refuses_to_start(tmp_path)
 def test_code_that_builds_nothing_runs_on_under_such_a_process(tmp_path):
     """Tests and lint run no third-party code: the re-exec goes on and leaves the refusal to the builds."""
     script = ("import os, sys\n"
-              "from ci import credentials\n"
+              "from ci.model import credentials\n"
               "credentials.reexec_without_credentials([sys.executable, *sys.orig_argv[1:]], os.environ)\n"
               "print(repr(os.environ.get('GITHUB_TOKEN')))\n"
               "credentials.refuse_if_exposed_above(os.environ)\n")
@@ -134,7 +134,7 @@ def test_code_that_builds_nothing_runs_on_under_such_a_process(tmp_path):
 def test_an_ancestor_is_named_only_for_the_value_it_was_handed(tmp_path):
     """Another value under the same name above us (a stale token in an outer shell) is not what we drop."""
     script = ("import json, os, sys\n"
-              "from ci import credentials\n"
+              "from ci.model import credentials\n"
               "print(json.dumps(credentials.exposed_above({'GITHUB_TOKEN': os.environ['GITHUB_TOKEN']})))\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "GITHUB_TOKEN": "ghp_OUTER"}
     outer = subprocess.run(["timeout", "60", "env", "GITHUB_TOKEN=ghp_INNER", "timeout", "60", sys.executable, "-c",

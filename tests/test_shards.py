@@ -61,7 +61,7 @@ def test_the_assignment_depends_on_the_list_only():
     costs = _costs()
     split = shards.assign(costs, 16)
     assert shards.assign(dict(reversed(list(costs.items()))), 16) == split
-    script = (f"import json, sys; sys.path.insert(0, {str(REPO)!r}); from ci import shards; "
+    script = (f"import json, sys; sys.path.insert(0, {str(REPO)!r}); from ci.model import shards; "
               f"costs = {{m['name']: max(1, m['cuda_sources']) for m in json.load(open({str(SM90)!r}))['modules']}}; "
               "print(json.dumps(shards.assign(costs, 16)))")
     for seed in ("1", "4242"):

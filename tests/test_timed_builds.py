@@ -22,7 +22,7 @@ from ci.timing import time_model
 
 def run_task(*args: str, times: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "WHEELHOUSE_VERSIONS": str(REPO / "tests" / "fixtures" / "versions.yaml")}
-    code = ("import sys, tasks; from ci import time_model; from pathlib import Path; "
+    code = ("import sys, tasks; from ci.timing import time_model; from pathlib import Path; "
             f"time_model.BUILD_TIMES = Path({str(times)!r}); "
             "from invoke.program import Program; from invoke.collection import Collection; "
             "Program(namespace=Collection.from_module(tasks)).run(['invoke', *sys.argv[1:]])")
