@@ -317,7 +317,7 @@ def size_table(label: str = "6(i)") -> tuple[Table, list[str]] | None:
     notes = [f"{label}: each wheel's size predicted by ci/timing/size_model.py (bytes = base + per unit x units: archs, "
              "bundled Pythons, or jit-cache compiles) from the other builds of its project alone, so no wheel predicts "
              "itself; one build alone predicts nothing. The model the plans use is fitted to all of them "
-             "(`python -m ci.timing.size_model --write` writes benchmarks/wheel_sizes.json); with one build a project's bytes "
+             "(`python -m ci size-model --write` writes benchmarks/wheel_sizes.json); with one build a project's bytes "
              "count per unit, which over-predicts wheels of more archs (the 9-arch fast-hadamard-transform: +41%), "
              "the safe side of a budget. `invoke matrix` shows each row's sizes beside its time."]
     return table, notes

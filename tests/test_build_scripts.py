@@ -740,13 +740,13 @@ def test_megatron_bridge_builds_offline_with_the_venvs_setuptools(tmp_path):
 
 
 def _fake_root(tmp_path: Path, body: str) -> Path:
-    """A WHEELHOUSE_ROOT whose ci.formats.rewrite is ``body`` (recording its argv)."""
+    """A WHEELHOUSE_ROOT whose ``python -m ci strip-local-version`` is ``body`` (recording its argv)."""
     root = tmp_path / "root"
-    (root / "ci/formats").mkdir(parents=True)
+    (root / "ci").mkdir(parents=True)
     (root / "ci/__init__.py").write_text("")
-    (root / "ci/formats/__init__.py").write_text("")
-    (root / "ci/formats/rewrite.py").write_text(
-        "import pathlib, sys\npathlib.Path(__file__).with_name('argv').write_text('\\n'.join(sys.argv[1:]))\n" + body)
+    (root / "ci/__main__.py").write_text(
+        "import pathlib, sys\nassert sys.argv[1] == 'strip-local-version'\ndel sys.argv[1]\n"
+        "pathlib.Path(__file__).with_name('argv').write_text('\\n'.join(sys.argv[1:]))\n" + body)
     return root
 
 
@@ -763,7 +763,7 @@ def test_strip_local_version_calls_the_library_with_local_wheels_only(tmp_path):
     proc = bash(source("wheel_pack.sh") + f'strip_local_version "{dist}"', cwd=checkout,
                 env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr
-    assert (root / "ci/formats/argv").read_text() == str(dist / "deep_ep-1.2.1+abc123-cp312-cp312-linux_x86_64.whl")
+    assert (root / "ci/argv").read_text() == str(dist / "deep_ep-1.2.1+abc123-cp312-cp312-linux_x86_64.whl")
     assert sorted(p.name for p in dist.iterdir()) == ["deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl",
                                                       "other-1.0-py3-none-any.whl"]
 
@@ -787,7 +787,7 @@ def test_strip_local_version_verifies_the_result(tmp_path):
                 env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable})
     assert proc.returncode == 1
     assert proc.stderr.splitlines()[-1] == (
-        "[wheelhouse] error: ci.formats.rewrite left a local version in flash_mla-1.0.0+15f13e5-cp312-cp312-linux_x86_64.whl")
+        "[wheelhouse] error: python -m ci strip-local-version left a local version in flash_mla-1.0.0+15f13e5-cp312-cp312-linux_x86_64.whl")
 
 
 # --- bundle_pythons.py (deep_gemm.sh) -----------------------------------------------------------------

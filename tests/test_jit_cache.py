@@ -250,16 +250,16 @@ def test_a_subset_is_the_modules_its_patterns_name(tmp_path):
 @needs_nvcc
 def test_the_builders_commands_end_in_one_line(tmp_path):
     listing = _module_list(tmp_path / "list", targets=("9.0a",))
-    run = subprocess.run([sys.executable, "-m", "ci.model.jit_cache", "select", "--modules", str(listing.path),
+    run = subprocess.run([sys.executable, "-m", "ci", "jit-cache", "select", "--modules", str(listing.path),
                           "--shard", "2/2", "--shards-dir", str(tmp_path / "shards"), "--out", str(tmp_path / "n")],
                          cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout == f"{tmp_path / 'shards' / 'shard-2-of-2'}\n"
     assert (tmp_path / "n").read_text() == "sm90a/decode_f16\nsm90a/silu\n"
-    bad = subprocess.run([sys.executable, "-m", "ci.model.jit_cache", "select", "--modules", str(listing.path),
+    bad = subprocess.run([sys.executable, "-m", "ci", "jit-cache", "select", "--modules", str(listing.path),
                           "--shard", "3/2", "--shards-dir", str(tmp_path), "--out", str(tmp_path / "n")],
                          cwd=REPO, capture_output=True, text=True)
-    assert (bad.returncode, bad.stderr) == (2, "[wheelhouse] error: --shard '3/2': write I/N with 1 <= I <= N <= 256, "
+    assert (bad.returncode, bad.stderr) == (2, "error: --shard '3/2': write I/N with 1 <= I <= N <= 256, "
                                               "e.g. 3/16\n")
 
 

@@ -116,7 +116,7 @@ def test_command_line_strips_in_place(tmp_path: Path, fixture_wheel: Path) -> No
     import sys
 
     local = reversion_wheel(fixture_wheel, LOCAL, tmp_path)
-    result = subprocess.run([sys.executable, "-m", "ci.formats.rewrite", str(local)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "ci", "strip-local-version", str(local)], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in tmp_path.glob("*.whl")) == ["wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"]

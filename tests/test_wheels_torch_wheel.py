@@ -34,7 +34,7 @@ def _download(tmp_path: Path, arch: str, index: str) -> tuple[int, str, str]:
     versions = tmp_path / "versions.yaml"
     versions.write_text(VERSIONS.format(arch=arch, index=index))
     env = {**client_env(tmp_path), "WHEELHOUSE_VERSIONS": str(versions), "PYTHONPATH": str(REPO)}
-    result = run([sys.executable, "-m", "ci.publish.torch_wheel", "--component", "wheelhouse-fixture", "--python", "3.11",
+    result = run([sys.executable, "-m", "ci", "torch-wheel", "--component", "wheelhouse-fixture", "--python", "3.11",
                   "--torch", "2.13.0", "--arch", arch, "--dest", str(tmp_path / "torch")], env)
     return result.returncode, result.stdout.strip(), result.stderr.strip()
 

@@ -533,7 +533,7 @@ def test_publish_runs_no_upstream_code_and_checks_the_wheels_again(docs):
     recheck = _script("recheck_wheels.sh")
     assert 'invoke check-wheel --wheel "dist/$WORLD/*.whl" --pythons' in recheck and "--require-archs" in recheck
     # the torch ABI check too: against the row's torch wheel, downloaded and read in place, never installed
-    assert 'python -m ci.publish.torch_wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH"' in recheck
+    assert 'python -m ci torch-wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH"' in recheck
     assert '--torch "$torch_wheel"' in recheck and "pip install" not in recheck
     env = by_name["Check the wheels again"]["env"]
     assert {env[k] for k in ("COMPONENT", "TORCH", "ARCH")} == {"${{ inputs.component }}", "${{ inputs.torch }}",

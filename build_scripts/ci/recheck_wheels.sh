@@ -12,6 +12,6 @@ if [[ "${VERIFY_ARCHS:-false}" == true && -n "${ARCH_LIST:-}" && "$CUDA" != cpu 
     archs=(--require-archs "$ARCH_LIST")
 fi
 torch_dir="$(mktemp -d "${RUNNER_TEMP:-/tmp}/row-torch.XXXXXX")"
-torch_wheel="$(python -m ci.publish.torch_wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH" \
+torch_wheel="$(python -m ci torch-wheel --component "$COMPONENT" --python "$PYTHON" --torch "$TORCH" \
     --arch "$ARCH" --cuda "$CUDA" --dest "$torch_dir")"
 invoke check-wheel --wheel "dist/$WORLD/*.whl" --pythons "${pythons// /,}" --torch "$torch_wheel" "${archs[@]}"

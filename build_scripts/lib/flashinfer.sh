@@ -164,14 +164,14 @@ flashinfer_aot_deps() {
     printf '%s\n' "$dir"
 }
 
-# wheelhouse_jit_cache ARGS...: python -m ci.model.jit_cache ARGS under
+# wheelhouse_jit_cache ARGS...: python -m ci jit-cache ARGS under
 # WHEELHOUSE_PYTHON, from the wheelhouse root (flashinfer's checkout has a ci/
 # of its own); paths in ARGS must be absolute.
 wheelhouse_jit_cache() {
     require_env WHEELHOUSE_ROOT
     (
         cd "$WHEELHOUSE_ROOT" || exit 1
-        PYTHONPATH="$WHEELHOUSE_ROOT" "${WHEELHOUSE_PYTHON:-python}" -m ci.model.jit_cache "$@"
+        PYTHONPATH="$WHEELHOUSE_ROOT" "${WHEELHOUSE_PYTHON:-python}" -m ci jit-cache "$@"
     )
 }
 

@@ -34,11 +34,11 @@ strip_local_version() {
     (
         cd "$WHEELHOUSE_ROOT" || exit 1
         PYTHONPATH="$WHEELHOUSE_ROOT${PYTHONPATH:+:$PYTHONPATH}" \
-            "${WHEELHOUSE_PYTHON:-python}" -m ci.formats.rewrite "${wheels[@]}"
+            "${WHEELHOUSE_PYTHON:-python}" -m ci strip-local-version "${wheels[@]}"
     )
     # Trust, but verify: the result must be in place and plain.
     for whl in "$dir"/*.whl; do
         [[ -e "$whl" ]] || continue
-        [[ "${whl##*/}" != *+* ]] || die "ci.formats.rewrite left a local version in ${whl##*/}"
+        [[ "${whl##*/}" != *+* ]] || die "python -m ci strip-local-version left a local version in ${whl##*/}"
     done
 }

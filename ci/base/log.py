@@ -121,6 +121,13 @@ def configure(*, github_actions: bool = False, stream: IO[str] | None = None,
     return handler
 
 
+def out(text: str) -> None:
+    """A command's result on stdout (a path, a JSON document), for the program or person that runs it; every
+    other line goes to the logger (stderr). The one writer of stdout in the library."""
+    sys.stdout.write(f"{text}\n")
+    sys.stdout.flush()
+
+
 def report_error(message: str, logger: logging.Logger | None = None) -> None:
     """One error line: ``error: <message>``, an ``::error::`` annotation on GitHub Actions."""
     (logger or logging.getLogger(ROOT)).error(message, extra={"wheelhouse": "error"})

@@ -38,10 +38,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from packaging.version import InvalidVersion, Version
 
+from ci.base import log
 from ci.base.digest import sha256_file
 from ci.base.errors import CheckFailed
 from ci.formats.archive import CHUNK, open_wheel
@@ -633,23 +634,13 @@ def strip_in_place(wheels: list[Path]) -> list[Path]:
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m ci.formats.rewrite WHEEL...``: what build_scripts/lib/wheel_pack.sh runs."""
-    import sys
-
-    args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print("usage: python -m ci.formats.rewrite WHEEL...  (strips +local versions in place)", file=sys.stderr)
-        return 2
-    try:
-        for path in strip_in_place([Path(a) for a in args]):
-            print(path)
-    except CheckFailed as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
+def add_command(commands: Any) -> None:
+    """``python -m ci strip-local-version WHEEL...``: what build_scripts/lib/wheel_pack.sh runs."""
+    command = commands.add_parser("strip-local-version", help="strip the +local version of wheels, in place")
+    command.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL")
+    command.set_defaults(run=_strip_command)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
+def _strip_command(args: Any) -> None:
+    for path in strip_in_place(args.wheels):
+        log.out(str(path))

@@ -12,10 +12,10 @@ build_scripts/flashinfer.sh gets a module list per target from flashinfer's own 
 (build_scripts/lib/flashinfer_aot.py ``list`` with FLASHINFER_CUDA_ARCH_LIST set to that target), then runs
 these steps under the wheelhouse's interpreter:
 
-    python -m ci.model.jit_cache merge --lists sm90a.json sm100a.json --out modules.json
-    python -m ci.model.jit_cache select --modules modules.json --shard 3/16 --out keys.txt --shards-dir DIR
-    python -m ci.model.jit_cache finish-shard --modules modules.json --shard 3/16 --dir SHARD --ninja-log sm90a=LOG
-    python -m ci.model.jit_cache pack --modules modules.json --shards DIR --version V --git-version G --arch x86_64 \
+    python -m ci jit-cache merge --lists sm90a.json sm100a.json --out modules.json
+    python -m ci jit-cache select --modules modules.json --shard 3/16 --out keys.txt --shards-dir DIR
+    python -m ci jit-cache finish-shard --modules modules.json --shard 3/16 --dir SHARD --ninja-log sm90a=LOG
+    python -m ci jit-cache pack --modules modules.json --shards DIR --version V --git-version G --arch x86_64 \
         --dist DIST --wheel-packages "flashinfer-jit-cache flashinfer-jit-cache-sm90a ..."
 
 ``merge`` tags each list's modules with their provider; a module is ``<provider>/<name>`` from then on (every
@@ -32,12 +32,10 @@ real modules through the same path; the manifests record the patterns.
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import hashlib
 import json
 import shutil
-import sys
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +44,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from ci.base import log
 from ci.base.digest import sha256_file
 from ci.base.errors import ConfigError, UsageError, WheelhouseError
 from ci.formats import ninja_log
@@ -54,6 +53,8 @@ from ci.formats.elf import ElfFile
 from ci.formats.fatbin import scan_elf
 from ci.formats.record import file_record_hash, record_hash
 from ci.model import shards
+
+_LOG = log.get("jit-cache")
 
 MODULE_LIST = "modules.json"
 WHEEL_MANIFEST = "wheelhouse-jit-cache.json"
@@ -279,8 +280,8 @@ def finish_shard(modules: ModuleList, spec: shards.ShardSpec, patterns: Sequence
     manifest = shards.ShardManifest(spec, modules.digest(patterns), results)
     manifest.write(directory)
     timed = [s for s in (r.seconds for r in results.values()) if s is not None]
-    print(f"[wheelhouse] shard {spec}: {len(results)} modules, {sum(by_key[k].cost for k in wanted)} "
-          f"compiles (CUDA sources x archs), {sum(timed):.0f} s of compile steps", file=sys.stderr)
+    _LOG.info(f"shard {spec}: {len(results)} modules, {sum(by_key[k].cost for k in wanted)} "
+              f"compiles (CUDA sources x archs), {sum(timed):.0f} s of compile steps")
     return manifest
 
 
@@ -405,7 +406,7 @@ def _pack_shim(modules: ModuleList, expected: list[Module], meta: bytes, *, vers
 
 def _written(target: Path, members: list[tuple[str, Path | bytes]], dist_info: str, what: str) -> Path:
     _write_wheel(target, members, f"{dist_info}/RECORD")
-    print(f"[wheelhouse] {target.name}: {what}, {target.stat().st_size / 2**20:.1f} MiB", file=sys.stderr)
+    _LOG.info(f"{target.name}: {what}, {target.stat().st_size / 2**20:.1f} MiB")
     return target
 
 
@@ -496,15 +497,17 @@ def _mostly_cached(counts: dict[str, int] | Any) -> bool:
 # --- the builder's commands -------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.model.jit_cache", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_command(commands: Any) -> None:
+    """``python -m ci jit-cache <merge|select|finish-shard|pack>``: the flashinfer builder's steps."""
+    parser = commands.add_parser("jit-cache", help="flashinfer-jit-cache's module lists, shards and wheels",
+                                 description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="step", required=True)
     merging = sub.add_parser("merge")
     merging.add_argument("--lists", type=Path, nargs="+", required=True, help="one flashinfer_aot.py list per target")
     merging.add_argument("--out", type=Path, required=True)
     for name in ("select", "finish-shard", "pack"):
         command = sub.add_parser(name)
-        command.add_argument("--modules", type=Path, required=True, help="modules.json of ci.model.jit_cache merge")
+        command.add_argument("--modules", type=Path, required=True, help="modules.json of jit-cache merge")
         command.add_argument("--patterns", default="", help="globs of module names (WHEELHOUSE_JIT_CACHE_MODULES)")
         if name in ("select", "finish-shard"):
             command.add_argument("--shard", required=True, help="I/N")
@@ -520,28 +523,26 @@ def main(argv: list[str] | None = None) -> int:
         sub.choices["pack"].add_argument(flag, required=True)
     sub.choices["pack"].add_argument("--how-to-build", default="", help="the command that builds shard {shard}")
     sub.choices["pack"].add_argument("--wheel-packages", help="the component's wheel_packages (WHEEL_PACKAGES)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "merge":
-            merged = merge(args.lists, args.out)
-            print(f"[wheelhouse] {args.out}: {len(merged['modules'])} modules of {len(merged['providers'])} "
-                  f"provider(s) ({merged['cuda_arch_list']})", file=sys.stderr)
-            return 0
-        modules = ModuleList.read(args.modules)
-        patterns = parse_patterns(args.patterns)
-        if args.command == "select":
-            _select(modules, shards.ShardSpec.parse(args.shard), patterns, args.out, args.shards_dir)
-        elif args.command == "finish-shard":
-            logs = dict(_provider_log(text) for text in args.ninja_log)
-            finish_shard(modules, shards.ShardSpec.parse(args.shard), patterns, args.dir, logs)
-        else:
-            published = args.wheel_packages.split() if args.wheel_packages is not None else None
-            pack(modules, patterns, args.shards, version=args.version, git_version=args.git_version, arch=args.arch,
-                 dist=args.dist, how_to_build=args.how_to_build, wheel_packages=published)
-    except WheelhouseError as error:
-        print(f"[wheelhouse] error: {error}", file=sys.stderr)
-        return error.exit_code
-    return 0
+    parser.set_defaults(run=_step)
+
+
+def _step(args: Any) -> None:
+    if args.step == "merge":
+        merged = merge(args.lists, args.out)
+        _LOG.info(f"{args.out}: {len(merged['modules'])} modules of {len(merged['providers'])} provider(s) "
+                  f"({merged['cuda_arch_list']})")
+        return
+    modules = ModuleList.read(args.modules)
+    patterns = parse_patterns(args.patterns)
+    if args.step == "select":
+        _select(modules, shards.ShardSpec.parse(args.shard), patterns, args.out, args.shards_dir)
+    elif args.step == "finish-shard":
+        logs = dict(_provider_log(text) for text in args.ninja_log)
+        finish_shard(modules, shards.ShardSpec.parse(args.shard), patterns, args.dir, logs)
+    else:
+        published = args.wheel_packages.split() if args.wheel_packages is not None else None
+        pack(modules, patterns, args.shards, version=args.version, git_version=args.git_version, arch=args.arch,
+             dist=args.dist, how_to_build=args.how_to_build, wheel_packages=published)
 
 
 def _select(modules: ModuleList, spec: shards.ShardSpec, patterns: Sequence[str], out: Path, shards_dir: Path) -> None:
@@ -550,8 +551,8 @@ def _select(modules: ModuleList, spec: shards.ShardSpec, patterns: Sequence[str]
     directory = shards_dir / spec.dir_name  # empty: a shard never keeps an earlier attempt's modules
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
-    print(f"[wheelhouse] shard {spec}: {len(keys)} of {len(modules.selected(patterns))} modules", file=sys.stderr)
-    print(directory)
+    _LOG.info(f"shard {spec}: {len(keys)} of {len(modules.selected(patterns))} modules")
+    log.out(str(directory))
 
 
 def _provider_log(text: str) -> tuple[str, Path]:
@@ -559,7 +560,3 @@ def _provider_log(text: str) -> tuple[str, Path]:
     if not sep or not tag or not path:
         raise UsageError(f"--ninja-log {text!r}: write PROVIDER=LOG, e.g. sm90a=build/aot/sm90a/cached_ops/.ninja_log")
     return tag, Path(path)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

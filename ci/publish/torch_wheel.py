@@ -1,7 +1,7 @@
 """The row's torch wheel, downloaded and not installed, for checking a row's wheels against it elsewhere.
 
 The publish job re-checks the build's wheels on a fresh runner without the row's torch installed:
-``python -m ci.publish.torch_wheel --component C --python P --torch T --arch A --dest DIR`` downloads
+``python -m ci torch-wheel --component C --python P --torch T --arch A --dest DIR`` downloads
 ``torch==T`` for that Python and arch from the row's torch index (``WHEELHOUSE_TORCH_INDEX`` first, as
 the build takes it) with ``pip download --no-deps`` and prints the wheel's path, which
 ``invoke check-wheel --torch`` reads in place (its ``torch/lib`` libraries straight from the zip).
@@ -9,13 +9,14 @@ the build takes it) with ``pip download --no-deps`` and prints the wheel's path,
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from ci.base.errors import WheelhouseError
+from ci.base import log
+from ci.base.errors import UsageError, WheelhouseError
 from ci.build import toolchain
 from ci.model import matrix
 from ci.model.matrix import MatrixRow
@@ -50,27 +51,23 @@ def download_torch_wheel(row: MatrixRow, dest: Path, index: str | None) -> Path:
     return found[0]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.publish.torch_wheel", description=__doc__.splitlines()[0])
+def add_command(commands: Any) -> None:
+    """``python -m ci torch-wheel --component C --python P --torch T --arch A --dest DIR``: the publish job's."""
+    parser = commands.add_parser("torch-wheel", help="download a row's torch wheel (not installed); prints its path",
+                                 description=__doc__.splitlines()[0])
     for option in ("component", "python", "torch", "arch"):
         parser.add_argument(f"--{option}", required=True)
     parser.add_argument("--cuda", help="the row's CUDA version or cpu (when the matrix has several)")
     parser.add_argument("--dest", required=True, type=Path, help="an empty directory for the wheel")
-    args = parser.parse_args(argv)
-    try:
-        versions = load(os.environ.get("WHEELHOUSE_VERSIONS") or None)
-        rows = matrix.select(matrix.expand(versions), versions=versions, component=args.component,
-                             python=args.python, torch=args.torch, arch=args.arch, cuda=args.cuda)
-        if len(rows) != 1:
-            raise WheelhouseError(f"{len(rows)} rows match component={args.component} python={args.python} "
-                                  f"torch={args.torch} arch={args.arch}; name a row of versions.yaml")
-        index = toolchain.torch_index(rows[0], os.environ.get("WHEELHOUSE_TORCH_INDEX"))
-        print(download_torch_wheel(rows[0], args.dest, index))
-    except WheelhouseError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    parser.set_defaults(run=_download_command)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _download_command(args: Any) -> None:
+    versions = load(os.environ.get("WHEELHOUSE_VERSIONS") or None)
+    rows = matrix.select(matrix.expand(versions), versions=versions, component=args.component,
+                         python=args.python, torch=args.torch, arch=args.arch, cuda=args.cuda)
+    if len(rows) != 1:
+        raise UsageError(f"{len(rows)} rows match component={args.component} python={args.python} "
+                         f"torch={args.torch} arch={args.arch}; name a row of versions.yaml")
+    index = toolchain.torch_index(rows[0], os.environ.get("WHEELHOUSE_TORCH_INDEX"))
+    log.out(str(download_torch_wheel(rows[0], args.dest, index)))

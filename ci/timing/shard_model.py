@@ -22,16 +22,14 @@ does not.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci.base import bounded_json
+from ci.base import bounded_json, log
 from ci.base.errors import UsageError, WheelhouseError
 from ci.formats.archs import parse_arch_list
 from ci.model import shards
@@ -231,8 +229,10 @@ def recorded_modules(row: MatrixRow, dist_root: Path) -> tuple[str, dict[str, An
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.timing.shard_model", description=__doc__.split("\n\n")[0])
+def add_command(commands: Any) -> None:
+    """``python -m ci shard-model --record RECORD ...``: the shards a row needs on another runner."""
+    parser = commands.add_parser("shard-model", help="model a row's shards on a runner from measured module times",
+                                 description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", type=Path, required=True,
                         help="a build record with per-module times, or a directory of shards")
     parser.add_argument("--cores", type=int, default=4, help="the runner's cores (default 4: a hosted runner)")
@@ -246,32 +246,30 @@ def main(argv: list[str] | None = None) -> int:
                         help="a build record (or shards) of another build: its measured modules add rates only")
     parser.add_argument("--module-list", type=Path,
                         help="model this module list (build/aot/modules.json: the builder's lists merged by "
-                             "ci.model.jit_cache merge), with the record's measurements as rates")
-    parser.add_argument("--write", type=Path, help="write the modules the model read (for benchmarks/module_times/)")
+                             "python -m ci jit-cache merge), with the record's measurements as rates")
+    parser.add_argument("--write", type=Path, help="write the modules the model read (for ci/timing/module_times/)")
     parser.add_argument("--note", default="", help="with --write: where and how the times were measured")
-    args = parser.parse_args(argv)
-    try:
-        modules = _combined(args.record, args.also, args.module_list)
-        if args.write:
-            args.write.write_text(_compact({**modules, **({"note": args.note} if args.note else {})}), encoding="utf-8")
-        est = estimate(modules)
-        costs = costs_of(modules)
-        jobs = args.jobs or args.cores
-        budget = args.job_minutes * 60 - args.overhead_minutes * 60
-        result = fit(est, costs, jobs=jobs, budget_s=budget, slowdown=args.slowdown)
-    except WheelhouseError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+    parser.set_defaults(run=_model_command)
+
+
+def _model_command(args: Any) -> None:
+    modules = _combined(args.record, args.also, args.module_list)
+    if args.write:
+        args.write.write_text(_compact({**modules, **({"note": args.note} if args.note else {})}), encoding="utf-8")
+    est = estimate(modules)
+    costs = costs_of(modules)
+    jobs = args.jobs or args.cores
+    budget = args.job_minutes * 60 - args.overhead_minutes * 60
+    result = fit(est, costs, jobs=jobs, budget_s=budget, slowdown=args.slowdown)
     if args.json:
-        print(json.dumps({"modules": est.modules, "measured": est.measured, "core_seconds": round(est.total),
-                          "wall_seconds_on_cores": round(est.total / jobs * args.slowdown),
-                          "shards": result.shards, "slowest_shard_seconds": round(result.slowest_s),
-                          "jobs": jobs, "budget_seconds": budget}, indent=2))
-    else:
-        print(f"full list: {est.modules} modules, {est.sources} compiles, ~{_hours(est.total)} on one core, "
-              f"~{_hours(est.total / jobs * args.slowdown)} on {jobs} parallel jobs")
-        print(describe(est, result, args.label))
-    return 0
+        log.out(json.dumps({"modules": est.modules, "measured": est.measured, "core_seconds": round(est.total),
+                            "wall_seconds_on_cores": round(est.total / jobs * args.slowdown),
+                            "shards": result.shards, "slowest_shard_seconds": round(result.slowest_s),
+                            "jobs": jobs, "budget_seconds": budget}, indent=2))
+        return
+    log.out(f"full list: {est.modules} modules, {est.sources} compiles, ~{_hours(est.total)} on one core, "
+            f"~{_hours(est.total / jobs * args.slowdown)} on {jobs} parallel jobs")
+    log.out(describe(est, result, args.label))
 
 
 def _combined(record: Path, also: list[Path], module_list: Path | None) -> dict[str, Any]:
@@ -322,7 +320,3 @@ def _read_modules(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: records no per-module times; give a build record of a build by shards, or the "
                          "directory of its shards")
     return modules
-
-
-if __name__ == "__main__":
-    sys.exit(main())

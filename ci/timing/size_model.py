@@ -5,7 +5,7 @@ done: flashinfer-jit-cache reached 2.143 GiB for one world upstream, and its upl
 what each wheel of a row will weigh, beside its time, and a plan with an asset past :data:`ASSET_BUDGET`
 (1.9 GiB: the limit less headroom for a wheel that grows release by release) is refused in one line with the fix.
 
-The data is ``benchmarks/wheel_sizes.json``, written by ``python -m ci.timing.size_model --write`` from every wheel
+The data is ``benchmarks/wheel_sizes.json``, written by ``python -m ci size-model --write`` from every wheel
 ``benchmarks/device_results.json`` records (bytes, the archs it was built for, the Pythons it bundles): per
 project, ``bytes = base + per_unit * units``, least squares over its builds, where a unit is
 
@@ -25,21 +25,21 @@ its own arch's compiles. A rehosted wheel is upstream's: its size is not ours to
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ci.base.errors import ConfigError, WheelhouseError
+from ci.base import bounded_json, log
+from ci.base.errors import ConfigError, UsageError, WheelhouseError
 from ci.model.matrix import MatrixRow
 from ci.model.versions import REPO_ROOT
 
+_LOG = log.get("timing")
 SIZES_FILE = REPO_ROOT / "benchmarks" / "wheel_sizes.json"
 DEVICE_RESULTS = REPO_ROOT / "benchmarks" / "device_results.json"
 GITHUB_ASSET_LIMIT = 2 * 2**30
@@ -190,7 +190,7 @@ def document(results: Mapping[str, Any]) -> dict[str, Any]:
         projects[name] = {**fit(points), "measured": [
             {"wheel": p.wheel, "bytes": p.bytes, "archs": p.archs, "pythons": p.pythons, "compiles": p.compiles,
              "where": p.where} for p in points]}
-    return {"generator": "python -m ci.timing.size_model --write", "source": "benchmarks/device_results.json",
+    return {"generator": "python -m ci size-model --write", "source": "benchmarks/device_results.json",
             "model": "bytes = base + per_unit * units (ci/timing/size_model.py)", "projects": projects}
 
 
@@ -247,7 +247,7 @@ def load_data(path: Path | None = None) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise WheelhouseError(f"{path}: cannot be read ({error}); write it again: python -m ci.timing.size_model --write") from None
+        raise WheelhouseError(f"{path}: cannot be read ({error}); write it again: python -m ci size-model --write") from None
 
 
 def predict(row: MatrixRow, data: Mapping[str, Any] | None = None, *, dist_root: Path | None = None) -> RowSizes:
@@ -342,30 +342,26 @@ def predicted_against_measured(data: Mapping[str, Any]) -> list[tuple[Measured, 
     return rows
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.timing.size_model", description=__doc__.split("\n\n")[0])
+def add_command(commands: Any) -> None:
+    """``python -m ci size-model [--write]``: the fitted sizes, written again from the device results."""
+    parser = commands.add_parser("size-model", help="the wheel-size model, written from the device results",
+                                 description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"write {SIZES_FILE.relative_to(REPO_ROOT)} from "
                                                               f"{DEVICE_RESULTS.relative_to(REPO_ROOT)}")
     parser.add_argument("--results", type=Path, default=DEVICE_RESULTS)
     parser.add_argument("--out", type=Path, default=SIZES_FILE)
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    try:
-        if args.write:
-            written = document(json.loads(args.results.read_text(encoding="utf-8")))
-            args.out.write_text(json.dumps(written, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-            print(f"{args.out}: {len(written['projects'])} projects from {args.results}", file=sys.stderr)
-        data = load_data(args.out)
-    except (OSError, ValueError) as error:
-        print(f"error: {args.results}: {error}", file=sys.stderr)
-        return 2
-    except WheelhouseError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+    parser.set_defaults(run=_size_command)
+
+
+def _size_command(args: Any) -> None:
+    if args.write:
+        try:
+            written = document(bounded_json.loads(args.results.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as error:
+            raise UsageError(f"{args.results}: {error}; name the device results file (--results)") from None
+        args.out.write_text(json.dumps(written, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        _LOG.info(f"{args.out}: {len(written['projects'])} projects from {args.results}")
+    data = load_data(args.out)
     for name, model in sorted(data.get("projects", {}).items()):
-        print(f"{name}: {model['base']} + {model['per_unit']} bytes per {model['scales_with']} unit, "
-              f"from {len(model['measured'])} build(s)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        log.out(f"{name}: {model['base']} + {model['per_unit']} bytes per {model['scales_with']} unit, "
+                f"from {len(model['measured'])} build(s)")

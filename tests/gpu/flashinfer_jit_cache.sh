@@ -67,13 +67,13 @@ print("shard builds:", json.dumps(modules["durations"]))
 PY
 {
     echo "--- the whole sm_90a list on this machine (16 cores, 16 jobs):"
-    "$PY" -m ci.timing.shard_model --record "$JC_RECORD" --cores 16 --jobs 16 --job-minutes 100000 --overhead-minutes 0 \
+    "$PY" -m ci shard-model --record "$JC_RECORD" --cores 16 --jobs 16 --job-minutes 100000 --overhead-minutes 0 \
         --label "this machine (16 jobs)"
     echo "--- on a hosted runner, 4 cores, 16 GB, 6 h jobs, 2 jobs:"
-    "$PY" -m ci.timing.shard_model --record "$JC_RECORD" --cores 4 --jobs 2 --job-minutes 360 \
+    "$PY" -m ci shard-model --record "$JC_RECORD" --cores 4 --jobs 2 --job-minutes 360 \
         --label "a hosted runner (2 jobs)"
     echo "--- the same runner with 4 jobs (versions.yaml's max_jobs for flashinfer; if 16 GB hold four nvcc):"
-    "$PY" -m ci.timing.shard_model --record "$JC_RECORD" --cores 4 --jobs 4 --job-minutes 360 \
+    "$PY" -m ci shard-model --record "$JC_RECORD" --cores 4 --jobs 4 --job-minutes 360 \
         --label "a hosted runner (4 jobs)"
 } | tee "$RESULTS/jit-cache-model.txt"
 "$PY" - "$JC_WHEEL" "$JC_RECORD" "${WHEELHOUSE_UPSTREAM_JIT_CACHE_BYTES:-}" <<'PY' | tee -a "$RESULTS/jit-cache-model.txt"
