@@ -71,8 +71,8 @@ def test_retag_keeps_the_release_on_its_commit() -> None:
         assert head != old_commit
         with _store(gh) as store:
             result = migrate.apply(migrate.plan_for(store), store)
-        assert result.renamed == (("apex-master", "apex-master-py3.12-torch2.11.0"),)
-        assert gh.tag_commits()["apex-master-py3.12-torch2.11.0"] == old_commit
+        assert result.renamed == (("apex-master", "apex-master-cu130-py3.12-torch2.11.0"),)
+        assert gh.tag_commits()["apex-master-cu130-py3.12-torch2.11.0"] == old_commit
 
 
 def test_retag_refuses_when_the_old_tag_is_gone() -> None:

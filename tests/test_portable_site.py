@@ -41,7 +41,7 @@ def test_the_site_inside_the_store_links_the_wheels_where_the_store_is_served(st
     result = publish(store, "--base-url", "http://127.0.0.1:8123/site")
     assert result.returncode == 0, result.stderr
     (url,) = _wheel_urls(store / "site")
-    assert url.startswith("http://127.0.0.1:8123/releases/wheelhouse-fixture-0.1.0-py3.11-torch2.13.0/assets/")
+    assert url.startswith("http://127.0.0.1:8123/releases/wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0/assets/")
     lock = (store / "site" / "cpu" / "torch2.13" / "pylock.wheelhouse-fixture.toml").read_text()
     assert f'url = "{url}"' in lock and "file://" not in lock
     assert "warning" not in result.stderr

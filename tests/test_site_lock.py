@@ -19,8 +19,9 @@ RELEASES = 120
 
 
 def _invoke(*args: str) -> subprocess.Popen:
+    """``invoke publish-index`` of the CPU world the store's releases are in (versions.yaml's first is CUDA's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WHEELHOUSE_", "GITHUB_"))}
-    return subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "invoke", *args, "--default-world", "cpu/torch2.13"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

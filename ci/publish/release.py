@@ -39,6 +39,7 @@ from ci.base.errors import ConfigError, UsageError, WheelhouseError
 from ci.model import build_record, manifest, matrix, wheel_packages
 from ci.model.build_record import BuildRecord
 from ci.model.matrix import MatrixRow
+from ci.model.naming import cuda_tag
 from ci.model.versions import Versions
 from ci.publish import provenance, signature
 from ci.store.model import Asset, ReleaseStore, newest_by_name
@@ -106,8 +107,10 @@ def read_record(row: MatrixRow, dist_root: Path) -> tuple[Path, BuildRecord]:
     """The build record of ``row`` under ``dist_root``, validated, and checked to be a build of that row."""
     path = build_record.path_for(row, dist_root)
     if not path.is_file():
-        # the same tag built into another world's folder: a build of another versions file's row
-        other = sorted(p for p in dist_root.glob(f"*/*/{path.name}") if p != path)
+        # the same row built into another world's folder: a build of another versions file's row, whose
+        # record names that world's CUDA in its tag
+        same_row_elsewhere = path.name.replace(f"-{cuda_tag(row.cuda)}-py", "-*-py", 1)
+        other = sorted(p for p in dist_root.glob(f"*/*/{same_row_elsewhere}") if p != path)
         if other:
             raise UsageError(f"no build record {path}, but {other[0]} is one of another world: it was built with "
                              "another versions file; set WHEELHOUSE_VERSIONS to that file for the release too")
