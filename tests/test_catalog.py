@@ -4,14 +4,25 @@ indexes, wheel facts kept in digests.json, and which GPUs a wheel's device code 
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from index_helpers import wheel_bytes
 from test_index import BASE, DL, MemoryFetch, meta_bytes, sha, wheel_asset
 
-from ci.catalog import DEPRECATED, INDEX_RECORD, WORLD_RECORD, Context, Previous, Status, parse_previous
+from ci.catalog import (
+    DEPRECATED,
+    INDEX_RECORD,
+    WORLD_RECORD,
+    Context,
+    Previous,
+    Status,
+    WheelEntry,
+    parse_previous,
+    wheel_records,
+)
 from ci.errors import WheelhouseError
-from ci.index import CACHE_FILE, DigestCache, site_files
+from ci.index import CACHE_FILE, DigestCache, build_site, site_catalog, site_files
 from ci.pages import DirectoryTarget, context_of, publish_index
 from ci.store.model import Asset, Release
 from ci.versions import REPO_ROOT, load
@@ -125,3 +136,49 @@ def test_a_deeply_nested_record_of_an_earlier_publish_is_one_line(reader):
     with pytest.raises(WheelhouseError) as error:
         read()
     assert "of the target" in str(error.value) and "\n" not in str(error.value)
+
+
+_ODD_TEXTS = ("", "plain", "%s %d %%", 'quote " and \\ backslash', "caf\u00e9 \U0001f600", "line\nbreak\t\x00", "},\n  {")
+
+
+def _random_wheel(rnd: random.Random, i: int) -> WheelEntry:
+    def text() -> str:
+        return rnd.choice(_ODD_TEXTS) + str(i)
+
+    def maybe() -> str | None:
+        return None if rnd.random() < 0.4 else text()
+
+    facts = None if rnd.random() < 0.3 else WheelFacts(
+        rnd.random() < 0.5, parse_arch_list(rnd.sample(["8.0", "9.0a", "10.0", "12.0"], rnd.randint(0, 3))).archs,
+        parse_arch_list(rnd.sample(["9.0", "12.0"], rnd.randint(0, 2))).archs, maybe(),
+        None if rnd.random() < 0.3 else {text(): text() for _ in range(rnd.randint(0, 3))})
+    return WheelEntry(filename=text(), url=text(), sha256=maybe(), size=rnd.choice((0, 1, 2**40, i)), release=text(),
+                      release_url=text(), requires_python=maybe(), yanked=maybe(), facts=facts)
+
+
+def test_the_wheel_records_are_written_as_json_writes_the_wheels_records():
+    """wheel_records formats each record directly; the text is json.dumps(indent=1, sort_keys=True)'s, at every depth."""
+    rnd = random.Random(45)
+    for i in range(400):
+        wheels = [_random_wheel(rnd, i) for _ in range(rnd.randint(0, 4))]
+        depth = rnd.randint(0, 5)
+        expected = json.dumps([w.to_json() for w in wheels], indent=1, sort_keys=True).replace("\n", "\n" + " " * depth)
+        assert wheel_records(wheels, depth) == expected
+
+
+def test_a_world_record_is_written_without_a_document_per_wheel(monkeypatch):
+    """The record's bytes are those of its document, which the catalog no longer builds for each wheel."""
+    releases = [Release(f"t{i}", TITLE, assets=(wheel_asset(f"comp-1.{i}-py3-none-any.whl", f"t{i}", aid=i),))
+                for i in range(30)]
+    site = build_site(releases, default_world=None)
+    catalog = site_catalog(site, base_url=BASE)
+    [world] = catalog.worlds
+    expected = (json.dumps(world.to_json(), indent=1, sort_keys=True) + "\n").encode()
+
+    def no_document(self):
+        raise AssertionError("a wheel's document was built")
+
+    monkeypatch.setattr(WheelEntry, "to_json", no_document)
+    assert world.record() == expected
+    _, files = site_files(releases, base_url=BASE, default_world=None)
+    assert files[f"cu130/torch2.13/{WORLD_RECORD}"] == expected
