@@ -24,10 +24,9 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ci import json_text
@@ -52,8 +51,10 @@ __all__ = ["ACTIVE", "ARCHIVED", "DEPRECATED", "INDEX_RECORD", "STATUSES", "WORL
            "ProjectEntry", "Status", "WheelEntry", "WorldEntry", "build_catalog", "parse_previous", "release_page"]
 
 
-@dataclass(frozen=True)
-class WheelEntry:
+class WheelEntry(NamedTuple):
+    """One wheel of a world: the link its project's simple page serves and what its record says (a tuple, and the
+    only object a site build keeps per wheel: its pages, records and lock files are all written from it)."""
+
     filename: str
     url: str
     sha256: str | None
@@ -61,13 +62,20 @@ class WheelEntry:
     release: str
     """The release tag."""
     release_url: str
+    version: Version
+    """The filename's version, as packaging parses it."""
     requires_python: str | None = None
     yanked: str | None = None
+    """None: not yanked; otherwise the reason (may be empty)."""
     facts: WheelFacts | None = None
-
-    @cached_property  # parsed once per entry: the landing page and lock files ask every wheel many times
-    def version(self) -> Version:
-        return parse_wheel_filename(self.filename)[1]
+    """What the wheel says about itself (ci/wheel_facts.py); None when it was never read (no sidecar)."""
+    metadata: bool = False
+    """A ``<url>.metadata`` sidecar exists and is advertised."""
+    metadata_sha256: str | None = None
+    provenance: str | None = None
+    """The URL of the release's provenance statement that names this wheel."""
+    rehosted: bool = False
+    """Upstream's wheel, rehosted unchanged (versions.yaml ``rehost``), not built from the sources."""
 
     def python_admits(self, python: str) -> bool:
         """Whether ``Requires-Python`` admits ``python`` (``3.12``); True without one."""

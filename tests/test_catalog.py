@@ -8,6 +8,7 @@ import random
 
 import pytest
 from index_helpers import wheel_bytes
+from packaging.version import Version
 from test_index import BASE, DL, MemoryFetch, meta_bytes, sha, wheel_asset
 
 from ci.catalog import (
@@ -153,7 +154,8 @@ def _random_wheel(rnd: random.Random, i: int) -> WheelEntry:
         parse_arch_list(rnd.sample(["9.0", "12.0"], rnd.randint(0, 2))).archs, maybe(),
         None if rnd.random() < 0.3 else {text(): text() for _ in range(rnd.randint(0, 3))})
     return WheelEntry(filename=text(), url=text(), sha256=maybe(), size=rnd.choice((0, 1, 2**40, i)), release=text(),
-                      release_url=text(), requires_python=maybe(), yanked=maybe(), facts=facts)
+                      release_url=text(), version=Version(f"1.{i}"), requires_python=maybe(), yanked=maybe(),
+                      facts=facts)
 
 
 def test_the_wheel_records_are_written_as_json_writes_the_wheels_records():
@@ -182,3 +184,17 @@ def test_a_world_record_is_written_without_a_document_per_wheel(monkeypatch):
     assert world.record() == expected
     _, files = site_files(releases, base_url=BASE, default_world=None)
     assert files[f"cu130/torch2.13/{WORLD_RECORD}"] == expected
+
+
+def test_the_catalog_keeps_the_sites_links_as_its_wheels():
+    """One object per wheel: the catalog's entries of a project are the links of its page, not copies."""
+    releases = [Release(f"t{i}", TITLE, assets=(wheel_asset(f"comp-1.{i}-py3-none-any.whl", f"t{i}", aid=i),
+                                                 wheel_asset(f"other-1.{i}-py3-none-any.whl", f"t{i}", aid=100 + i)))
+                for i in range(3)]
+    site = build_site(releases, default_world=None)
+    [world] = site_catalog(site, base_url=BASE).worlds
+    pages = site.world(world.path).packages
+    assert [p.name for p in world.projects] == [p.name for p in pages] == ["comp", "other"]
+    for project, page in zip(world.projects, pages, strict=True):
+        assert len(project.wheels) == len(page.links) == 3
+        assert all(wheel is link for wheel, link in zip(project.wheels, page.links, strict=True))

@@ -414,7 +414,7 @@ def test_duplicate_filename_keeps_highest_torch_then_tag():
     for order in ([old, new], [new, old]):
         site = build_site(order, default_world=None)
         [link] = site.world("cu130/torch2.13").packages[0].links
-        assert link.tag == "aaa-restored" and link.sha256 == sha(b"new")
+        assert link.release == "aaa-restored" and link.sha256 == sha(b"new")
         assert site.warnings == (
             f"duplicate {name} in cu130/torch2.13: kept release aaa-restored, ignored release pkg-v1-py3.11-torch2.13.0",
         )
@@ -422,7 +422,7 @@ def test_duplicate_filename_keeps_highest_torch_then_tag():
     a = Release("tag-a", TITLE, assets=(wheel_asset(name, "a", data=b"a"),))
     b = Release("tag-b", TITLE, assets=(wheel_asset(name, "b", data=b"b"),))
     site = build_site([b, a], default_world=None)
-    assert site.world("cu130/torch2.13").packages[0].links[0].tag == "tag-b"
+    assert site.world("cu130/torch2.13").packages[0].links[0].release == "tag-b"
     assert "kept release tag-b, ignored release tag-a" in site.warnings[0]
 
 
