@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -48,7 +49,8 @@ from ci.which_wheel import (
 )
 
 __all__ = ["ACTIVE", "ARCHIVED", "DEPRECATED", "INDEX_RECORD", "STATUSES", "WORLD_RECORD", "Catalog", "Context",
-           "ProjectEntry", "Status", "WheelEntry", "WorldEntry", "build_catalog", "parse_previous", "release_page"]
+           "ProjectEntry", "Status", "WheelEntry", "WorldEntry", "build_catalog", "parse_previous", "release_page",
+           "wheel_entry"]
 
 
 class WheelEntry(NamedTuple):
@@ -64,6 +66,9 @@ class WheelEntry(NamedTuple):
     release_url: str
     version: Version
     """The filename's version, as packaging parses it."""
+    record: str
+    """The text of its record in its world's record (``json_text.dumps(to_json())`` where the wheels stand there), made
+    with the entry by :func:`wheel_entry` while its values are at hand: later, a world's record only joins them."""
     requires_python: str | None = None
     yanked: str | None = None
     """None: not yanked; otherwise the reason (may be empty)."""
@@ -92,25 +97,52 @@ class WheelEntry(NamedTuple):
                 "release": self.release, "release_url": self.release_url, "requires_python": self.requires_python,
                 "yanked": self.yanked, "facts": self.facts.to_json() if self.facts is not None else None}
 
+    def without_sha256(self) -> WheelEntry:
+        """The same entry without its hash (a page whose hashes cannot all be had carries none)."""
+        fields = self._asdict()
+        del fields["record"]
+        return wheel_entry(**{**fields, "sha256": None})
+
 
 _WHEEL_KEYS = ("facts", "filename", "release", "release_url", "requires_python", "sha256", "size", "url", "yanked")
-"""The keys of :meth:`WheelEntry.to_json`, sorted: the order of :func:`wheel_records`' values."""
+"""The keys of :meth:`WheelEntry.to_json`, sorted: the order of a record's values."""
+_WHEELS_DEPTH = 3
+"""Where a world's record holds each project's wheels: document > projects > project > its wheels."""
+_RECORD = json_text.dict_template(_WHEEL_KEYS, _WHEELS_DEPTH + 1)
 
 
-def wheel_records(wheels: Iterable[WheelEntry], depth: int) -> str:
-    """``json_text.dumps([w.to_json() for w in wheels], depth)``, each record formatted directly: a world's
-    record holds one per wheel (144,000 at 12,000 releases x 12 assets), and a dict per wheel for the encoder
-    to sort and walk cost three times as much."""
-    template = json_text.dict_template(_WHEEL_KEYS, depth + 1)
-    string, facts_depth = json_text.string, depth + 2
-    return json_text.list_text([template % (
-        "null" if w.facts is None else json_text.dumps(w.facts.to_json(), facts_depth),
-        string(w.filename), string(w.release), string(w.release_url),
-        "null" if w.requires_python is None else string(w.requires_python),
-        "null" if w.sha256 is None else string(w.sha256),
-        int.__repr__(w.size), string(w.url),
-        "null" if w.yanked is None else string(w.yanked),
-    ) for w in wheels], depth)
+def wheel_entry(filename: str, url: str, sha256: str | None, size: int, release: str, release_url: str,
+                version: Version, requires_python: str | None = None, yanked: str | None = None,
+                facts: WheelFacts | None = None, metadata: bool = False, metadata_sha256: str | None = None,
+                provenance: str | None = None, rehosted: bool = False) -> WheelEntry:
+    """The entry of one wheel, with the text of its record: one ``%`` of a template, each value encoded by json's
+    own string encoder (a dict per wheel for json's encoder to sort and walk cost three times as much, and 144,000
+    wheels at 12,000 releases x 12 assets)."""
+    string = json_text.string
+    record = _RECORD % (
+        "null" if facts is None else json_text.dumps(facts.to_json(), _WHEELS_DEPTH + 2),
+        string(filename), string(release), string(release_url),
+        "null" if requires_python is None else string(requires_python),
+        "null" if sha256 is None else string(sha256),
+        int.__repr__(size), string(url),
+        "null" if yanked is None else string(yanked),
+    )
+    return _new_entry((filename, url, sha256, size, release, release_url, version, record, requires_python, yanked,
+                       facts, metadata, metadata_sha256, provenance, rehosted))
+
+
+def wheel_records(wheels: Iterable[WheelEntry], depth: int) -> list[str]:
+    """``json_text.dumps([w.to_json() for w in wheels], depth)`` where a world's record holds them, in parts: their
+    records and what stands between them."""
+    if depth != _WHEELS_DEPTH:
+        raise ValueError(f"a wheel's record is made for depth {_WHEELS_DEPTH} of its world's record, not {depth}")
+    return json_text.list_parts(list(map(_record, wheels)), depth)
+
+
+_new_entry = functools.partial(tuple.__new__, WheelEntry)
+"""``WheelEntry(*fields)`` without the Python frame of a named tuple's ``__new__``: one per wheel."""
+_record = operator.attrgetter("record")
+_filename = operator.attrgetter("filename")
 
 
 @dataclass(frozen=True)
@@ -196,7 +228,7 @@ class Catalog:
 
 
 def dumps(document: Mapping[str, Any]) -> bytes:
-    return (json_text.dumps(document) + "\n").encode()  # json.dumps(indent=1, sort_keys=True)'s bytes, faster
+    return json_text.dumps(document, end="\n").encode()  # json.dumps(indent=1, sort_keys=True)'s bytes, faster
 
 
 @dataclass(frozen=True)
@@ -276,7 +308,7 @@ def build_catalog(worlds: Iterable[tuple[str, Mapping[str, Iterable[WheelEntry]]
             status = Status()
             if context.current_projects is not None and name not in context.current_projects:
                 status = Status(DEPRECATED, _DEPRECATED_PROJECT)
-            found.append(ProjectEntry(name, status, tuple(sorted(wheels, key=lambda w: w.filename))))
+            found.append(ProjectEntry(name, status, tuple(sorted(wheels, key=_filename))))
         for name, earlier in sorted(previous.projects.get(path, {}).items()):
             if name not in projects:
                 found.append(ProjectEntry(name, earlier if earlier.value == ARCHIVED else Status(ARCHIVED, _ARCHIVED_PROJECT)))

@@ -117,7 +117,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from ci import install_commands, json_text, landing, provenance, wheel_packages, which_wheel
-from ci.catalog import ARCHIVED, Catalog, Context, Status, WheelEntry, build_catalog, release_page
+from ci.catalog import ARCHIVED, Catalog, Context, Status, WheelEntry, build_catalog, release_page, wheel_entry
 from ci.errors import UsageError, WheelhouseError
 from ci.naming import parse_title, version_key, world_path
 from ci.store.model import Asset, Release, newest_by_name
@@ -374,12 +374,17 @@ class _Candidate(NamedTuple):
 
     world: str
     package: str
+    version: Version
     release: Release
     wheel: Asset
     sidecar: Asset | None
     torch: str
     statement: Asset | None = None
     rehosted: bool = False
+
+
+_new_candidate = functools.partial(tuple.__new__, _Candidate)
+"""``_Candidate(*fields)`` without the Python frame of a named tuple's ``__new__``: one per wheel and world."""
 
 
 class _Builder:
@@ -398,8 +403,8 @@ class _Builder:
     def warn(self, message: str) -> None:
         self.warnings.append(_one_line(message))
 
-    def wheel_project(self, asset: Asset) -> tuple[str, None] | tuple[None, str]:
-        """(PEP 503 project name, None) for an indexable wheel asset, else (None, why not).
+    def wheel_project(self, asset: Asset) -> tuple[str, Version] | str:
+        """(PEP 503 project name, version) for an indexable wheel asset, as packaging parses its name; else why not.
 
         Every check on a wheel name (its characters, packaging's parse, a PEP 503 project name) holds
         for the whole name exactly when it holds for the part before the first dash and for the rest,
@@ -408,11 +413,12 @@ class _Builder:
         """
         project_part, _, tail = asset.name.partition("-")
         name = self._indexable_project(project_part)
-        if name is None or not self._indexable_tail(tail) or len(asset.name) > _MAX_FILENAME:
+        version = self._indexable_tail(tail)
+        if name is None or version is None or len(asset.name) > _MAX_FILENAME:
             return _wheel_project_checked(asset)
         if _url_problem(asset.url):
-            return None, f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
-        return name, None
+            return f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
+        return name, version
 
     def _download(self, asset: Asset, limit: int | None = None) -> tuple[bytes | None, str, int]:
         """(bytes if kept, sha256 hex, size); bytes are kept only when ``limit`` is given."""
@@ -640,33 +646,33 @@ def _indexable_project(project_part: str) -> str | None:
     return name if _PROJECT_NAME.match(name) else None
 
 
-def _indexable_tail(tail: str) -> bool:
-    """Whether a wheel name's part after the first dash (version, build, tags) is indexable."""
+def _indexable_tail(tail: str) -> Version | None:
+    """The version of a wheel name's part after the first dash (version, build, tags), or None when that part is
+    not indexable."""
     synthetic = f"x-{tail}"  # as many dashes as the whole name
     if not _SAFE_FILENAME.match(synthetic):
-        return False
+        return None
     try:
-        parse_wheel_filename(synthetic)
+        return parse_wheel_filename(synthetic)[1]
     except InvalidWheelFilename:
-        return False
-    return True
+        return None
 
 
-def _wheel_project_checked(asset: Asset) -> tuple[str, None] | tuple[None, str]:
+def _wheel_project_checked(asset: Asset) -> tuple[str, Version] | str:
     """:meth:`_Builder.wheel_project`, one check after the other."""
     if not _SAFE_FILENAME.match(asset.name):
-        return None, "the name has characters outside [A-Za-z0-9._+-]"
+        return "the name has characters outside [A-Za-z0-9._+-]"
     if len(asset.name) > _MAX_FILENAME:  # its project folder and .metadata file must fit a file name
-        return None, f"the name is {len(asset.name)} characters long, more than {_MAX_FILENAME}"
+        return f"the name is {len(asset.name)} characters long, more than {_MAX_FILENAME}"
     try:
-        name = _parse_wheel(asset.name)[0]
+        name, version, _, _ = _parse_wheel(asset.name)
     except InvalidWheelFilename as exc:
-        return None, f"not a valid wheel filename ({_one_line(exc)})"
+        return f"not a valid wheel filename ({_one_line(exc)})"
     if not _PROJECT_NAME.match(name):
-        return None, f"project name {name!r} is not a PEP 503 name"
+        return f"project name {name!r} is not a PEP 503 name"
     if _url_problem(asset.url):
-        return None, f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
-    return name, None  # packaging's canonical name is the PEP 503 normalised name
+        return f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
+    return name, version  # packaging's canonical name is the PEP 503 normalised name
 
 
 _asset_name = operator.attrgetter("name")
@@ -716,7 +722,7 @@ def _build_site(
         if (world, package) in missing:
             reasons = "; ".join(sorted(missing[(world, package)]))
             builder.warn(f"{world} {package}: hashes dropped from every link because one is missing ({reasons})")
-            page = [_replace_sha(link, None) for link in page]
+            page = [link.without_sha256() for link in page]
         worlds.setdefault(world, []).append(PackagePage(package, tuple(page)))
     if default_world is not None and default_world not in worlds:
         builder.warn(f"default world {default_world} has no wheels: /simple/ is an empty index")
@@ -747,10 +753,11 @@ def _choose(
             continue
         if by_name[wheel.name] is not wheel:  # an older asset of the same name: the newest upload wins
             continue
-        package, problem = builder.wheel_project(wheel)
-        if package is None:
-            builder.warn(f"asset {wheel.name!r} (release {release.tag}) refused: {problem}")
+        indexable = builder.wheel_project(wheel)
+        if isinstance(indexable, str):
+            builder.warn(f"asset {wheel.name!r} (release {release.tag}) refused: {indexable}")
             continue
+        package, version = indexable
         if publishes is not None and package not in publishes:
             builder.warn(f"asset {wheel.name!r} (release {release.tag}) left out of every index: "
                          f"{wheel_packages.refusal(derived.component, package, publishes)}; delete the asset")
@@ -760,8 +767,8 @@ def _choose(
         if statement is not None and _url_problem(statement.url):  # the same URL rule as a wheel's link
             statement = None
         for world in derived.worlds:
-            candidate = _Candidate(world, package, release, wheel, sidecar, derived.torch[world], statement,
-                                   package in rehosts)
+            candidate = _new_candidate((world, package, version, release, wheel, sidecar, derived.torch[world],
+                                        statement, package in rehosts))
             key = (world, wheel.name)
             previous = chosen.get(key)
             if previous is None:
@@ -813,16 +820,14 @@ def _links(
             missing.setdefault((world, cand.package), []).append(f"{filename}: {problem}")
         url = wheel.url
         folder, slash, _ = url.rpartition("/")
-        link = WheelEntry(  # positional: one per link, and keywords cost a third more
+        link = wheel_entry(  # positional: one per link, and keywords cost a third more
             filename,
             url,
             sha,
             wheel.size,
             tag,
             _release_page(folder, tag) if slash else release_page(url, tag),
-            # The name passed the wheel-name checks (wheel_project), so its version is its second part, as
-            # packaging's parse takes it: parsed once per version, not once per wheel with its tags.
-            _version(filename.split("-", 2)[1]),
+            cand.version,
             meta.requires_python if meta is not None else None,
             yanked.get(filename),
             facts(sha) if sha is not None else None,
@@ -836,10 +841,6 @@ def _links(
             pages[(world, cand.package)] = page = []
         page.append(link)
     return pages, missing
-
-
-def _replace_sha(link: WheelEntry, sha: str | None) -> WheelEntry:
-    return link._replace(sha256=sha)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -918,11 +919,6 @@ def site_catalog(site: Site, *, base_url: str, context: Context | None = None) -
     """The catalog (ci/catalog.py) of a built site: what its pages and JSON records say."""
     worlds = [(world.path, {page.name: page.links for page in world.packages}) for world in site.worlds]
     return build_catalog(worlds, base_url=base_url, default_world=site.default_world, context=context or Context())
-
-
-@functools.lru_cache(maxsize=65536)
-def _version(text: str) -> Version:
-    return Version(text)
 
 
 @functools.lru_cache(maxsize=65536)

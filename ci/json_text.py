@@ -18,7 +18,7 @@ A dict with a key that is not a string, a subclass of dict or list, and a scalar
 A caller that knows its records' shape writes them itself, which is faster still than one C call (the C encoder
 builds, sorts and walks a dict per record; a record's text is one ``%`` of :func:`dict_template` with its values
 encoded by :data:`string`): an :class:`Encoded` value in a document is written by its own function, at the
-depth where it stands, and :func:`list_text` joins records into a list.
+depth where it stands, and :func:`list_parts` puts records into a list.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 
 string: Callable[[str], str] = json.encoder.encode_basestring_ascii
@@ -34,11 +34,12 @@ string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 class Encoded:
-    """A value of a document whose text ``write(depth)`` gives: what :func:`dumps` would write at ``depth``."""
+    """A value of a document whose text ``write(depth)`` gives, in parts joined as they are: what :func:`dumps`
+    would write at ``depth`` (parts, not their join: a world's record is tens of megabytes, each copy counts)."""
 
     __slots__ = ("write",)
 
-    def __init__(self, write: Callable[[int], str]) -> None:
+    def __init__(self, write: Callable[[int], list[str]]) -> None:
         self.write = write
 
 
@@ -47,11 +48,12 @@ _NESTED = (*_CONTAINERS, Encoded)
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def dumps(document: Any, depth: int = 0) -> str:
-    """What ``json.dumps(document, indent=1, sort_keys=True)`` returns; with ``depth``, the text of ``document``
+def dumps(document: Any, depth: int = 0, end: str = "") -> str:
+    """What ``json.dumps(document, indent=1, sort_keys=True) + end`` returns; with ``depth``, the text of ``document``
     as a value at that depth of a larger document (its lines after the first indented by ``depth``)."""
     parts: list[str] = []
     _encode(document, depth, parts)
+    parts.append(end)  # joined with the rest: a world's record is tens of megabytes, each copy counts
     return "".join(parts)
 
 
@@ -66,12 +68,16 @@ def dict_template(keys: Sequence[str], depth: int) -> str:
     return "{\n" + ",\n".join(items) + "\n" + outer + "}" if keys else "{}"
 
 
-def list_text(items: Sequence[str], depth: int) -> str:
-    """The text :func:`dumps` writes for a list at ``depth`` whose items' texts (at ``depth + 1``) are ``items``."""
+def list_parts(items: Sequence[str], depth: int) -> list[str]:
+    """The text :func:`dumps` writes for a list at ``depth`` whose items' texts (at ``depth + 1``) are ``items``, in
+    parts: the items and what stands between them."""
     if not items:
-        return "[]"
+        return ["[]"]
     inner = " " * (depth + 1)
-    return "[\n" + inner + (",\n" + inner).join(items) + "\n" + " " * depth + "]"
+    parts = list(chain.from_iterable(zip(repeat(",\n" + inner), items)))
+    parts[0] = "[\n" + inner
+    parts.append("\n" + " " * depth + "]")
+    return parts
 
 
 def _flat(values: Callable[[], Iterable[Any]]) -> bool:
@@ -88,7 +94,7 @@ def _encode(obj: Any, depth: int, out: list[str]) -> None:
     kind = type(obj)
     inner, outer = " " * (depth + 1), " " * depth
     if kind is Encoded:
-        out.append(obj.write(depth))
+        out += obj.write(depth)
         return
     if kind in _SCALARS or (kind in _CONTAINERS and not obj):
         out.append(json.dumps(obj))  # one line whatever the indent: "[]" and "{}" included

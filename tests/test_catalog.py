@@ -11,15 +11,19 @@ from index_helpers import wheel_bytes
 from packaging.version import Version
 from test_index import BASE, DL, MemoryFetch, meta_bytes, sha, wheel_asset
 
+from ci import json_text
 from ci.catalog import (
     DEPRECATED,
     INDEX_RECORD,
     WORLD_RECORD,
     Context,
     Previous,
+    ProjectEntry,
     Status,
     WheelEntry,
+    WorldEntry,
     parse_previous,
+    wheel_entry,
     wheel_records,
 )
 from ci.errors import WheelhouseError
@@ -153,19 +157,30 @@ def _random_wheel(rnd: random.Random, i: int) -> WheelEntry:
         rnd.random() < 0.5, parse_arch_list(rnd.sample(["8.0", "9.0a", "10.0", "12.0"], rnd.randint(0, 3))).archs,
         parse_arch_list(rnd.sample(["9.0", "12.0"], rnd.randint(0, 2))).archs, maybe(),
         None if rnd.random() < 0.3 else {text(): text() for _ in range(rnd.randint(0, 3))})
-    return WheelEntry(filename=text(), url=text(), sha256=maybe(), size=rnd.choice((0, 1, 2**40, i)), release=text(),
-                      release_url=text(), version=Version(f"1.{i}"), requires_python=maybe(), yanked=maybe(),
-                      facts=facts)
+    return wheel_entry(filename=text(), url=text(), sha256=maybe(), size=rnd.choice((0, 1, 2**40, i)), release=text(),
+                       release_url=text(), version=Version(f"1.{i}"), requires_python=maybe(), yanked=maybe(),
+                       facts=facts)
 
 
-def test_the_wheel_records_are_written_as_json_writes_the_wheels_records():
-    """wheel_records formats each record directly; the text is json.dumps(indent=1, sort_keys=True)'s, at every depth."""
+def test_each_wheels_record_is_written_as_json_writes_it_in_its_worlds_record():
+    """A wheel's record text, made with its entry, is json.dumps(indent=1, sort_keys=True)'s at the depth where a
+    world's record holds it; the records of a project are joined as json writes the list."""
     rnd = random.Random(45)
     for i in range(400):
         wheels = [_random_wheel(rnd, i) for _ in range(rnd.randint(0, 4))]
-        depth = rnd.randint(0, 5)
-        expected = json.dumps([w.to_json() for w in wheels], indent=1, sort_keys=True).replace("\n", "\n" + " " * depth)
-        assert wheel_records(wheels, depth) == expected
+        world = WorldEntry("cu130/torch2.13", "i", None, projects=(ProjectEntry("p", wheels=tuple(wheels)),))
+        assert world.record() == (json.dumps(world.to_json(), indent=1, sort_keys=True) + "\n").encode()
+        for wheel in wheels:
+            without = wheel.without_sha256()
+            assert without.sha256 is None and without._replace(record="") == wheel._replace(sha256=None, record="")
+            assert without.record == json_text.dumps(without.to_json(), 4)
+
+
+def test_wheel_records_are_made_for_the_depth_of_a_worlds_record():
+    wheels = [_random_wheel(random.Random(1), 1)]
+    assert "".join(wheel_records(wheels, 3)).startswith("[\n    {\n     ")
+    with pytest.raises(ValueError, match="depth 3"):
+        wheel_records(wheels, 2)
 
 
 def test_a_world_record_is_written_without_a_document_per_wheel(monkeypatch):

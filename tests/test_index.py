@@ -330,7 +330,8 @@ def test_wheel_checks_by_parts_agree_with_the_checks_one_by_one():
 
     names = [f"{p}-{t}" for p, t in itertools.product(_PROJECT_PARTS, _TAILS)] + ["pkg", "pkg.whl", "-"]
     assets = [Asset(n, 1, url, id=i) for i, (n, url) in enumerate(itertools.product(names, _URLS))]
-    assert {_wheel_project_checked(a)[0] for a in assets} >= {None, "pkg", "tiny-pkg-x"}
+    answers = {_wheel_project_checked(a) for a in assets}
+    assert {a[0] for a in answers if isinstance(a, tuple)} == {"pkg", "tiny-pkg-x"} and any(isinstance(a, str) for a in answers)
     for order in (assets, assets[::-1], random.Random(3).sample(assets, len(assets))):
         builder = _Builder(None, DigestCache())
         for asset in order:

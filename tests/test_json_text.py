@@ -107,7 +107,7 @@ def _encoded(document, rnd: random.Random):
     if type(document) in (list, tuple):
         return [_encoded(value, rnd) for value in document]
     if rnd.random() < 0.5:
-        return json_text.Encoded(lambda depth, value=document: json_text.dumps(value, depth))
+        return json_text.Encoded(lambda depth, value=document: [json_text.dumps(value, depth)])
     return document
 
 
@@ -129,7 +129,7 @@ def test_a_dict_template_filled_with_its_values_texts_is_the_dict_as_json_writes
         keys = tuple(sorted(record))
         texts = [json_text.dict_template(keys, depth + 1) % tuple(json_text.dumps(r[k], depth + 2) for k in keys)
                  for r in records]
-        assert json_text.list_text(texts, depth) == json_text.dumps(records, depth), records
+        assert "".join(json_text.list_parts(texts, depth)) == json_text.dumps(records, depth), records
         assert json_text.dumps(records, depth) == json.dumps(records, indent=1, sort_keys=True).replace(
             "\n", "\n" + " " * depth)
 
