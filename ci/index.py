@@ -416,7 +416,7 @@ class _Builder:
         version = self._indexable_tail(tail)
         if name is None or version is None or len(asset.name) > _MAX_FILENAME:
             return _wheel_project_checked(asset)
-        if _url_problem(asset.url):
+        if not _safe_url(asset.url):
             return f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
         return name, version
 
@@ -629,9 +629,8 @@ def _parse_wheel(filename: str):
     return parse_wheel_filename(filename)
 
 
-def _url_problem(url: str) -> bool:
-    # what which-wheel accepts in a record (and so may print in a command): the same check here
-    return not which_wheel.SAFE_URL.fullmatch(url)
+_safe_url = which_wheel.SAFE_URL.fullmatch
+"""What which-wheel accepts in a record (and so may print in a command): the same check here."""
 
 
 def _indexable_project(project_part: str) -> str | None:
@@ -670,7 +669,7 @@ def _wheel_project_checked(asset: Asset) -> tuple[str, Version] | str:
         return f"not a valid wheel filename ({_one_line(exc)})"
     if not _PROJECT_NAME.match(name):
         return f"project name {name!r} is not a PEP 503 name"
-    if _url_problem(asset.url):
+    if not _safe_url(asset.url):
         return f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
     return name, version  # packaging's canonical name is the PEP 503 normalised name
 
@@ -764,7 +763,7 @@ def _choose(
             continue
         sidecar = by_name.get(wheel.name + METADATA_SUFFIX)
         statement = provenance.statement_for(wheel.name, statements) if statements else None
-        if statement is not None and _url_problem(statement.url):  # the same URL rule as a wheel's link
+        if statement is not None and not _safe_url(statement.url):  # the same URL rule as a wheel's link
             statement = None
         for world in derived.worlds:
             candidate = _new_candidate((world, package, version, release, wheel, sidecar, derived.torch[world],
@@ -810,14 +809,14 @@ def _links(
     facts = builder.cache.wheel_facts
     # Walked in the order releases were (tag, then wheel name): deterministic, and cheaper than a sort of
     # every (world, filename); each page's links are sorted by the caller.
-    for (world, filename), cand in chosen.items():
-        wheel, tag = cand.wheel, cand.release.tag
+    for (world, filename), (_, package, version, release, wheel, sidecar, _, statement, rehosted) in chosen.items():
+        tag = release.tag
         advertise, meta_sha, meta = False, None, None
-        if cand.sidecar is not None:  # first: comparing it with the wheel hashes a digest-less wheel on the way
-            advertise, meta_sha, meta = builder.sidecar(wheel, cand.sidecar, tag)
+        if sidecar is not None:  # first: comparing it with the wheel hashes a digest-less wheel on the way
+            advertise, meta_sha, meta = builder.sidecar(wheel, sidecar, tag)
         sha, problem = builder.sha256(wheel)
         if sha is None:
-            missing.setdefault((world, cand.package), []).append(f"{filename}: {problem}")
+            missing.setdefault((world, package), []).append(f"{filename}: {problem}")
         url = wheel.url
         folder, slash, _ = url.rpartition("/")
         link = wheel_entry(  # positional: one per link, and keywords cost a third more
@@ -827,18 +826,18 @@ def _links(
             wheel.size,
             tag,
             _release_page(folder, tag) if slash else release_page(url, tag),
-            cand.version,
+            version,
             meta.requires_python if meta is not None else None,
             yanked.get(filename),
             facts(sha) if sha is not None else None,
             advertise,
             meta_sha if advertise else None,
-            cand.statement.url if cand.statement is not None else None,
-            cand.rehosted,
+            statement.url if statement is not None else None,
+            rehosted,
         )
-        page = pages.get((world, cand.package))
+        page = pages.get((world, package))
         if page is None:
-            pages[(world, cand.package)] = page = []
+            pages[(world, package)] = page = []
         page.append(link)
     return pages, missing
 
