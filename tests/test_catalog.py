@@ -4,16 +4,32 @@ indexes, wheel facts kept in digests.json, and which GPUs a wheel's device code 
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from index_helpers import wheel_bytes
+from packaging.version import Version
 from test_index import BASE, DL, MemoryFetch, meta_bytes, sha, wheel_asset
 
+from ci.base import json_text
 from ci.base.errors import WheelhouseError
 from ci.formats.archs import CudaArch, parse_arch_list
 from ci.model.versions import REPO_ROOT, load
-from ci.publish.catalog import DEPRECATED, INDEX_RECORD, WORLD_RECORD, Context, Previous, Status, parse_previous
-from ci.publish.index import CACHE_FILE, DigestCache, site_files
+from ci.publish.catalog import (
+    DEPRECATED,
+    INDEX_RECORD,
+    WORLD_RECORD,
+    Context,
+    Previous,
+    ProjectEntry,
+    Status,
+    WheelEntry,
+    WorldEntry,
+    parse_previous,
+    wheel_entry,
+    wheel_records,
+)
+from ci.publish.index import CACHE_FILE, DigestCache, build_site, site_catalog, site_files
 from ci.publish.pages import DirectoryTarget, context_of, publish_index
 from ci.publish.wheel_facts import WheelFacts
 from ci.publish.which_wheel import runs_on
@@ -125,3 +141,75 @@ def test_a_deeply_nested_record_of_an_earlier_publish_is_one_line(reader):
     with pytest.raises(WheelhouseError) as error:
         read()
     assert "of the target" in str(error.value) and "\n" not in str(error.value)
+
+
+_ODD_TEXTS = ("", "plain", "%s %d %%", 'quote " and \\ backslash', "caf\u00e9 \U0001f600", "line\nbreak\t\x00", "},\n  {")
+
+
+def _random_wheel(rnd: random.Random, i: int) -> WheelEntry:
+    def text() -> str:
+        return rnd.choice(_ODD_TEXTS) + str(i)
+
+    def maybe() -> str | None:
+        return None if rnd.random() < 0.4 else text()
+
+    facts = None if rnd.random() < 0.3 else WheelFacts(
+        rnd.random() < 0.5, parse_arch_list(rnd.sample(["8.0", "9.0a", "10.0", "12.0"], rnd.randint(0, 3))).archs,
+        parse_arch_list(rnd.sample(["9.0", "12.0"], rnd.randint(0, 2))).archs, maybe(),
+        None if rnd.random() < 0.3 else {text(): text() for _ in range(rnd.randint(0, 3))})
+    return wheel_entry(filename=text(), url=text(), sha256=maybe(), size=rnd.choice((0, 1, 2**40, i)), release=text(),
+                       release_url=text(), version=Version(f"1.{i}"), requires_python=maybe(), yanked=maybe(),
+                       facts=facts)
+
+
+def test_each_wheels_record_is_written_as_json_writes_it_in_its_worlds_record():
+    """A wheel's record text, made with its entry, is json.dumps(indent=1, sort_keys=True)'s at the depth where a
+    world's record holds it; the records of a project are joined as json writes the list."""
+    rnd = random.Random(45)
+    for i in range(400):
+        wheels = [_random_wheel(rnd, i) for _ in range(rnd.randint(0, 4))]
+        world = WorldEntry("cu130/torch2.13", "i", None, projects=(ProjectEntry("p", wheels=tuple(wheels)),))
+        assert world.record() == (json.dumps(world.to_json(), indent=1, sort_keys=True) + "\n").encode()
+        for wheel in wheels:
+            without = wheel.without_sha256()
+            assert without.sha256 is None and without._replace(record="") == wheel._replace(sha256=None, record="")
+            assert without.record == json_text.dumps(without.to_json(), 4)
+
+
+def test_wheel_records_are_made_for_the_depth_of_a_worlds_record():
+    wheels = [_random_wheel(random.Random(1), 1)]
+    assert "".join(wheel_records(wheels, 3)).startswith("[\n    {\n     ")
+    with pytest.raises(ValueError, match="depth 3"):
+        wheel_records(wheels, 2)
+
+
+def test_a_world_record_is_written_without_a_document_per_wheel(monkeypatch):
+    """The record's bytes are those of its document, which the catalog no longer builds for each wheel."""
+    releases = [Release(f"t{i}", TITLE, assets=(wheel_asset(f"comp-1.{i}-py3-none-any.whl", f"t{i}", aid=i),))
+                for i in range(30)]
+    site = build_site(releases, default_world=None)
+    catalog = site_catalog(site, base_url=BASE)
+    [world] = catalog.worlds
+    expected = (json.dumps(world.to_json(), indent=1, sort_keys=True) + "\n").encode()
+
+    def no_document(self):
+        raise AssertionError("a wheel's document was built")
+
+    monkeypatch.setattr(WheelEntry, "to_json", no_document)
+    assert world.record() == expected
+    _, files = site_files(releases, base_url=BASE, default_world=None)
+    assert files[f"cu130/torch2.13/{WORLD_RECORD}"] == expected
+
+
+def test_the_catalog_keeps_the_sites_links_as_its_wheels():
+    """One object per wheel: the catalog's entries of a project are the links of its page, not copies."""
+    releases = [Release(f"t{i}", TITLE, assets=(wheel_asset(f"comp-1.{i}-py3-none-any.whl", f"t{i}", aid=i),
+                                                 wheel_asset(f"other-1.{i}-py3-none-any.whl", f"t{i}", aid=100 + i)))
+                for i in range(3)]
+    site = build_site(releases, default_world=None)
+    [world] = site_catalog(site, base_url=BASE).worlds
+    pages = site.world(world.path).packages
+    assert [p.name for p in world.projects] == [p.name for p in pages] == ["comp", "other"]
+    for project, page in zip(world.projects, pages, strict=True):
+        assert len(project.wheels) == len(page.links) == 3
+        assert all(wheel is link for wheel, link in zip(project.wheels, page.links, strict=True))

@@ -330,7 +330,8 @@ def test_wheel_checks_by_parts_agree_with_the_checks_one_by_one():
 
     names = [f"{p}-{t}" for p, t in itertools.product(_PROJECT_PARTS, _TAILS)] + ["pkg", "pkg.whl", "-"]
     assets = [Asset(n, 1, url, id=i) for i, (n, url) in enumerate(itertools.product(names, _URLS))]
-    assert {_wheel_project_checked(a)[0] for a in assets} >= {None, "pkg", "tiny-pkg-x"}
+    answers = {_wheel_project_checked(a) for a in assets}
+    assert {a[0] for a in answers if isinstance(a, tuple)} == {"pkg", "tiny-pkg-x"} and any(isinstance(a, str) for a in answers)
     for order in (assets, assets[::-1], random.Random(3).sample(assets, len(assets))):
         builder = _Builder(None, DigestCache())
         for asset in order:
@@ -414,7 +415,7 @@ def test_duplicate_filename_keeps_highest_torch_then_tag():
     for order in ([old, new], [new, old]):
         site = build_site(order, default_world=None)
         [link] = site.world("cu130/torch2.13").packages[0].links
-        assert link.tag == "aaa-restored" and link.sha256 == sha(b"new")
+        assert link.release == "aaa-restored" and link.sha256 == sha(b"new")
         assert site.warnings == (
             f"duplicate {name} in cu130/torch2.13: kept release aaa-restored, ignored release pkg-v1-py3.11-torch2.13.0",
         )
@@ -422,7 +423,7 @@ def test_duplicate_filename_keeps_highest_torch_then_tag():
     a = Release("tag-a", TITLE, assets=(wheel_asset(name, "a", data=b"a"),))
     b = Release("tag-b", TITLE, assets=(wheel_asset(name, "b", data=b"b"),))
     site = build_site([b, a], default_world=None)
-    assert site.world("cu130/torch2.13").packages[0].links[0].tag == "tag-b"
+    assert site.world("cu130/torch2.13").packages[0].links[0].release == "tag-b"
     assert "kept release tag-b, ignored release tag-a" in site.warnings[0]
 
 

@@ -99,3 +99,42 @@ def test_the_release_page_is_taken_once_per_folder_and_is_the_catalogs(url):
 
     folder = url.rpartition("/")[0]
     assert index._release_page(folder, "t1") == release_page(url, "t1")
+
+
+def _encoded(document, rnd: random.Random):
+    """``document`` with some of its values replaced by json_text.Encoded values that write the same text."""
+    if isinstance(document, dict) and type(document) is dict and all(type(k) is str for k in document):
+        return {key: _encoded(value, rnd) for key, value in document.items()}
+    if type(document) in (list, tuple):
+        return [_encoded(value, rnd) for value in document]
+    if rnd.random() < 0.5:
+        return json_text.Encoded(lambda depth, value=document: [json_text.dumps(value, depth)])
+    return document
+
+
+def test_encoded_values_are_written_where_they_stand_by_their_own_function():
+    rnd = random.Random(46)
+    for _ in range(3000):
+        document = _document(rnd)
+        wrapped = {"a": [document, {"b": document}], "c": document}
+        expected = json.dumps(wrapped, indent=1, sort_keys=True)
+        assert json_text.dumps(_encoded(wrapped, rnd)) == expected, wrapped
+
+
+def test_a_dict_template_filled_with_its_values_texts_is_the_dict_as_json_writes_it():
+    rnd = random.Random(47)
+    for _ in range(2000):
+        record = {rnd.choice(_KEYS) + rnd.choice(("", "%", "%s", "%%")): _document(rnd, 3) for _ in range(rnd.randint(0, 5))}
+        records = [record] * rnd.randint(0, 3)
+        depth = rnd.randint(0, 6)
+        keys = tuple(sorted(record))
+        texts = [json_text.dict_template(keys, depth + 1) % tuple(json_text.dumps(r[k], depth + 2) for k in keys)
+                 for r in records]
+        assert "".join(json_text.list_parts(texts, depth)) == json_text.dumps(records, depth), records
+        assert json_text.dumps(records, depth) == json.dumps(records, indent=1, sort_keys=True).replace(
+            "\n", "\n" + " " * depth)
+
+
+def test_a_dict_template_refuses_keys_out_of_order():
+    with pytest.raises(ValueError, match="sorted order"):
+        json_text.dict_template(("b", "a"), 0)

@@ -14,30 +14,75 @@ leaves the bulk to the C encoder:
 - anything else is walked here, its parts encoded by the same rules.
 
 A dict with a key that is not a string, a subclass of dict or list, and a scalar go to ``json.dumps`` whole.
+
+A caller that knows its records' shape writes them itself, which is faster still than one C call (the C encoder
+builds, sorts and walks a dict per record; a record's text is one ``%`` of :func:`dict_template` with its values
+encoded by :data:`string`): an :class:`Encoded` value in a document is written by its own function, at the
+depth where it stands, and :func:`list_parts` puts records into a list.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Iterable
-from itertools import chain
+from collections.abc import Callable, Iterable, Sequence
+from itertools import chain, repeat
 from typing import Any
 
+string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+"""A string's JSON text as json.dumps writes it (``ensure_ascii``), in C."""
+
+
+class Encoded:
+    """A value of a document whose text ``write(depth)`` gives, in parts joined as they are: what :func:`dumps`
+    would write at ``depth`` (parts, not their join: a world's record is tens of megabytes, each copy counts)."""
+
+    __slots__ = ("write",)
+
+    def __init__(self, write: Callable[[int], list[str]]) -> None:
+        self.write = write
+
+
 _CONTAINERS = (dict, list, tuple)
+_NESTED = (*_CONTAINERS, Encoded)
 _SCALARS = frozenset({str, int, float, bool, type(None)})
-_encode_string = json.encoder.encode_basestring_ascii
 
 
-def dumps(document: Any) -> str:
-    """What ``json.dumps(document, indent=1, sort_keys=True)`` returns."""
+def dumps(document: Any, depth: int = 0, end: str = "") -> str:
+    """What ``json.dumps(document, indent=1, sort_keys=True) + end`` returns; with ``depth``, the text of ``document``
+    as a value at that depth of a larger document (its lines after the first indented by ``depth``)."""
     parts: list[str] = []
-    _encode(document, 0, parts)
+    _encode(document, depth, parts)
+    parts.append(end)  # joined with the rest: a world's record is tens of megabytes, each copy counts
     return "".join(parts)
+
+
+@functools.lru_cache(maxsize=64)
+def dict_template(keys: Sequence[str], depth: int) -> str:
+    """The text :func:`dumps` writes for a dict of ``keys`` (sorted, each a string) at ``depth``, with ``%s`` in
+    place of each value: ``template % values`` with the values' texts at ``depth + 1``, in the keys' order."""
+    if list(keys) != sorted(keys) or len(set(keys)) != len(keys):
+        raise ValueError(f"dict_template needs distinct keys in sorted order, got {keys!r}")
+    inner, outer = " " * (depth + 1), " " * depth
+    items = (inner + string(key).replace("%", "%%") + ": %s" for key in keys)
+    return "{\n" + ",\n".join(items) + "\n" + outer + "}" if keys else "{}"
+
+
+def list_parts(items: Sequence[str], depth: int) -> list[str]:
+    """The text :func:`dumps` writes for a list at ``depth`` whose items' texts (at ``depth + 1``) are ``items``, in
+    parts: the items and what stands between them."""
+    if not items:
+        return ["[]"]
+    inner = " " * (depth + 1)
+    parts = list(chain.from_iterable(zip(repeat(",\n" + inner), items)))
+    parts[0] = "[\n" + inner
+    parts.append("\n" + " " * depth + "]")
+    return parts
 
 
 def _flat(values: Callable[[], Iterable[Any]]) -> bool:
     """Whether every value ``values()`` yields is a scalar or an empty container (the types first: one pass in C)."""
-    return set(map(type, values())) <= _SCALARS or all(not value or not isinstance(value, _CONTAINERS)
+    return set(map(type, values())) <= _SCALARS or all(not value or not isinstance(value, _NESTED)
                                                        for value in values())
 
 
@@ -48,6 +93,9 @@ def _compact(obj: Any, depth: int) -> str:
 def _encode(obj: Any, depth: int, out: list[str]) -> None:
     kind = type(obj)
     inner, outer = " " * (depth + 1), " " * depth
+    if kind is Encoded:
+        out += obj.write(depth)
+        return
     if kind in _SCALARS or (kind in _CONTAINERS and not obj):
         out.append(json.dumps(obj))  # one line whatever the indent: "[]" and "{}" included
         return
@@ -80,7 +128,7 @@ def _walk(obj: Any, depth: int, out: list[str]) -> None:
     if type(obj) is dict:
         out.append("{\n" + inner)
         for position, (key, value) in enumerate(sorted(obj.items())):
-            out.append((separator if position else "") + _encode_string(key) + ": ")
+            out.append((separator if position else "") + string(key) + ": ")
             _encode(value, depth + 1, out)
         out.append("\n" + outer + "}")
     else:

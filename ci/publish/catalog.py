@@ -19,14 +19,15 @@ vanish: its pages stay, without files, saying so, and the next publish carries i
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ci.base import json_text
@@ -48,11 +49,14 @@ from ci.publish.which_wheel import (
 )
 
 __all__ = ["ACTIVE", "ARCHIVED", "DEPRECATED", "INDEX_RECORD", "STATUSES", "WORLD_RECORD", "Catalog", "Context",
-           "ProjectEntry", "Status", "WheelEntry", "WorldEntry", "build_catalog", "parse_previous", "release_page"]
+           "ProjectEntry", "Status", "WheelEntry", "WorldEntry", "build_catalog", "parse_previous", "release_page",
+           "wheel_entry"]
 
 
-@dataclass(frozen=True)
-class WheelEntry:
+class WheelEntry(NamedTuple):
+    """One wheel of a world: the link its project's simple page serves and what its record says (a tuple, and the
+    only object a site build keeps per wheel: its pages, records and lock files are all written from it)."""
+
     filename: str
     url: str
     sha256: str | None
@@ -60,13 +64,23 @@ class WheelEntry:
     release: str
     """The release tag."""
     release_url: str
+    version: Version
+    """The filename's version, as packaging parses it."""
+    record: str
+    """The text of its record in its world's record (``json_text.dumps(to_json())`` where the wheels stand there), made
+    with the entry by :func:`wheel_entry` while its values are at hand: later, a world's record only joins them."""
     requires_python: str | None = None
     yanked: str | None = None
+    """None: not yanked; otherwise the reason (may be empty)."""
     facts: WheelFacts | None = None
-
-    @cached_property  # parsed once per entry: the landing page and lock files ask every wheel many times
-    def version(self) -> Version:
-        return parse_wheel_filename(self.filename)[1]
+    """What the wheel says about itself (ci/publish/wheel_facts.py); None when it was never read (no sidecar)."""
+    metadata: bool = False
+    """A ``<url>.metadata`` sidecar exists and is advertised."""
+    metadata_sha256: str | None = None
+    provenance: str | None = None
+    """The URL of the release's provenance statement that names this wheel."""
+    rehosted: bool = False
+    """Upstream's wheel, rehosted unchanged (versions.yaml ``rehost``), not built from the sources."""
 
     def python_admits(self, python: str) -> bool:
         """Whether ``Requires-Python`` admits ``python`` (``3.12``); True without one."""
@@ -78,9 +92,57 @@ class WheelEntry:
             return True
 
     def to_json(self) -> dict[str, Any]:
+        """The wheel's record (:func:`wheel_records` writes its text directly)."""
         return {"filename": self.filename, "url": self.url, "sha256": self.sha256, "size": self.size,
                 "release": self.release, "release_url": self.release_url, "requires_python": self.requires_python,
                 "yanked": self.yanked, "facts": self.facts.to_json() if self.facts is not None else None}
+
+    def without_sha256(self) -> WheelEntry:
+        """The same entry without its hash (a page whose hashes cannot all be had carries none)."""
+        fields = self._asdict()
+        del fields["record"]
+        return wheel_entry(**{**fields, "sha256": None})
+
+
+_WHEEL_KEYS = ("facts", "filename", "release", "release_url", "requires_python", "sha256", "size", "url", "yanked")
+"""The keys of :meth:`WheelEntry.to_json`, sorted: the order of a record's values."""
+_WHEELS_DEPTH = 3
+"""Where a world's record holds each project's wheels: document > projects > project > its wheels."""
+_RECORD = json_text.dict_template(_WHEEL_KEYS, _WHEELS_DEPTH + 1)
+
+
+def wheel_entry(filename: str, url: str, sha256: str | None, size: int, release: str, release_url: str,
+                version: Version, requires_python: str | None = None, yanked: str | None = None,
+                facts: WheelFacts | None = None, metadata: bool = False, metadata_sha256: str | None = None,
+                provenance: str | None = None, rehosted: bool = False) -> WheelEntry:
+    """The entry of one wheel, with the text of its record: one ``%`` of a template, each value encoded by json's
+    own string encoder (a dict per wheel for json's encoder to sort and walk cost three times as much, and 144,000
+    wheels at 12,000 releases x 12 assets)."""
+    string = json_text.string
+    record = _RECORD % (
+        "null" if facts is None else json_text.dumps(facts.to_json(), _WHEELS_DEPTH + 2),
+        string(filename), string(release), string(release_url),
+        "null" if requires_python is None else string(requires_python),
+        "null" if sha256 is None else string(sha256),
+        int.__repr__(size), string(url),
+        "null" if yanked is None else string(yanked),
+    )
+    return _new_entry((filename, url, sha256, size, release, release_url, version, record, requires_python, yanked,
+                       facts, metadata, metadata_sha256, provenance, rehosted))
+
+
+def wheel_records(wheels: Iterable[WheelEntry], depth: int) -> list[str]:
+    """``json_text.dumps([w.to_json() for w in wheels], depth)`` where a world's record holds them, in parts: their
+    records and what stands between them."""
+    if depth != _WHEELS_DEPTH:
+        raise ValueError(f"a wheel's record is made for depth {_WHEELS_DEPTH} of its world's record, not {depth}")
+    return json_text.list_parts(list(map(_record, wheels)), depth)
+
+
+_new_entry = functools.partial(tuple.__new__, WheelEntry)
+"""``WheelEntry(*fields)`` without the Python frame of a named tuple's ``__new__``: one per wheel."""
+_record = operator.attrgetter("record")
+_filename = operator.attrgetter("filename")
 
 
 @dataclass(frozen=True)
@@ -119,12 +181,20 @@ class WorldEntry(WorldPath):
         return next((p for p in self.projects if p.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
+        """The world's record (``<world>/wheelhouse-world.json``), as a document."""
+        return self._document(lambda wheels: [w.to_json() for w in wheels])
+
+    def record(self) -> bytes:
+        """The bytes of the world's record: :func:`dumps` of :meth:`to_json`, its wheels written directly."""
+        return dumps(self._document(lambda wheels: json_text.Encoded(functools.partial(wheel_records, wheels))))
+
+    def _document(self, wheels: Callable[[tuple[WheelEntry, ...]], Any]) -> dict[str, Any]:
         return {"format": WORLD_FORMAT, "version": RECORD_VERSION, "world": self.path, "cuda": self.cuda,
                 "torch": self.torch, "index": self.index_url, "torch_index": self.torch_index,
                 "status": self.status.value, "status_reason": self.status.reason,
                 "projects": [{"name": p.name, "status": p.status.value, "status_reason": p.status.reason,
                               "newest": str(p.newest) if p.newest is not None else None,
-                              "wheels": [w.to_json() for w in p.wheels]} for p in self.projects]}
+                              "wheels": wheels(p.wheels)} for p in self.projects]}
 
 
 def _status(raw: Mapping[str, Any]) -> Status:
@@ -153,12 +223,12 @@ class Catalog:
         """``wheelhouse-index.json`` and each world's ``wheelhouse-world.json``."""
         files = {INDEX_RECORD: dumps(self.index_json())}
         for world in self.worlds:
-            files[f"{world.path}/{WORLD_RECORD}"] = dumps(world.to_json())
+            files[f"{world.path}/{WORLD_RECORD}"] = world.record()
         return files
 
 
 def dumps(document: Mapping[str, Any]) -> bytes:
-    return (json_text.dumps(document) + "\n").encode()  # json.dumps(indent=1, sort_keys=True)'s bytes, faster
+    return json_text.dumps(document, end="\n").encode()  # json.dumps(indent=1, sort_keys=True)'s bytes, faster
 
 
 @dataclass(frozen=True)
@@ -238,7 +308,7 @@ def build_catalog(worlds: Iterable[tuple[str, Mapping[str, Iterable[WheelEntry]]
             status = Status()
             if context.current_projects is not None and name not in context.current_projects:
                 status = Status(DEPRECATED, _DEPRECATED_PROJECT)
-            found.append(ProjectEntry(name, status, tuple(sorted(wheels, key=lambda w: w.filename))))
+            found.append(ProjectEntry(name, status, tuple(sorted(wheels, key=_filename))))
         for name, earlier in sorted(previous.projects.get(path, {}).items()):
             if name not in projects:
                 found.append(ProjectEntry(name, earlier if earlier.value == ARCHIVED else Status(ARCHIVED, _ARCHIVED_PROJECT)))

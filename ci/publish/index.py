@@ -120,7 +120,7 @@ from ci.base.errors import UsageError, WheelhouseError
 from ci.model import wheel_packages
 from ci.model.naming import parse_title, version_key, world_path
 from ci.publish import install_commands, landing, provenance, which_wheel
-from ci.publish.catalog import ARCHIVED, Catalog, Context, Status, WheelEntry, build_catalog, release_page
+from ci.publish.catalog import ARCHIVED, Catalog, Context, Status, WheelEntry, build_catalog, release_page, wheel_entry
 from ci.publish.wheel_facts import WheelFacts, read_facts
 from ci.store.model import Asset, Release, newest_by_name
 
@@ -337,32 +337,11 @@ class DigestCache:
 # --------------------------------------------------------------------------- site model
 
 
-class IndexLink(NamedTuple):
-    """One ``<a>`` of a package page (a tuple: a site build makes one per link, three times faster)."""
-
-    filename: str
-    url: str
-    sha256: str | None
-    tag: str
-    metadata: bool = False
-    """A ``<url>.metadata`` sidecar exists and is advertised."""
-    metadata_sha256: str | None = None
-    requires_python: str | None = None
-    yanked: str | None = None
-    """None: not yanked; otherwise the reason (may be empty)."""
-    provenance: str | None = None
-    """The URL of the release's provenance statement that names this wheel."""
-    size: int = 0
-    facts: WheelFacts | None = None
-    """What the wheel says about itself (ci/publish/wheel_facts.py); None when it was never read (no sidecar)."""
-    rehosted: bool = False
-    """Upstream's wheel, rehosted unchanged (versions.yaml ``rehost``), not built from the sources."""
-
-
 @dataclass(frozen=True)
 class PackagePage:
     name: str
-    links: tuple[IndexLink, ...]
+    links: tuple[WheelEntry, ...]
+    """One per ``<a>`` of the page, sorted by filename; the catalog's entries of the project are these."""
 
 
 @dataclass(frozen=True)
@@ -396,12 +375,17 @@ class _Candidate(NamedTuple):
 
     world: str
     package: str
+    version: Version
     release: Release
     wheel: Asset
     sidecar: Asset | None
     torch: str
     statement: Asset | None = None
     rehosted: bool = False
+
+
+_new_candidate = functools.partial(tuple.__new__, _Candidate)
+"""``_Candidate(*fields)`` without the Python frame of a named tuple's ``__new__``: one per wheel and world."""
 
 
 class _Builder:
@@ -420,8 +404,8 @@ class _Builder:
     def warn(self, message: str) -> None:
         self.warnings.append(_one_line(message))
 
-    def wheel_project(self, asset: Asset) -> tuple[str, None] | tuple[None, str]:
-        """(PEP 503 project name, None) for an indexable wheel asset, else (None, why not).
+    def wheel_project(self, asset: Asset) -> tuple[str, Version] | str:
+        """(PEP 503 project name, version) for an indexable wheel asset, as packaging parses its name; else why not.
 
         Every check on a wheel name (its characters, packaging's parse, a PEP 503 project name) holds
         for the whole name exactly when it holds for the part before the first dash and for the rest,
@@ -430,11 +414,12 @@ class _Builder:
         """
         project_part, _, tail = asset.name.partition("-")
         name = self._indexable_project(project_part)
-        if name is None or not self._indexable_tail(tail) or len(asset.name) > _MAX_FILENAME:
+        version = self._indexable_tail(tail)
+        if name is None or version is None or len(asset.name) > _MAX_FILENAME:
             return _wheel_project_checked(asset)
-        if _url_problem(asset.url):
-            return None, f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
-        return name, None
+        if not _safe_url(asset.url):
+            return f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
+        return name, version
 
     def _download(self, asset: Asset, limit: int | None = None) -> tuple[bytes | None, str, int]:
         """(bytes if kept, sha256 hex, size); bytes are kept only when ``limit`` is given."""
@@ -645,9 +630,8 @@ def _parse_wheel(filename: str):
     return parse_wheel_filename(filename)
 
 
-def _url_problem(url: str) -> bool:
-    # what which-wheel accepts in a record (and so may print in a command): the same check here
-    return not which_wheel.SAFE_URL.fullmatch(url)
+_safe_url = which_wheel.SAFE_URL.fullmatch
+"""What which-wheel accepts in a record (and so may print in a command): the same check here."""
 
 
 def _indexable_project(project_part: str) -> str | None:
@@ -662,36 +646,37 @@ def _indexable_project(project_part: str) -> str | None:
     return name if _PROJECT_NAME.match(name) else None
 
 
-def _indexable_tail(tail: str) -> bool:
-    """Whether a wheel name's part after the first dash (version, build, tags) is indexable."""
+def _indexable_tail(tail: str) -> Version | None:
+    """The version of a wheel name's part after the first dash (version, build, tags), or None when that part is
+    not indexable."""
     synthetic = f"x-{tail}"  # as many dashes as the whole name
     if not _SAFE_FILENAME.match(synthetic):
-        return False
+        return None
     try:
-        parse_wheel_filename(synthetic)
+        return parse_wheel_filename(synthetic)[1]
     except InvalidWheelFilename:
-        return False
-    return True
+        return None
 
 
-def _wheel_project_checked(asset: Asset) -> tuple[str, None] | tuple[None, str]:
+def _wheel_project_checked(asset: Asset) -> tuple[str, Version] | str:
     """:meth:`_Builder.wheel_project`, one check after the other."""
     if not _SAFE_FILENAME.match(asset.name):
-        return None, "the name has characters outside [A-Za-z0-9._+-]"
+        return "the name has characters outside [A-Za-z0-9._+-]"
     if len(asset.name) > _MAX_FILENAME:  # its project folder and .metadata file must fit a file name
-        return None, f"the name is {len(asset.name)} characters long, more than {_MAX_FILENAME}"
+        return f"the name is {len(asset.name)} characters long, more than {_MAX_FILENAME}"
     try:
-        name = _parse_wheel(asset.name)[0]
+        name, version, _, _ = _parse_wheel(asset.name)
     except InvalidWheelFilename as exc:
-        return None, f"not a valid wheel filename ({_one_line(exc)})"
+        return f"not a valid wheel filename ({_one_line(exc)})"
     if not _PROJECT_NAME.match(name):
-        return None, f"project name {name!r} is not a PEP 503 name"
-    if _url_problem(asset.url):
-        return None, f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
-    return name, None  # packaging's canonical name is the PEP 503 normalised name
+        return f"project name {name!r} is not a PEP 503 name"
+    if not _safe_url(asset.url):
+        return f"URL {asset.url!r} {which_wheel.url_problem(asset.url)}"
+    return name, version  # packaging's canonical name is the PEP 503 normalised name
 
 
 _asset_name = operator.attrgetter("name")
+_release_tag = operator.attrgetter("tag")
 
 
 def build_site(
@@ -717,7 +702,7 @@ def build_site(
     return _build_site(builder, releases, default_world, dict(yanked or {}), projects, rehosted or {})
 
 
-def _build_site(  # noqa: C901 - three passes whose rules interact; the module docstring is their spec
+def _build_site(
     builder: _Builder,
     releases: Iterable[Release],
     default_world: str | None,
@@ -725,107 +710,137 @@ def _build_site(  # noqa: C901 - three passes whose rules interact; the module d
     projects: Mapping[str, frozenset[str]] | None,
     rehosted: Mapping[str, frozenset[str]],
 ) -> Site:
-
     chosen: dict[tuple[str, str], _Candidate] = {}
-    for release in sorted(releases, key=lambda r: r.tag):
-        if release.draft:
-            continue
-        wheels = sorted([a for a in release.assets if a.name.endswith(".whl")], key=_asset_name)
-        if not wheels:
-            continue
-        derived = derive_worlds(release)
-        if derived.problem is not None:
-            builder.warn(f"release {release.tag!r} left out of every index: {derived.problem}; fix the release title")
-            continue
-        by_name = newest_by_name(a for a in release.assets if a.state == "uploaded")
-        statements = provenance.statements_by_arch(by_name)
-        publishes = None
-        if projects is not None:
-            publishes = projects.get(derived.component) or wheel_packages.allowed(derived.component, ())
-        for wheel in wheels:
-            if wheel.state != "uploaded":
-                builder.warn(
-                    f"{wheel.name!r} (release {release.tag}) skipped: its upload is incomplete (state {wheel.state!r})"
-                )
-                continue
-            if by_name[wheel.name] is not wheel:  # an older asset of the same name: the newest upload wins
-                continue
-            package, problem = builder.wheel_project(wheel)
-            if package is None:
-                builder.warn(f"asset {wheel.name!r} (release {release.tag}) refused: {problem}")
-                continue
-            if publishes is not None and package not in publishes:
-                builder.warn(f"asset {wheel.name!r} (release {release.tag}) left out of every index: "
-                             f"{wheel_packages.refusal(derived.component, package, publishes)}; delete the asset")
-                continue
-            sidecar = by_name.get(wheel.name + METADATA_SUFFIX)
-            statement = provenance.statement_for(wheel.name, statements) if statements else None
-            if statement is not None and _url_problem(statement.url):  # the same URL rule as a wheel's link
-                statement = None
-            for world in derived.worlds:
-                candidate = _Candidate(world, package, release, wheel, sidecar, derived.torch[world], statement,
-                                       package in rehosted.get(derived.component, ()))
-                key = (world, wheel.name)
-                previous = chosen.get(key)
-                if previous is None:
-                    chosen[key] = candidate
-                    continue
-                keep, drop = sorted(
-                    (previous, candidate), key=lambda c: (version_key(c.torch), c.release.tag), reverse=True
-                )
-                chosen[key] = keep
-                builder.warn(
-                    f"duplicate {wheel.name} in {world}: kept release {keep.release.tag}, ignored release {drop.release.tag}"
-                )
-
-    packages: dict[str, dict[str, list[IndexLink]]] = {}
-    missing: dict[tuple[str, str], list[str]] = {}
-    # Walked in the order releases were (tag, then wheel name): deterministic, and cheaper than a sort of
-    # every (world, filename); each page's links are sorted below.
-    for (world, filename), cand in chosen.items():
-        advertise, meta_sha, meta = (False, None, None)
-        if cand.sidecar is not None:  # first: comparing it with the wheel hashes a digest-less wheel on the way
-            advertise, meta_sha, meta = builder.sidecar(cand.wheel, cand.sidecar, cand.release.tag)
-        sha, problem = builder.sha256(cand.wheel)
-        if sha is None:
-            missing.setdefault((world, cand.package), []).append(f"{filename}: {problem}")
-        link = IndexLink(  # positional: one per link, and keywords cost a third more
-            filename,
-            cand.wheel.url,
-            sha,
-            cand.release.tag,
-            advertise,
-            meta_sha if advertise else None,
-            meta.requires_python if meta is not None else None,
-            yanked.get(filename),
-            cand.statement.url if cand.statement is not None else None,
-            cand.wheel.size,
-            builder.cache.wheel_facts(sha) if sha is not None else None,
-            cand.rehosted,
-        )
-        packages.setdefault(world, {}).setdefault(cand.package, []).append(link)
-
+    for release in sorted(releases, key=_release_tag):
+        _choose(builder, release, chosen, projects, rehosted)
+    links, missing = _links(builder, chosen, yanked)
     for name in sorted(set(yanked) - {filename for _, filename in chosen} if yanked else ()):
         builder.warn(f"yank list names {name!r}, which no index holds")
-
-    worlds: list[World] = []
-    for world in sorted(packages):
-        pages: list[PackagePage] = []
-        for package in sorted(packages[world]):
-            links = sorted(packages[world][package])  # by filename, the first field (unique in a page)
-            if (world, package) in missing:
-                reasons = "; ".join(sorted(missing[(world, package)]))
-                builder.warn(f"{world} {package}: hashes dropped from every link because one is missing ({reasons})")
-                links = [_replace_sha(link, None) for link in links]
-            pages.append(PackagePage(package, tuple(links)))
-        worlds.append(World(world, tuple(pages)))
-    if default_world is not None and default_world not in packages:
+    worlds: dict[str, list[PackagePage]] = {}
+    for (world, package), page in sorted(links.items()):
+        page.sort()  # by filename, the first field (unique in a page)
+        if (world, package) in missing:
+            reasons = "; ".join(sorted(missing[(world, package)]))
+            builder.warn(f"{world} {package}: hashes dropped from every link because one is missing ({reasons})")
+            page = [link.without_sha256() for link in page]
+        worlds.setdefault(world, []).append(PackagePage(package, tuple(page)))
+    if default_world is not None and default_world not in worlds:
         builder.warn(f"default world {default_world} has no wheels: /simple/ is an empty index")
-    return Site(tuple(worlds), default_world, tuple(builder.warnings), builder.fetches, builder.fetched_bytes)
+    return Site(tuple(World(world, tuple(pages)) for world, pages in worlds.items()), default_world,
+                tuple(builder.warnings), builder.fetches, builder.fetched_bytes)
 
 
-def _replace_sha(link: IndexLink, sha: str | None) -> IndexLink:
-    return link._replace(sha256=sha)
+def _choose(
+    builder: _Builder,
+    release: Release,
+    chosen: dict[tuple[str, str], _Candidate],
+    projects: Mapping[str, frozenset[str]] | None,
+    rehosted: Mapping[str, frozenset[str]],
+) -> None:
+    """Add the wheels of ``release`` to ``chosen`` (world, filename -> candidate), keeping one of duplicates."""
+    wheels, derived = _wheels_and_worlds(builder, release)
+    if not wheels:
+        return
+    by_name = _newest_by_name(release.assets)
+    statements = provenance.statements_by_arch(by_name)
+    publishes = None
+    if projects is not None:
+        publishes = projects.get(derived.component) or wheel_packages.allowed(derived.component, ())
+    rehosts = rehosted.get(derived.component, ())
+    for wheel in wheels:
+        if wheel.state != "uploaded":
+            builder.warn(f"{wheel.name!r} (release {release.tag}) skipped: its upload is incomplete (state {wheel.state!r})")
+            continue
+        if by_name[wheel.name] is not wheel:  # an older asset of the same name: the newest upload wins
+            continue
+        indexable = builder.wheel_project(wheel)
+        if isinstance(indexable, str):
+            builder.warn(f"asset {wheel.name!r} (release {release.tag}) refused: {indexable}")
+            continue
+        package, version = indexable
+        if publishes is not None and package not in publishes:
+            builder.warn(f"asset {wheel.name!r} (release {release.tag}) left out of every index: "
+                         f"{wheel_packages.refusal(derived.component, package, publishes)}; delete the asset")
+            continue
+        sidecar = by_name.get(wheel.name + METADATA_SUFFIX)
+        statement = provenance.statement_for(wheel.name, statements) if statements else None
+        if statement is not None and not _safe_url(statement.url):  # the same URL rule as a wheel's link
+            statement = None
+        for world in derived.worlds:
+            candidate = _new_candidate((world, package, version, release, wheel, sidecar, derived.torch[world],
+                                        statement, package in rehosts))
+            key = (world, wheel.name)
+            previous = chosen.get(key)
+            if previous is None:
+                chosen[key] = candidate
+                continue
+            keep, drop = sorted((previous, candidate), key=lambda c: (version_key(c.torch), c.release.tag), reverse=True)
+            chosen[key] = keep
+            builder.warn(f"duplicate {wheel.name} in {world}: kept release {keep.release.tag}, ignored release {drop.release.tag}")
+
+
+def _wheels_and_worlds(builder: _Builder, release: Release) -> tuple[list[Asset], ReleaseWorlds]:
+    """The release's wheel assets by name and its worlds; no wheels for a draft or a title without a world."""
+    if release.draft:
+        return [], ReleaseWorlds((), {})
+    wheels = sorted([a for a in release.assets if a.name.endswith(".whl")], key=_asset_name)
+    if not wheels:
+        return [], ReleaseWorlds((), {})
+    derived = derive_worlds(release)
+    if derived.problem is not None:
+        builder.warn(f"release {release.tag!r} left out of every index: {derived.problem}; fix the release title")
+        return [], derived
+    return wheels, derived
+
+
+def _newest_by_name(assets: Iterable[Asset]) -> dict[str, Asset]:
+    """:func:`ci.store.model.newest_by_name` of the uploaded assets; without it when no name repeats (the rule
+    then keeps every asset, and a release's dozen assets cost a tuple and a dict lookup each)."""
+    uploaded = [a for a in assets if a.state == "uploaded"]
+    by_name = {a.name: a for a in uploaded}
+    return by_name if len(by_name) == len(uploaded) else newest_by_name(uploaded)
+
+
+def _links(
+    builder: _Builder, chosen: Mapping[tuple[str, str], _Candidate], yanked: Mapping[str, str]
+) -> tuple[dict[tuple[str, str], list[WheelEntry]], dict[tuple[str, str], list[str]]]:
+    """The links of the chosen wheels by (world, project), unsorted, and why a page's hashes are missing."""
+    pages: dict[tuple[str, str], list[WheelEntry]] = {}
+    missing: dict[tuple[str, str], list[str]] = {}
+    facts = builder.cache.wheel_facts
+    # Walked in the order releases were (tag, then wheel name): deterministic, and cheaper than a sort of
+    # every (world, filename); each page's links are sorted by the caller.
+    for (world, filename), (_, package, version, release, wheel, sidecar, _, statement, rehosted) in chosen.items():
+        tag = release.tag
+        advertise, meta_sha, meta = False, None, None
+        if sidecar is not None:  # first: comparing it with the wheel hashes a digest-less wheel on the way
+            advertise, meta_sha, meta = builder.sidecar(wheel, sidecar, tag)
+        sha, problem = builder.sha256(wheel)
+        if sha is None:
+            missing.setdefault((world, package), []).append(f"{filename}: {problem}")
+        url = wheel.url
+        folder, slash, _ = url.rpartition("/")
+        link = wheel_entry(  # positional: one per link, and keywords cost a third more
+            filename,
+            url,
+            sha,
+            wheel.size,
+            tag,
+            _release_page(folder, tag) if slash else release_page(url, tag),
+            version,
+            meta.requires_python if meta is not None else None,
+            yanked.get(filename),
+            facts(sha) if sha is not None else None,
+            advertise,
+            meta_sha if advertise else None,
+            statement.url if statement is not None else None,
+            rehosted,
+        )
+        page = pages.get((world, package))
+        if page is None:
+            pages[(world, package)] = page = []
+        page.append(link)
+    return pages, missing
 
 
 # --------------------------------------------------------------------------- rendering
@@ -856,7 +871,7 @@ def _page(title: str, body: list[str], status: Status | None = None) -> bytes:
     return "\n".join(lines).encode("utf-8")
 
 
-def _link_html(link: IndexLink) -> str:
+def _link_html(link: WheelEntry) -> str:
     href = link.url + "#sha256=" + link.sha256 if link.sha256 else link.url
     rendered = 'href="' + _esc(href) + '"'
     if link.requires_python:
@@ -902,25 +917,8 @@ def render_world(world: World | None, *, label: str, site_name: str,
 
 def site_catalog(site: Site, *, base_url: str, context: Context | None = None) -> Catalog:
     """The catalog (ci/publish/catalog.py) of a built site: what its pages and JSON records say."""
-    worlds = [(world.path, {page.name: [_wheel_entry(link) for link in page.links] for page in world.packages})
-              for world in site.worlds]
+    worlds = [(world.path, {page.name: page.links for page in world.packages}) for world in site.worlds]
     return build_catalog(worlds, base_url=base_url, default_world=site.default_world, context=context or Context())
-
-
-def _wheel_entry(link: IndexLink) -> WheelEntry:
-    folder, slash, _ = link.url.rpartition("/")
-    page = _release_page(folder, link.tag) if slash else release_page(link.url, link.tag)
-    entry = WheelEntry(link.filename, link.url, link.sha256, link.size, link.tag, page, link.requires_python,
-                       link.yanked, link.facts)
-    # The link's name passed the wheel-name checks (wheel_project), so its version is its second part, as
-    # packaging's parse takes it; parsed once per version, not once per wheel with its tags (0.6 s of 144,000).
-    entry.__dict__["version"] = _version(link.filename.split("-", 2)[1])
-    return entry
-
-
-@functools.lru_cache(maxsize=65536)
-def _version(text: str) -> Version:
-    return Version(text)
 
 
 @functools.lru_cache(maxsize=65536)
