@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -22,8 +21,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 # From the defining modules: invoke's package re-exports these implicitly, which mypy --strict does not follow.
 from invoke.context import Context
-from invoke.exceptions import Exit, ParseError
-from invoke.program import Program
+from invoke.exceptions import Exit
 from invoke.tasks import task as invoke_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,41 +43,9 @@ if TYPE_CHECKING:
 # No automatic short flags: invoke derives them from each task's option names, so `-r`, `-a` or `-s`
 # meant different things per task, and `prune`'s `-h` (push_branch) hid `-h` for help.
 task = functools.partial(invoke_task, auto_shortflags=False)
+_LOG = log.get("tasks")
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-
-def _usage_errors_exit_2(step: Callable[[Program], _R]) -> Callable[[Program], _R]:
-    """invoke ends its own parse errors (an unknown task or flag, a flag without its value, a missing
-    argument) with status 1 and no hint; here they exit 2 with the help to read, as every other usage
-    error does. invoke runs these steps after loading this file, for `invoke` and `python -m invoke`
-    alike; its core options (`invoke -c`) are parsed before and keep invoke's own status."""
-
-    @functools.wraps(step)
-    def parse(self: Program) -> _R:
-        try:
-            return step(self)
-        except ParseError as error:
-            name = getattr(error.context, "name", None)
-            see = f"invoke {name} --help" if name else "invoke --list"
-            raise Exit(f"error: {_parse_problem(str(error))}; see `{see}`", code=2) from None
-
-    return parse
-
-
-def _parse_problem(message: str) -> str:
-    """invoke's parse message, with the flag spelled as typed: ``Flag <Argument: push_branch> needed value
-    ...`` -> ``--push-branch needs a value``."""
-    missing = re.match(r"Flag <Argument: (\w+)[^>]*> needed value", message)
-    if missing:
-        return f"--{missing[1].replace('_', '-')} needs a value"
-    return message.rstrip("!")
-
-
-for _step in ("parse_tasks", "parse_cleanup"):
-    # once, however often this file is loaded: a step wrapped here carries functools.wraps' __wrapped__
-    if not hasattr(getattr(Program, _step), "__wrapped__"):
-        setattr(Program, _step, _usage_errors_exit_2(getattr(Program, _step)))
 
 
 def _core_dry(c: Context) -> bool:
@@ -179,7 +145,7 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
     if github_output:
         _write_github_output(rows)
     if json_:
-        print(json.dumps([row.to_json() for row in rows], indent=2))
+        log.out(json.dumps([row.to_json() for row in rows], indent=2))
     elif not github_output:
         from ci.timing import size_model, time_model
 
@@ -190,10 +156,10 @@ def matrix(c: Context, component: str | None = None, arch: str | None = None, py
             predicted = prediction.short() if prediction else "not timed yet"
             stage = "first" if row in first else "then"
             sizes = size_model.predict(row).short()
-            print(f"{row.session:40} {row.arch:8} {cuda:10} py{'+'.join(row.pythons):10} torch{row.torch:8} "
+            log.out(f"{row.session:40} {row.arch:8} {cuda:10} py{'+'.join(row.pythons):10} torch{row.torch:8} "
                   f"{stage:5} {predicted:24} {sizes:42} {row.release_tag}")
         over = [row for row in rows if (p := time_model.predict(row)) is not None and not p.fits]
-        print(f"{len(rows)} row(s)" + (f"; {len(over)} predicted over build_timeout (the resumable path; "
+        log.out(f"{len(rows)} row(s)" + (f"; {len(over)} predicted over build_timeout (the resumable path; "
                                        "`nox -s build-<component>-<python> -- --dry-run` says how many runs)"
                                        if over else ""))
 
@@ -245,7 +211,7 @@ def check_wheel(c: Context, wheel: list[str] | None = None, torch: str | None = 
     from ci.checks.check import check_wheels
 
     report = check_wheels(_wheel_paths(wheel or []), torch_target=torch, require_archs=require_archs, pythons=pythons, audit=audit)
-    print(report.to_json() if json_ else report.render_text())
+    log.out(report.to_json() if json_ else report.render_text())
     if not report.ok:
         raise Exit(code=1)
 
@@ -280,7 +246,7 @@ def fix_wheel(c: Context, wheel: list[str] | None = None, strip_local_version: b
                 path.unlink()
         if repair:
             current = audit.audit_repair(current, target_dir, plat=repair)
-        print(current)
+        log.out(str(current))
 
 
 def _release_row(versions: Versions, component: str, python: str | None, torch: str | None,
@@ -335,16 +301,16 @@ def release(c: Context, component: str | None = None, python: str | None = None,
         _write_predicate(Path(predicate_out), plan.statement["predicate"])
         return
     target = _store(store, dry_run=dry_run)
-    print(f"release {row.release_tag} in {target.description}:")
-    print(plan.render())
+    log.out(f"release {row.release_tag} in {target.description}:")
+    log.out(plan.render())
     if dry_run and target.rehearsed_calls() is None:
-        print("dry run: nothing changed")
+        log.out("dry run: nothing changed")
         return
     release_module.apply(plan, target, replace=replace, dry_run=dry_run)
     if dry_run:
-        print("dry run: the API calls it would make:")
+        log.out("dry run: the API calls it would make:")
         for call in target.rehearsed_calls() or ():
-            print(f"  {call}")
+            log.out(f"  {call}")
 
 
 def _write_predicate(path: Path, predicate: Mapping[str, object]) -> None:
@@ -353,7 +319,7 @@ def _write_predicate(path: Path, predicate: Mapping[str, object]) -> None:
     except OSError as exc:
         raise UsageError(f"--predicate-out {path}: cannot write it ({exc.strerror}); name a file in a writable "
                          "directory") from None
-    print(f"provenance predicate ({provenance.PREDICATE_TYPE}) written to {path}")
+    log.out(f"provenance predicate ({provenance.PREDICATE_TYPE}) written to {path}")
 
 
 @task(
@@ -378,7 +344,7 @@ def plan(c: Context, component: str = "all", arch: str | None = None, python: st
     rows = matrix_module.select(matrix_module.expand(versions), versions=versions, component=component, arch=arch,
                                 python=python)
     result = plan_module.decide(versions, rows, _store(store))
-    print(result.render_text())
+    log.out(result.render_text())
     if markdown:
         _write_text(Path(markdown), result.render_markdown(), "--markdown")
     if github_output:
@@ -422,9 +388,9 @@ def publish_index(c: Context, store: str | None = None, out: str | None = None,
                               base_url=base_url, force=force, adopt=adopt)
     outcome = pages.publish(release_store, where, dry_run=dry_run, allow_shrink=allow_shrink, force=force)
     for warning in outcome.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(outcome.summary.line())
-    print(f"{outcome.result.target}: {outcome.result.changes.line()}" + (" (dry run)" if dry_run else ""))
+        _LOG.warning(f"warning: {warning}")
+    log.out(outcome.summary.line())
+    log.out(f"{outcome.result.target}: {outcome.result.changes.line()}" + (" (dry run)" if dry_run else ""))
 
 
 def _check_index_options(store: str | None, *, out: str | None, pages_artifact: str | None, push_branch: str | None,
@@ -459,14 +425,14 @@ def time_model(c: Context, component: str | None = None, record: str | None = No
     if record:
         from ci.timing import timed_builds
 
-        print(timed_builds.record(Path(record)))
+        log.out(timed_builds.record(Path(record)))
         return
 
     checks = [check for check in model.check() if component in (None, check.observed.component)]
     if not checks:
         raise Exit(f"error: --component {component}: no timed build of it; known: "
                    f"{', '.join(sorted(model.CALIBRATION))}", code=2)
-    print(model.render_check(checks))
+    log.out(model.render_check(checks))
 
 
 @task(
@@ -500,8 +466,8 @@ def device_bundle(c: Context, snapshots: str | None = None, components: str | No
         parts = bundle.make(chosen, snapshots=Path(snapshots), max_mib=max_mib, tools=not no_tools)
     except bundle.BundleError as error:
         raise Exit(f"error: {error}", code=2) from None
-    print(f"bundle for {', '.join(chosen)}: .device/ and .whl/")
-    print(bundle.describe(parts, max_mib))
+    log.out(f"bundle for {', '.join(chosen)}: .device/ and .whl/")
+    log.out(bundle.describe(parts, max_mib))
 
 
 @task(
@@ -541,8 +507,8 @@ def assemble_shards(c: Context, component: str | None = None, python: str | None
     )
     result = job.run(versions, row, options)
     for wheel in result.wheels:
-        print(f"built {wheel}")
-    print(f"build record {result.record}")
+        log.out(f"built {wheel}")
+    log.out(f"build record {result.record}")
 
 
 @task(help={"check": "change nothing; list the files that differ from versions.yaml and fail if any do"})
@@ -559,12 +525,12 @@ def workflows(c: Context, check: bool = False) -> None:
                 "run `invoke workflows` and commit the result",
                 code=1,
             )
-        print("workflows are current")
+        log.out("workflows are current")
         return
     changed = workflows_module.write(versions, root)
     for rel in changed:
-        print(f"{'wrote' if (root / rel).exists() else 'removed'} {rel}")
-    print(f"{len(changed)} file(s) changed" if changed else "workflows are current")
+        log.out(f"{'wrote' if (root / rel).exists() else 'removed'} {rel}")
+    log.out(f"{len(changed)} file(s) changed" if changed else "workflows are current")
 
 
 # ---------------------------------------------------------------------------- maintenance
@@ -586,16 +552,16 @@ def migrate_tags(c: Context, apply: bool = False, skip_unparseable: bool = False
 
     target = _store(store, must_exist=True)
     plan = migrate.plan_for(target, skip_unparseable=skip_unparseable, delete_old_tags=delete_old_tags)
-    print(plan.render())
+    log.out(plan.render())
     refusal = plan.refusal()
     if refusal is not None:
         for line in refusal.offenders:
-            print(line, file=sys.stderr)
+            _LOG.warning(line)
         raise refusal
     if not apply:
-        print("dry run: nothing changed (pass --apply)")
+        log.out("dry run: nothing changed (pass --apply)")
         return
-    print(migrate.apply(plan, target).render())
+    log.out(migrate.apply(plan, target).render())
 
 
 @task(
@@ -625,19 +591,19 @@ def restore_wheels(c: Context, run: list[str] | None = None, torch: str | None =
     source = open_artifacts(target, artifacts_dir)
     versions = restore.versions_from_text(restore.versions_text_at(versions_ref), ref=versions_ref)
     listings = restore.collect(source, run)
-    print(restore.artifact_summary(listings))
+    log.out(restore.artifact_summary(listings))
     plan = restore.plan(versions, listings, torch=torch, versions_ref=versions_ref, releases=target.list_releases(),
                         clobber=clobber, source=source.description, store=target.description,
                         accept_undigested=accept_undigested)
-    print(plan.render())
+    log.out(plan.render())
     empty = plan.nothing_to_restore()
     if empty is not None:
         raise empty
     if not apply:
-        print("dry run: nothing downloaded or changed (pass --apply)")
+        log.out("dry run: nothing downloaded or changed (pass --apply)")
         return
     result = restore.apply(plan, target, source)
-    print(result.render())
+    log.out(result.render())
     if not result.ok:
         raise Exit(f"error: restore-wheels: {len(result.refused)} artifact(s) or asset(s) refused (listed above); "
                    "the rest was restored", code=1)
@@ -679,12 +645,12 @@ def prune(c: Context, keep_worlds: str | None = None, older_than: str | None = N
     release_store = _store(store, must_exist=True)
     plan = prune_module.plan(versions, release_store.list_releases(), keep_worlds=worlds, older_than=age,
                              store=release_store.description)
-    print(plan.render())
+    log.out(plan.render())
     refusal = None if force else plan.refusal()
     if not apply:
         if refusal is not None:
-            print(f"warning: --apply will refuse this plan: {refusal}", file=sys.stderr)
-        print("dry run: nothing deleted (pass --apply)")
+            _LOG.warning(f"warning: --apply will refuse this plan: {refusal}")
+        log.out("dry run: nothing deleted (pass --apply)")
         return
     if refusal is not None:
         raise refusal
@@ -693,8 +659,8 @@ def prune(c: Context, keep_worlds: str | None = None, older_than: str | None = N
                               force=force)
     result = prune_module.apply(plan, release_store, index=where, force=force)
     for warning in result.index.warnings if result.index is not None else ():
-        print(f"warning: {warning}", file=sys.stderr)
-    print(result.render())
+        _LOG.warning(f"warning: {warning}")
+    log.out(result.render())
 
 
 @task(
@@ -751,7 +717,7 @@ def verify_wheel(c: Context, wheel: str | None = None, manifest: str | None = No
         log.report_error(mismatch)
     if not result.ok:
         raise Exit(code=2)
-    print(result.summary)
+    log.out(result.summary)
 
 
 @task(
@@ -771,6 +737,6 @@ def which_wheel(c: Context, index: str | None = None, package: list[str] | None 
         answer = which.answer(index, package or [])
     except which.IndexProblem as problem:
         raise UsageError(str(problem)) from None
-    print(answer.render())
+    log.out(answer.render())
     if answer.exit_code:
         raise Exit(code=answer.exit_code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -47,6 +48,13 @@ def fixture_wheel() -> Path:
 
     key = f"{_tree_digest(FIXTURE_EXT)}-torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
     out = CACHE / "fixture-wheel" / key
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test workers: one builds, the others wait for its wheel
+        return _built_fixture_wheel(out)
+
+
+def _built_fixture_wheel(out: Path) -> Path:
     wheels = sorted(out.glob("*.whl"))
     if not wheels:
         staging = out.with_suffix(".tmp")
