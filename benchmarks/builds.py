@@ -112,7 +112,7 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
         shutil.rmtree(dist, ignore_errors=True)
         options = job.BuildOptions(cache_dir=cache, dist_root=dist, source=sources, environ=env)
         started = time.perf_counter()
-        with _output_to(work / "job.log"):
+        with _output_to(work / "build.log"):
             result = job.run(versions, row, options)
         elapsed = time.perf_counter() - started
         record = json.loads(result.record.read_text())
@@ -126,7 +126,7 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
     times = {"cold": Samples(), "warm": Samples()}
     stats: dict[str, dict] = {}
     durations: dict[str, list[dict]] = {"cold": [], "warm": []}
-    ctx.log(f"  builds: {', '.join(order)} (build output in {work / 'job.log'})")
+    ctx.log(f"  builds: {', '.join(order)} (build output in {work / 'build.log'})")
     try:
         for i, kind in enumerate(order):
             cache = warm_cache if kind == "warm" and warm_cache else _cache_dir(work / f"cache-{i}")

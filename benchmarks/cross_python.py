@@ -120,7 +120,7 @@ def _build_both(ctx: Context, component: str, source: Path, work: Path) -> dict:
         options = job.BuildOptions(cache_dir=cache, dist_root=work / f"dist-{component}-{python}", source=source,
                                      environ=env)
         started = time.perf_counter()
-        with open(ctx.cache / "cross-python" / "job.log", "ab") as out:
+        with open(ctx.cache / "cross-python" / "build.log", "ab") as out:
             saved = os.dup(1), os.dup(2)
             os.dup2(out.fileno(), 1)
             os.dup2(out.fileno(), 2)

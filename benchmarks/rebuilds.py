@@ -142,15 +142,15 @@ def _rebuild_in(ctx: Context, python: str, component: str, work: Path, mirror: s
     version = subprocess.run([python, "-c", "import platform, torch; print(platform.python_version(), torch.__version__)"],
                              capture_output=True, text=True, check=True, env=env).stdout.split()
     where = f"this machine (Python {version[0]}, torch {version[1]}, --reuse-env; nvcc without a GPU)"
-    ctx.log(f"  {component}: two builds in {python} (log: {work / 'job.log'})")
+    ctx.log(f"  {component}: two builds in {python} (log: {work / 'build.log'})")
     started = time.perf_counter()
-    with (work / "job.log").open("w") as log:
+    with (work / "build.log").open("w") as log:
         proc = subprocess.run([python, "-c", _CHILD, str(DEVICE_VERSIONS), component, str(work)], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=log, text=True, check=False)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{component}: the rebuild check in {python} failed (exit {proc.returncode}); see "
-                           f"{work / 'job.log'}")
+                           f"{work / 'build.log'}")
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     ctx.log(f"  {component}: {'the same bytes' if all(w['identical'] for w in report['wheels']) else 'the builds differ'}"
             f" ({elapsed:.0f} s)")

@@ -197,7 +197,7 @@ def run(ctx: Context) -> Figure:
     times = {key: Samples() for key in ("cold", "remote", "archive", "bump-remote", "bump-archive")}
     counts: dict[str, dict] = {}
     transfer = Samples()
-    log = work / "job.log"
+    log = work / "build.log"
     ctx.log(f"  {units} units, {reps} repetition(s); build output in {log}")
 
     for rep in range(reps):

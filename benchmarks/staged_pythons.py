@@ -89,7 +89,7 @@ def _build(versions, row, cache: Path, source: Path | None, environ: dict, dist:
 
     options = job.BuildOptions(cache_dir=cache, dist_root=dist, source=source, environ=environ)
     started = time.perf_counter()
-    with open(cache.parent / "job.log", "ab") as out:
+    with open(cache.parent / "build.log", "ab") as out:
         saved = os.dup(1), os.dup(2)
         os.dup2(out.fileno(), 1)
         os.dup2(out.fileno(), 2)

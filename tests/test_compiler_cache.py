@@ -374,7 +374,7 @@ def test_a_cmake_projects_compiles_go_through_the_cache_by_ninja(tmp_path):
         stats = job.sccache_stats(tool, env)
     finally:
         subprocess.run([tool, "--stop-server"], env=env, capture_output=True)
-    assert (project / "out" / "job.ninja").is_file()
+    assert (project / "out" / "build.ninja").is_file()
     units = {cache_log.translation_unit(out) for out, _ in cache_log.read_results(Path(cache_env["SCCACHE_ERROR_LOG"]))}
     assert stats is not None and stats["requests"] >= 2 and {"a", "b"} <= units, (stats, units)  # and CMake's probe
     # a generator the caller chose stays

@@ -1,7 +1,7 @@
 """The landing page and a world's page as a person sees them: headless Chromium (Debian's ``chromium``) renders
 them from the built site over file://, at a desktop's width (1366 px) and a phone's (390 px), and we read back
 what it drew, the DOM it built, and what its layout measured. The screenshots of the landing page are saved as
-docs/landing-page-desktop.png and docs/landing-page-phone.png.
+docs/landing-page-desktop.png and docs/landing-page-phone.png with WHEELHOUSE_UPDATE_SNAPSHOTS=1.
 
 The measurements come from a page of the test's own that holds the site's page in a frame of the width wanted
 (``--allow-file-access-from-files`` lets it read the frame's layout): no horizontal overflow, and the selector
@@ -13,6 +13,7 @@ Skipped, saying so, where chromium is not installed (``apt-get install -y chromi
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import struct
@@ -110,7 +111,8 @@ def test_the_landing_page_at_a_desktops_and_a_phones_width(name, site, tmp_path)
     chromium(tmp_path, (site.site / "index.html").as_uri(), f"--screenshot={shot}", width=width, height=1600)
     assert png_size_and_colours(shot)[:2] == (width, 1600)
     assert png_size_and_colours(shot)[2] > 64, "the screenshot is (nearly) blank"
-    shutil.copyfile(shot, SCREENSHOTS[name])
+    if os.environ.get("WHEELHOUSE_UPDATE_SNAPSHOTS") == "1":  # the docs' pictures, written when asked, as snapshots are
+        shutil.copyfile(shot, SCREENSHOTS[name])
 
     seen = measure(tmp_path, site.site / "index.html", width, "2.13.0+cu130 13.0 3.11 x86_64")
     assert seen["scrollWidth"] <= seen["clientWidth"], seen  # nothing sticks out sideways

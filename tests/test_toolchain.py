@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,29 @@ def test_a_requirement_is_never_read_as_an_option(tmp_path):
     row = _fixture_row()
     pip = toolchain.install_command(venv / "bin" / "python", row, "https://idx.invalid/cpu")
     assert pip[pip.index("--") + 1:] == toolchain.torch_requirements(row)
+
+
+def test_a_stale_venv_is_made_again_only_once_no_build_runs_in_it(tmp_path, monkeypatch):
+    """Builds on one machine share a row's venv; one whose build changed it marks it stale, and the venv is made
+    again only after every build running in it has ended (parallel builds once removed it under each other).
+    What is replaced here is the minutes of installing torch: the venv a real make leaves is its ready file."""
+    made: list[float] = []
+
+    def make(row, venv, *, index, installer):
+        made.append(time.monotonic())
+        venv.mkdir(parents=True, exist_ok=True)
+        (venv / toolchain.READY).write_text("{}\n")
+
+    monkeypatch.setattr(toolchain, "_make_venv", make)
+    row = _fixture_row()
+    with toolchain.pinned_venv(row, tmp_path, index=None) as python:  # a build running in the venv
+        assert len(made) == 1
+        assert toolchain.prepare_venv(row, tmp_path, index=None) == python and len(made) == 1  # shared, not remade
+        toolchain.mark_stale(python.parent.parent)
+        waiter = threading.Thread(target=toolchain.prepare_venv, args=(row, tmp_path), kwargs={"index": None})
+        waiter.start()
+        waiter.join(1.0)
+        assert waiter.is_alive() and len(made) == 1  # the next build waits for the one running in it
+        ended = time.monotonic()
+    waiter.join(10)
+    assert not waiter.is_alive() and len(made) == 2 and made[1] >= ended

@@ -44,7 +44,7 @@ def torch(tmp_path_factory) -> Path:
 def which_wheel(index: str, torch: Path, *args: str, via: str = "file") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH=str(torch), PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin")
-    command = ([sys.executable, str(REPO / "ci" / "which_wheel.py")] if via == "file"
+    command = ([sys.executable, str(REPO / "ci" / "publish" / "which_wheel.py")] if via == "file"
                else [sys.executable, "-m", "invoke", "which-wheel"])
     return subprocess.run([*command, "--index", index, *args], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env=env)

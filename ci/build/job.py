@@ -21,6 +21,7 @@ build record beside them; on any failure dist/ is left untouched.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -576,14 +577,13 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     _git_source_reachable(versions, row, options)
     reused = " (this interpreter)" if options.reuse_env else ""
     steps.start(f"toolchain: Python {row.python}, torch {row.torch}{reused}", key="toolchain")
-    python, interpreter = _interpreter(row, options, index)
-
-    # Everything below runs third-party code (an sdist's setup.py, the builder, the project's build):
-    # it gets the allow-listed environment, and must leave the interpreter as it found it.
+    # Everything in the block below runs third-party code (an sdist's setup.py, the builder, the project's
+    # build): it gets the allow-listed environment, and must leave the interpreter as it found it.
     filtered = credentials.build_environment(options.environ, pass_env=row.settings.pass_env)
     if filtered.describe():
         _LOG.info(filtered.describe())
-    with _interpreter_left_unchanged(row, options, interpreter):
+    with _interpreter(row, options, index) as (python, interpreter), \
+            _interpreter_left_unchanged(row, options, interpreter):
         steps.start(f"sources: {sources.describe_plan(versions.component(row.component), options.source)}",
                     key="source")
         checkout = _fetch_sources(versions, row, options, python, interpreter, filtered.environ)
@@ -666,14 +666,17 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     return result
 
 
-def _interpreter(row: MatrixRow, options: BuildOptions, index: str | None) -> tuple[str, toolchain.Interpreter]:
-    """The pinned venv, or the current interpreter with --reuse-env; verified either way."""
-    python = sys.executable if options.reuse_env else str(
-        toolchain.prepare_venv(row, options.cache_dir, index=index)
-    )
-    interpreter = toolchain.verify(python, row, env=options.environ)
-    toolchain.check_cxx(options.environ)
-    return python, interpreter
+@contextlib.contextmanager
+def _interpreter(row: MatrixRow, options: BuildOptions,
+                 index: str | None) -> Iterator[tuple[str, toolchain.Interpreter]]:
+    """The pinned venv, held while the build runs in it, or the current interpreter with --reuse-env; verified
+    either way."""
+    with contextlib.ExitStack() as held:
+        python = sys.executable if options.reuse_env else str(
+            held.enter_context(toolchain.pinned_venv(row, options.cache_dir, index=index)))
+        interpreter = toolchain.verify(python, row, env=options.environ)
+        toolchain.check_cxx(options.environ)
+        yield python, interpreter
 
 
 def _git_source_reachable(versions: Versions, row: MatrixRow, options: BuildOptions) -> None:
@@ -1002,13 +1005,13 @@ def _refuse_changes(row: MatrixRow, options: BuildOptions, interpreter: toolchai
     if ended:
         done.append(f"ended {len(ended)} process(es) it left running")
     if ours:
-        shutil.rmtree(venv, ignore_errors=True)
+        toolchain.mark_stale(venv)  # not removed here: another build may be running in it
     if ours and not outside:
         raise WheelhouseError(
-            f"{row.label}: the build changed what its venv runs at start ({_listed(list(changes.found))}); removed "
-            f"the venv {venv} (the next build makes it again); a build must install nothing into its interpreter"
+            f"{row.label}: the build changed what its venv runs at start ({_listed(list(changes.found))}); the venv "
+            f"{venv} is made again by the next build; a build must install nothing into its interpreter"
         )
-    where = f"its venv (removed: the next build makes it again) and {sys.executable}" if ours else \
+    where = f"its venv (made again by the next build) and {sys.executable}" if ours else \
         str(interpreter.python if options.reuse_env else sys.executable)
     raise WheelhouseError(f"{row.label}: the build changed what {where} runs at every start: {'; '.join(done)}; "
                           "build without --reuse-env, in a shell that holds no token")

@@ -11,6 +11,8 @@ must all match the row, or the build stops with one line saying what to fix.
 from __future__ import annotations
 
 import ast
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -369,16 +372,46 @@ def uv_cache_env(cache_dir: Path, environ: dict[str, str] | None = None) -> dict
     return {**environ, "UV_CACHE_DIR": environ.get("UV_CACHE_DIR") or str(cache_dir / "uv")}
 
 
-def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, installer: str | None = None) -> Path:
-    """A venv pinned to the row (reused when its pins match); returns its python.
+READY = ".wheelhouse-ready"
+"""The file a venv gets when it is complete; without it the next build makes the venv again."""
 
-    ``installer``: ``uv`` (the default when uv is found) or ``pip``. uv unpacks torch once into its
-    cache and links it into every later venv; pip unpacks it again for each venv.
+
+def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, installer: str | None = None) -> Path:
+    """A venv pinned to the row (reused when its pins match); returns its python. A build that runs in it
+    holds it with :func:`pinned_venv` instead."""
+    with pinned_venv(row, cache_dir, index=index, installer=installer) as python:
+        return python
+
+
+@contextlib.contextmanager
+def pinned_venv(row: MatrixRow, cache_dir: Path, *, index: str | None,
+                installer: str | None = None) -> Iterator[Path]:
+    """The row's venv, made when missing or stale, held while the caller builds in it.
+
+    Builds of one machine share a venv: each holds a shared lock on it, and it is made again only under an
+    exclusive one, once no build runs in it (a venv removed under a running build would change what that
+    build's interpreter runs). ``installer``: ``uv`` (the default when uv is found) or ``pip``. uv unpacks torch
+    once into its cache and links it into every later venv; pip unpacks it again for each venv.
     """
     venv = cache_dir / "venvs" / venv_key(row, index)
-    stamp = venv / ".wheelhouse-ready"
-    if stamp.is_file():
-        return venv_python(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{venv.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        while not (venv / READY).is_file():
+            fcntl.flock(lock, fcntl.LOCK_EX)  # waits for the builds still running in a stale venv
+            if not (venv / READY).is_file():
+                _make_venv(row, venv, index=index, installer=installer)
+            fcntl.flock(lock, fcntl.LOCK_SH)  # not atomic: the loop checks the venv again
+        yield venv_python(venv)
+
+
+def mark_stale(venv: Path) -> None:
+    """The venv is made again by the next build that takes it, once no build runs in it."""
+    (venv / READY).unlink(missing_ok=True)
+
+
+def _make_venv(row: MatrixRow, venv: Path, *, index: str | None, installer: str | None) -> None:
+    cache_dir = venv.parent.parent
     uv = find_uv() if installer in (None, "uv") else None
     if installer == "uv" and uv is None:
         raise WheelhouseError("uv is not installed: pip install -r requirements-tools.txt, or build with pip")
@@ -403,8 +436,7 @@ def prepare_venv(row: MatrixRow, cache_dir: Path, *, index: str | None, installe
         _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "--", *BUILD_TOOLS],
              "install build tools")
     normalise_header_mtimes(venv)
-    stamp.write_text(json.dumps({"python": row.python, "torch": row.torch, "index": index}) + "\n")
-    return python
+    (venv / READY).write_text(json.dumps({"python": row.python, "torch": row.torch, "index": index}) + "\n")
 
 
 HEADER_MTIME = 315532800  # 1980-01-01, the earliest time a zip (a wheel) can record
