@@ -8,7 +8,7 @@
     nox -s demo                              the walking skeleton on the fixture extension
     nox -s tests                             the test suite (what .ci/run runs)
 
-Build sessions make their own venv pinned to the matrix row (ci/build/toolchain.py),
+Build sessions make their own venv pinned to the matrix row (ci/building/toolchain.py),
 so nox itself creates none for them. All logic lives in ci/.
 """
 
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ci.base import log
 from ci.base.errors import WheelhouseError
-from ci.build import job, rebuild
+from ci.building import job, rebuild
 from ci.model import credentials, matrix, naming, shards
 from ci.model.environment import Environment, on_github_actions
 from ci.model.versions import load

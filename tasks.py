@@ -251,7 +251,7 @@ def fix_wheel(c: Context, wheel: list[str] | None = None, strip_local_version: b
 
 def _release_row(versions: Versions, component: str, python: str | None, torch: str | None,
                  arch: str | None, cuda: str | None = None) -> MatrixRow:
-    from ci.build import job
+    from ci.building import job
 
     rows = matrix_module.select(
         matrix_module.expand(versions), versions=versions, component=component, python=python, torch=torch,
@@ -489,7 +489,7 @@ def assemble_shards(c: Context, component: str | None = None, python: str | None
                     reuse_env: bool = False, source: str | None = None) -> None:
     """Assemble a row's wheels from every shard of it (nox -s build-... -- --shard I/N), check them, and put them
     in dist/<world>/ with their .metadata and build record, as a build does."""
-    from ci.build import job
+    from ci.building import job
 
     if not component:
         raise Exit("error: assemble-shards: name --component C (invoke matrix lists the components)", code=2)

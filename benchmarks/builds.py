@@ -1,7 +1,7 @@
 """Figure 6: builds.
 
 (a) Compiler cache, measured here: our fixture torch extension (tests/fixtures/versions.yaml)
-    built through the real build path, ``ci.build.job.run`` (venv check, sources, build script, wheel
+    built through the real build path, ``ci.building.job.run`` (venv check, sources, build script, wheel
     checks, .metadata, build record), with an empty sccache directory (cold) and with one that a
     previous build filled (warm).
 
@@ -90,7 +90,7 @@ def _cache_dir(path: Path) -> Path:
 
 
 def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
-    from ci.build import job
+    from ci.building import job
     from ci.model import matrix
     from ci.model.versions import load
 
@@ -148,7 +148,7 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
         return f"{statistics.median(values):.1f}" if values else "n/a"
 
     table = Table(
-        ["fixture build (`ci.build.job.run`)", "cold compiler cache", "warm compiler cache", "cold / warm"],
+        ["fixture build (`ci.building.job.run`)", "cold compiler cache", "warm compiler cache", "cold / warm"],
         [
             ["wall time (min / median)", times["cold"].fmt(), times["warm"].fmt(), ratio(times["cold"], times["warm"])],
             ["  of which build script, s (median)", med("cold", "build_s"), med("warm", "build_s"), ""],
@@ -161,7 +161,7 @@ def compiler_cache(ctx: Context) -> tuple[Table, list[str], list[str], str]:
     notes = ["Cold: an empty sccache directory; warm: the directory a previous build of the same sources filled. "
              "Both start a fresh sccache server (private port) and reuse the same venv; the build directory is new "
              "each time (a successful build removes it), so every object is compiled or fetched from the cache."]
-    summary = [f"fixture extension build through `ci.build.job.run`: wall time cold / warm compiler cache "
+    summary = [f"fixture extension build through `ci.building.job.run`: wall time cold / warm compiler cache "
                f"{ratio(times['cold'], times['warm'])}"]
     return table, notes, summary, f"{reps} builds of each, in the order {', '.join(order)} (the first cold build fills the warm cache)"
 
@@ -343,7 +343,7 @@ def run(ctx: Context) -> Figure:
                    else "6(b): not measured in this run (no benchmarks/device_results.json)")
     return Figure(
         NAME, TITLE,
-        compared=("(a) cold vs warm sccache for the fixture extension built by `ci.build.job.run` on "
+        compared=("(a) cold vs warm sccache for the fixture extension built by `ci.building.job.run` on "
                   "tests/fixtures/versions.yaml; (b) causal-conv1d 1.7.0 built for one arch (arch_filter) vs nine; "
                   "(c) to (f) the real upstream components built on the GPU machine from their sources, sm_90; (g) with every "
                   "arch versions.yaml lists; (h) a subset of flashinfer-jit-cache by shards; (i) each wheel's size against "

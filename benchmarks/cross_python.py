@@ -1,6 +1,6 @@
 """Figure 8: one component built for Python 3.12, then for 3.11, with one compiler cache.
 
-Both builds go through ``ci.build.job.run`` (venv check, sources, build script, wheel checks) against
+Both builds go through ``ci.building.job.run`` (venv check, sources, build script, wheel checks) against
 the same CUDA torch 2.13.0 from the package index and the same nvcc, one after the other with one
 sccache directory, as one machine that builds the Pythons of a component in sequence does (and as
 CI jobs do once their compiler caches are keyed without Python). The sccache server's debug log
@@ -101,7 +101,7 @@ def _sccache() -> str:
 
 
 def _build_both(ctx: Context, component: str, source: Path, work: Path) -> dict:
-    from ci.build import job
+    from ci.building import job
     from ci.model import matrix
     from ci.model.versions import load
 
@@ -205,7 +205,7 @@ def run(ctx: Context) -> Figure:
         wall_rows += device_rows()
     return Figure(
         NAME, TITLE,
-        compared=(f"`ci.build.job.run` of one component for Python {PYTHONS[0]} and then {PYTHONS[1]} with one sccache "
+        compared=(f"`ci.building.job.run` of one component for Python {PYTHONS[0]} and then {PYTHONS[1]} with one sccache "
                   f"directory: the second build's wall time over the first's, and per object whether sccache hit"),
         where=(f"this machine, {os.cpu_count()} cores; torch {TORCH}+cu130 from the package index, nvcc 13.0; "
                f"the fixture for arch 9.0, fast-hadamard-transform for the nine archs of its setup.py"),

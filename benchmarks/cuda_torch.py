@@ -1,6 +1,6 @@
 """Row venvs with the package index's CUDA torch, for builds that compile CUDA on a machine without a GPU.
 
-``ci.build.toolchain.prepare_venv`` would take pip's configured torch (a CPU wheel on our development machines),
+``ci.building.toolchain.prepare_venv`` would take pip's configured torch (a CPU wheel on our development machines),
 so these venvs are made once with uv from the index (torch with its nvidia-* libraries, about 3 GB, linked
 from uv's cache) under ``.cache/bench/cuda-torch/<venv key>`` and linked where a build expects the row's
 pinned venv. Figures 10 and 12 and the slow compiler-cache test build through them.
@@ -19,7 +19,7 @@ VENVS = REPO / ".cache" / "bench" / "cuda-torch"
 
 
 def _uv() -> str:
-    from ci.build import toolchain
+    from ci.building import toolchain
 
     uv = toolchain.find_uv()
     if uv is None:
@@ -29,7 +29,7 @@ def _uv() -> str:
 
 def prepared_venv(row, log: Callable[[str], None] = print) -> Path:
     """The venv of ``row`` (its Python, its torch from the package index), made once."""
-    from ci.build import toolchain
+    from ci.building import toolchain
 
     venv = VENVS / toolchain.venv_key(row, None)
     if not (venv / ".wheelhouse-ready").is_file():
@@ -40,14 +40,14 @@ def prepared_venv(row, log: Callable[[str], None] = print) -> Path:
                        check=True, env=env)
         subprocess.run([_uv(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"torch=={row.torch}",
                         "pip", *toolchain.BUILD_TOOLS], check=True, env=env)
-        toolchain.normalise_header_mtimes(venv)  # as ci.build.toolchain.prepare_venv does
+        toolchain.normalise_header_mtimes(venv)  # as ci.building.toolchain.prepare_venv does
         (venv / ".wheelhouse-ready").write_text(json.dumps({"python": row.python, "torch": row.torch}) + "\n")
     return venv
 
 
 def link_venv(row, cache: Path, log: Callable[[str], None] = print) -> None:
     """Put the prepared venv of ``row`` where a build into ``cache`` looks for its pinned venv."""
-    from ci.build import toolchain
+    from ci.building import toolchain
 
     link = cache / "venvs" / toolchain.venv_key(row, None)
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -70,7 +70,7 @@ def toolkit_extra_include() -> str:
 
 
 def build_environ(rows: Iterable, cache: Path, log: Callable[[str], None] = print) -> dict[str, str]:
-    """The environment for ``ci.build.job.run`` of ``rows`` into ``cache``: their venvs linked in, the toolkit,
+    """The environment for ``ci.building.job.run`` of ``rows`` into ``cache``: their venvs linked in, the toolkit,
     and no sccache settings of the caller's."""
     for row in rows:
         link_venv(row, cache, log)

@@ -1,6 +1,6 @@
 """Figure 11: rebuilds, byte for byte.
 
-Each row is one ``ci.build.rebuild.rebuild_check``, what ``nox -s rebuild-check-<component>-<python>`` runs: the
+Each row is one ``ci.building.rebuild.rebuild_check``, what ``nox -s rebuild-check-<component>-<python>`` runs: the
 row built twice, one build after the other, each in a fresh cache directory (venv, sources, compiler cache,
 build directory) and its own dist directory, and the two wheels compared member by member (a shared
 object's differing ELF sections named).
@@ -53,7 +53,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHILD = """
 import json, sys
 from pathlib import Path
-from ci.build import job, rebuild
+from ci.building import job, rebuild
 from ci.model import matrix
 from ci.model.versions import load
 versions_file, component, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
@@ -94,7 +94,7 @@ def _this_python() -> str:
 
 
 def _row_for_this_machine(versions, component: str, versions_file: Path):
-    from ci.build import job
+    from ci.building import job
     from ci.model import matrix
 
     rows = [r for r in matrix.expand(versions) if r.component == component and r.python == _this_python()
@@ -106,8 +106,8 @@ def _row_for_this_machine(versions, component: str, versions_file: Path):
 
 
 def _rebuild_here(ctx: Context, component: str, versions_file: Path, source: Path | None, work: Path) -> list[Rebuilt]:
-    """``ci.build.rebuild.rebuild_check`` of ``component``'s row for this Python, in this interpreter (--reuse-env)."""
-    from ci.build import job, rebuild
+    """``ci.building.rebuild.rebuild_check`` of ``component``'s row for this Python, in this interpreter (--reuse-env)."""
+    from ci.building import job, rebuild
     from ci.model.versions import load
 
     versions = load(versions_file)
@@ -283,7 +283,7 @@ def run(ctx: Context) -> Figure:
     device = device_rows(runs)
     return Figure(
         NAME, TITLE,
-        compared=("`ci.build.rebuild.rebuild_check` (`nox -s rebuild-check-<component>-<python>`): one matrix row built "
+        compared=("`ci.building.rebuild.rebuild_check` (`nox -s rebuild-check-<component>-<python>`): one matrix row built "
                   "twice, each build in fresh cache and dist directories, the second right after the first; the "
                   "two wheels' sha256 and, when they differ, every differing member"),
         where=(f"this machine, {os.cpu_count()} cores: the fixture extension (tests/fixtures/versions.yaml's row for "

@@ -1,7 +1,7 @@
 """Figure 15: the compiler cache between machines, a remote store against the archive handoff.
 
 A torch extension of several translation units (each includes ``torch/extension.h``; toy mode: plain C++
-units) is built through ``ci.build.job.run`` with this interpreter's torch (``--reuse-env``), each build on a
+units) is built through ``ci.building.job.run`` with this interpreter's torch (``--reuse-env``), each build on a
 fresh machine: a fresh cache directory and build directory at the one workspace path every hosted runner
 has. Side by side in one run:
 
@@ -108,7 +108,7 @@ class _Machines:
 
 
 def _build(versions_file: Path, source: Path, cache: Path, environ: dict[str, str]) -> tuple[float, dict]:
-    from ci.build import job
+    from ci.building import job
     from ci.model import matrix
     from ci.model.build_record import BuildRecord
     from ci.model.versions import load
@@ -230,7 +230,7 @@ def run(ctx: Context) -> Figure:
         compared=("a second machine's build of the same sources and of a ref bump that changes one unit: the remote "
                   "compiler cache (WebDAV behind each machine's cache directory, `WHEELHOUSE_COMPILER_CACHE`) "
                   "against the exact-key archive handoff of `.cache/compiler-cache/` the workflows used alone before"),
-        where=(f"this machine; `ci.build.job.run` with this interpreter's torch (--reuse-env) on a torch extension of "
+        where=(f"this machine; `ci.building.job.run` with this interpreter's torch (--reuse-env) on a torch extension of "
                f"{units} units plus a binding, every build on a fresh cache and build directory at one workspace "
                "path; WsgiDAV on 127.0.0.1"),
         repetitions=f"{reps} per build kind (each with a new server); times are min / median",

@@ -1,7 +1,7 @@
 """Figure 13: the compile time of every job, staged (the first Python, then the others from its cache) against
 all-parallel (each job with a cache of its own, as separate runners have).
 
-One run builds a component through ``ci.build.job.run`` for each Python of PYTHONS with an empty compiler cache
+One run builds a component through ``ci.building.job.run`` for each Python of PYTHONS with an empty compiler cache
 (the all-parallel jobs: separate runners, and what the first Python's job does in both plans), then each
 other Python again from a copy of the first Python's compiler cache (the staged plan's second stage, as
 ``_build.yml`` restores it). The first Python's cold build counts once in both sums. Every build runs in one
@@ -84,7 +84,7 @@ def _fht_source(work: Path) -> Path | None:
 
 
 def _build(versions, row, cache: Path, source: Path | None, environ: dict, dist: Path, log) -> dict:
-    from ci.build import job
+    from ci.building import job
     from ci.model.build_record import BuildRecord
 
     options = job.BuildOptions(cache_dir=cache, dist_root=dist, source=source, environ=environ)

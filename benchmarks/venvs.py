@@ -1,6 +1,6 @@
 """Figure 7: row venvs, pip vs uv, cold and warm installer cache.
 
-``ci.build.job.toolchain.prepare_venv`` creates the pinned venv of the fixture row (tests/fixtures/versions.yaml:
+``ci.building.job.toolchain.prepare_venv`` creates the pinned venv of the fixture row (tests/fixtures/versions.yaml:
 Python 3.11, torch 2.13.0 from pip's configuration) with each installer. Cold: the installer's cache
 directory is empty (``PIP_CACHE_DIR`` / ``UV_CACHE_DIR`` point at a new one). Warm: a second venv,
 at another path, with the cache the cold one filled: what every later row with the same torch costs.
@@ -42,7 +42,7 @@ def _tree_bytes(path: Path) -> int:
 
 
 def run(ctx: Context) -> Figure:
-    from ci.build import toolchain
+    from ci.building import toolchain
     from ci.model import matrix
     from ci.model.versions import load
 
@@ -90,7 +90,7 @@ def run(ctx: Context) -> Figure:
     source = "pip's configuration" if index is None else index
     return Figure(
         NAME, TITLE,
-        compared=("`ci.build.job.toolchain.prepare_venv` of the fixture row (create the venv, install torch, install the build "
+        compared=("`ci.building.job.toolchain.prepare_venv` of the fixture row (create the venv, install torch, install the build "
                   "tools) with `installer='pip'` (`python -m venv`, `pip install`) vs `installer='uv'` (`uv venv`, "
                   "`uv pip install` with pip's index options passed on)"),
         where=(f"this machine, {os.cpu_count()} cores; torch {torch_seen} from {source}; venvs and installer caches "
@@ -106,7 +106,7 @@ def run(ctx: Context) -> Figure:
             f"Venv size on disk: pip {human_bytes(venv_size.get('pip', 0))}, uv "
             f"{human_bytes(venv_size.get('uv', 0))} (hardlinked files counted in full). A CUDA torch with its "
             "nvidia-* wheels is several GB: pip's cost grows with it, uv's warm cost barely does.",
-            "Every venv is verified by `ci.build.job.toolchain.verify` (torch version, CUDA, C++ ABI) after the timing.",
+            "Every venv is verified by `ci.building.job.toolchain.verify` (torch version, CUDA, C++ ABI) after the timing.",
         ],
         summary=summary,
     )

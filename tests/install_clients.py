@@ -27,7 +27,7 @@ from stamp_helpers import fixture_facts, linked_shared_object, simple_index, tor
 from wheel_factory import NVCC, build_wheel, cuda_shared_object
 
 from ci.base.digest import sha256_file
-from ci.build.stamp import stamp_wheel
+from ci.building.stamp import stamp_wheel
 from ci.formats.metadata import extract_metadata
 from ci.publish.catalog import Context
 from ci.publish.pages import DirectoryTarget, publish_index

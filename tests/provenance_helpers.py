@@ -1,5 +1,5 @@
 """A released fixture row for the provenance and verify-wheel tests: the fixture wheel stamped with the
-row's real build facts, a build record as ci/build/job.py writes it, and the real release path into a
+row's real build facts, a build record as ci/building/job.py writes it, and the real release path into a
 local store (wheels, .metadata, provenance, manifest)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 from build_records import record_of
 from stamp_helpers import FIXTURE_EXT, fixture_facts, fixture_row
 
-from ci.build import sources
-from ci.build.stamp import stamp_wheel
+from ci.building import sources
+from ci.building.stamp import stamp_wheel
 from ci.model import build_record, fingerprint, manifest
 from ci.model.matrix import MatrixRow
 from ci.model.versions import Versions

@@ -13,7 +13,7 @@ from typing import Any
 from wheel_factory import build_wheel
 
 from ci.base.digest import sha256_file
-from ci.build import sbom, sources, toolchain
+from ci.building import sbom, sources, toolchain
 from ci.model import matrix
 from ci.model.versions import load
 
@@ -30,7 +30,7 @@ def fixture_row():
 
 def fixture_facts(env: dict[str, str] | None = None) -> dict[str, Any]:
     """What a build of the fixture row records, gathered from the real parts: the fixture's source
-    directory and the test interpreter (torch 2.13 CPU), as ci/build/job.py gathers them."""
+    directory and the test interpreter (torch 2.13 CPU), as ci/building/job.py gathers them."""
     versions, row = fixture_row()
     checkout = sources.local_directory(FIXTURE_EXT)
     interpreter = toolchain.verify(sys.executable, row)

@@ -19,7 +19,7 @@ from fixture_versions import without_smoke_test
 from stamp_helpers import validate_cyclonedx
 
 from ci.base.errors import WheelhouseError
-from ci.build import job, sbom, toolchain
+from ci.building import job, sbom, toolchain
 from ci.checks import pin
 from ci.model import matrix
 from ci.model.build_record import BuildRecord
@@ -165,7 +165,7 @@ def test_fixture_builds_through_the_nox_session(tmp_path):
     assert record["toolchain"]["torch"].startswith("2.13.0")
     assert record["wheels"][0]["name"] == wheel.name
     assert set(record["durations"]) >= {"toolchain_s", "source_s", "build_s", "checks_s", "smoke_s", "total_s"}
-    # the wheel installed into a fresh venv with the row's torch, its operation run (ci/build/smoke.py)
+    # the wheel installed into a fresh venv with the row's torch, its operation run (ci/building/smoke.py)
     smoked = record["checks"]["smoke_test"]
     assert smoked["ok"] and "scaled_add" in smoked["commands"][0] and smoked["driver"] == "none (a CPU row)"
     # the build's own sccache server, read before it stopped: the binding's compile at least
@@ -429,7 +429,7 @@ def test_build_code_gets_no_credential_and_cannot_change_its_interpreter(tmp_pat
 def _reuse_env_build(python: Path, src: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     """The fixture row built with --reuse-env by ``python`` (the interpreter that runs this tool, in the test a
     throwaway venv): its one-line error, if any, is the last line of stdout."""
-    script = ("import sys\nfrom pathlib import Path\nfrom ci.build import job\nfrom ci.model import matrix\nfrom ci.base.errors import WheelhouseError\n"
+    script = ("import sys\nfrom pathlib import Path\nfrom ci.building import job\nfrom ci.model import matrix\nfrom ci.base.errors import WheelhouseError\n"
               "from ci.model.versions import load\nversions = load(sys.argv[1]); (row,) = matrix.expand(versions)\n"
               "options = job.BuildOptions(cache_dir=Path(sys.argv[2]), dist_root=Path(sys.argv[3]), reuse_env=True, "
               "source=Path(sys.argv[4]))\n"

@@ -1,4 +1,4 @@
-"""The build place (ci/build/build_place.py): the sources at one fixed path in a mount namespace of the build's own,
+"""The build place (ci/building/build_place.py): the sources at one fixed path in a mount namespace of the build's own,
 nothing shared between users or checkouts, nothing moved, and a killed build that resumes with what it compiled.
 
 The kill tests run a real build (torch's extension builder, g++, ninja, sccache) in a process of its own and kill
@@ -23,7 +23,7 @@ import pytest
 from fixture_versions import without_smoke_test
 
 from ci.base.errors import UsageError, WheelhouseError
-from ci.build import build_place, job
+from ci.building import build_place, job
 from ci.model import matrix
 from ci.model.versions import load
 from tests.test_build import HOLDING_CXX, _resumable_source
@@ -115,7 +115,7 @@ def test_a_second_user_gets_the_fixed_path_in_a_namespace_of_their_own(tmp_path,
             import sys
             sys.path.insert(0, {str(REPO)!r})
             from pathlib import Path
-            from ci.build import build_place
+            from ci.building import build_place
             place = build_place.choose(Path({str(theirs / 'build' / 'src')!r}), "demo", "x86_64", {{}})
             print(place.describe())
             code = build_place.run(place, ["/bin/sh", "-c", "pwd; cat mine; id -u"], {{"PATH": "/usr/bin:/bin"}},
@@ -178,7 +178,7 @@ DRIVER = """\
 import sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from ci.build import job
+from ci.building import job
 from ci.base import log
 from ci.model import matrix
 from ci.model.versions import load

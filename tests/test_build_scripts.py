@@ -161,7 +161,7 @@ def test_ensure_dist_dir_wants_an_absolute_path(tmp_path):
 
 
 def _forms(listed: str) -> dict[str, str]:
-    from ci.build.job import arch_forms
+    from ci.building.job import arch_forms
     from ci.formats.archs import parse_arch_list
 
     return arch_forms(parse_arch_list(listed))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.build import build_place, job, reproducible, toolchain
+from ci.building import build_place, job, reproducible, toolchain
 from ci.formats import cache_log
 
 PYTHONS = ("3.12", "3.11")
@@ -239,7 +239,7 @@ def test_venvs_preprocess_torch_headers_alike_once_their_mtimes_are_one(tmp_path
     fixture's kernel preprocessed differently in two venvs and missed the cache between Pythons."""
     import os
 
-    from ci.build import toolchain
+    from ci.building import toolchain
 
     body = "#pragma once\nnamespace at { namespace native { } }\n"
     outputs = {}
@@ -296,7 +296,7 @@ components:
 @pytest.mark.skipif(_sccache() is None or shutil.which("nvcc", path="/usr/local/cuda/bin") is None,
                     reason="needs sccache and nvcc")
 def test_the_build_record_names_the_units_the_second_python_compiled_again(tmp_path):
-    """The fixture built for Python 3.12, then 3.11, into one compiler cache, through ``ci.build.job.run``: its
+    """The fixture built for Python 3.12, then 3.11, into one compiler cache, through ``ci.building.job.run``: its
     fixture.cpp includes Python's headers (torch/csrc/utils/pybind.h) and its fixture_cuda.cu does not. The
     second build's record names fixture alone: never a false hit for the unit with Python.h."""
     from benchmarks import cuda_torch

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ci.build import interpreter_state, orphans, toolchain
+from ci.building import interpreter_state, orphans, toolchain
 
 
 def _venv(tmp_path: Path) -> tuple[Path, Path]:

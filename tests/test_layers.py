@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CI = REPO / "ci"
-LAYERS = ("base", "formats", "model", "checks", "timing", "store", "build", "publish", "maintenance", "flows")
+LAYERS = ("base", "formats", "model", "checks", "timing", "store", "building", "publish", "maintenance", "flows")
 """Lowest first. base: errors, digests, logging, bounded JSON; formats: the file formats (wheels, ELF, fat
 binaries, arch lists, build logs); model: versions.yaml and what is derived from it; checks: what a wheel must
 satisfy; timing: plans from measured data; store: releases; build: one row's build job; publish: releases,

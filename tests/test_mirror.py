@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.build import sources
+from ci.building import sources
 from ci.model.versions import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "tests" / "gpu" / "make_source_bundles.py"

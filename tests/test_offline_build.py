@@ -35,6 +35,6 @@ def test_an_unreachable_git_source_stops_the_build_before_the_toolchain(tmp_path
 
 
 def test_the_torch_install_names_the_variable_for_another_index():
-    source = (REPO / "ci" / "build" / "toolchain.py").read_text()
+    source = (REPO / "ci" / "building" / "toolchain.py").read_text()
     assert "name another with WHEELHOUSE_TORCH_INDEX" in source and "Building offline or from a mirror" in source
     assert "### Building offline or from a mirror" in (REPO / "README.md").read_text()

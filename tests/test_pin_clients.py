@@ -20,7 +20,7 @@ import pytest
 from index_helpers import UV, client_env, file_fetch, publish_release_files, release_of, run
 from stamp_helpers import fixture_facts, simple_index, torch_stand_in
 
-from ci.build.stamp import stamp_wheel
+from ci.building.stamp import stamp_wheel
 from ci.checks import pin
 from ci.formats.archive import open_wheel
 from ci.formats.metadata import extract_metadata

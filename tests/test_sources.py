@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ci.base.errors import WheelhouseError
-from ci.build import sources
+from ci.building import sources
 
 
 def _git(*args: str, cwd: Path) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ci.base.errors import WheelhouseError
-from ci.build import toolchain
+from ci.building import toolchain
 from ci.model import matrix
 from ci.model.versions import load
 

@@ -17,7 +17,7 @@ from provenance_helpers import Released, release_fixture
 from wheel_factory import build_wheel
 
 from ci.base.digest import sha256_file
-from ci.build import sbom
+from ci.building import sbom
 from ci.checks import pin
 from ci.formats.archive import open_wheel
 from ci.formats.metadata import read_metadata

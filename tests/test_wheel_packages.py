@@ -15,7 +15,7 @@ from build_records import write_record
 from wheel_factory import build_wheel
 
 from ci.base.errors import CheckFailed
-from ci.build import job
+from ci.building import job
 from ci.formats.metadata import extract_metadata
 from ci.model import matrix, wheel_packages
 from ci.model.versions import load

@@ -14,7 +14,7 @@ from stamp_helpers import FIXTURE_VERSIONS, fixture_facts, linked_shared_object
 from wheel_factory import build_wheel, host_shared_object
 
 from ci.base.errors import CheckFailed, ConfigError
-from ci.build.stamp import stamp_wheel
+from ci.building.stamp import stamp_wheel
 from ci.checks import pin
 from ci.checks.check import check_wheels
 from ci.formats.archive import open_wheel

@@ -715,7 +715,7 @@ def test_plan_comment_edits_the_marked_comment_or_creates_one(tmp_path):
     assert log.read_text().splitlines()[1].startswith("api --method POST repos/o/r/issues/7/comments -f body=")
 
 
-# --- the remote compiler cache (ci/build/remote_cache.py) -----------------------------------------------
+# --- the remote compiler cache (ci/building/remote_cache.py) -----------------------------------------------
 
 
 def _github_expression(expression: str, context: dict[str, str]) -> object:

@@ -36,7 +36,7 @@ class WebDAV:
         return f"webdav+http://{user}@127.0.0.1:{self.port}/{share}"
 
     def secret_file(self, path: Path, user: str = "writer") -> Path:
-        """A credential file as a workflow step writes it (ci/build/remote_cache.py reads and removes it)."""
+        """A credential file as a workflow step writes it (ci/building/remote_cache.py reads and removes it)."""
         path.write_text(f"password={self.passwords[user]}\n")
         path.chmod(0o600)
         return path

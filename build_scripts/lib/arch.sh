@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # The nvcc arch filter and nvcc's threads. The arch list itself is parsed once,
-# by ci/build/job.py, and arrives in the forms builders use (README, "The build
+# by ci/building/job.py, and arrives in the forms builders use (README, "The build
 # environment contract"): WHEELHOUSE_ARCHS (8.0;9.0a), WHEELHOUSE_ARCHS_SM
 # (80;90a), WHEELHOUSE_ARCHS_COUNT, WHEELHOUSE_ARCHS_PTX and
 # WHEELHOUSE_ARCHS_PRE_HOPPER; no builder parses it again.

@@ -111,7 +111,7 @@ wheel_rehosted() {
 
 # flashinfer_arch_list: the row's archs as flashinfer's FLASHINFER_CUDA_ARCH_LIST
 # takes them, space-separated major.minor with suffixes ("8.0 9.0a 10.0a 12.0f"):
-# the contract's WHEELHOUSE_ARCHS, which ci/build/job.py parsed from
+# the contract's WHEELHOUSE_ARCHS, which ci/building/job.py parsed from
 # TORCH_CUDA_ARCH_LIST. Its AOT compiles cubins only, so +PTX is refused.
 flashinfer_arch_list() {
     [[ -n "${WHEELHOUSE_ARCHS:-}" ]] || die "TORCH_CUDA_ARCH_LIST is empty: flashinfer-jit-cache needs the archs to compile for; set components.$COMPONENT.torch_cuda_arch_list"

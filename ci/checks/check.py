@@ -336,7 +336,7 @@ def check_wheels(
 
 
 def _toolkit(cuda_home: Path | str | None) -> Path | None:
-    """The CUDA toolkit a missing symbol may be found in: ``cuda_home``, else the one builds use (ci/build/toolchain.py)."""
+    """The CUDA toolkit a missing symbol may be found in: ``cuda_home``, else the one builds use (ci/building/toolchain.py)."""
     if cuda_home is not None:
         return Path(cuda_home)
     from ci.checks.toolkit import cuda_home as home_of

@@ -8,7 +8,7 @@ Two places where an installed extension reads a path at run time:
 - a path compiled in for run time (a ``-DBASE_PATH="<build dir>"`` that a run-time compile reads, as
   DeepEP's setup.py passes one to hybrid_ep): the build directory's bytes in ``.rodata`` or ``.data``.
 
-Compile-time paths (``__FILE__``, debug info) are mapped away by the build (ci/build/reproducible.py), so
+Compile-time paths (``__FILE__``, debug info) are mapped away by the build (ci/building/reproducible.py), so
 what is left in those sections was put there on purpose. A component whose upstream needs such a path
 names the member in versions.yaml's ``build_path_exceptions`` with the reason; the check then reports
 it as an exception instead of a problem.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ci.formats.elf import DT_RPATH, DT_RUNPATH, SHT_NOBITS, ElfFile
 
-# where builders see their sources (ci/build/build_place.py): fixed, so that nvcc's device code names the same path
+# where builders see their sources (ci/building/build_place.py): fixed, so that nvcc's device code names the same path
 # everywhere; it exists only inside each build's own mount namespace
 FIXED_BUILD_ROOT = "/srv/wheelhouse-src"
 SITE_DIRECTORIES = ("/site-packages", "/dist-packages")

@@ -17,7 +17,7 @@ versions.yaml's ``torch_pin`` says how tight the pin is:
   spans torch releases).
 
 The METADATA rewrite itself is :func:`pinned_metadata` (bytes in, bytes out);
-ci/build/stamp.py writes it into the wheel with the raw-copy writer.
+ci/building/stamp.py writes it into the wheel with the raw-copy writer.
 """
 
 from __future__ import annotations

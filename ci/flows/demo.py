@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ci.base import log
 from ci.base.errors import WheelhouseError
-from ci.build import job, toolchain
+from ci.building import job, toolchain
 from ci.model import matrix, wheel_packages
 from ci.model.versions import REPO_ROOT, load
 from ci.publish import pages, release

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 
 from ci.base.errors import WheelhouseError
-from ci.build import sources
+from ci.building import sources
 from ci.model import fingerprint, manifest, matrix, naming
 from ci.model.matrix import MatrixRow
 from ci.model.versions import REPO_ROOT, Versions

@@ -80,7 +80,7 @@ BUILDS_PATH = ".cache/builds/"
 # (tests/test_build.py proves these two paths are enough on a fresh machine).
 RESUME_PATHS = (BUILDS_PATH, COMPILER_CACHE_PATH)
 
-# The remote compiler cache (ci/build/remote_cache.py): GitHub's cache service. A build writes to it only when its
+# The remote compiler cache (ci/building/remote_cache.py): GitHub's cache service. A build writes to it only when its
 # inputs are on the default branch (a push there, the weekly run, a dispatch of it): what a pull request, a fork
 # or a tag's release build compiles is never served to another build. GitHub's own cache scoping adds that a
 # pull request's entries are visible to that pull request only.
@@ -409,7 +409,7 @@ def build_workflow() -> dict[str, Any]:
             "run": _script("setup_swap.sh"),
         },
         {
-            # the build place (ci/build/build_place.py): Ubuntu 24.04 restricts the user namespace it needs
+            # the build place (ci/building/build_place.py): Ubuntu 24.04 restricts the user namespace it needs
             "name": "Allow the build a mount namespace of its own",
             "if": GITHUB_HOSTED,
             "run": _script("allow_user_namespaces.sh"),

@@ -17,7 +17,7 @@ new timestamps (a new sha256 on every run). Instead:
   need them).
 
 :func:`add_members` is the same writer for bundle mode (build_scripts/lib/bundle_pythons.py) and for
-what every build adds (ci/build/stamp.py: the torch pin in METADATA, the SBOM): it adds files and replaces
+what every build adds (ci/building/stamp.py: the torch pin in METADATA, the SBOM): it adds files and replaces
 small members (WHEEL, METADATA), updating RECORD, and copies the rest raw.
 
 The same input therefore gives the same output bytes, and a member's

@@ -3,7 +3,7 @@
 It says which matrix row was built, from which sources (``source``, ``build_config`` and its
 ``fingerprint``), with which toolchain, how long each phase took, what the wheel checks found, what the
 wheels' SBOMs were written from, which ninja steps the build time went to, and the digest of every wheel.
-``ci/build/job.py`` writes it, ``ci/publish/release.py`` reads it back to publish exactly those wheels, and it
+``ci/building/job.py`` writes it, ``ci/publish/release.py`` reads it back to publish exactly those wheels, and it
 becomes the release's build manifest (:meth:`BuildRecord.to_manifest`).
 
 Its own module, not part of ``ci/model/manifest.py``: the record is the build's output file (its name, format
@@ -118,7 +118,7 @@ class BuildRecord:
                 "durations": self.durations,
                 "checks": self.checks,
                 "wheels": [{"name": w.name, "sha256": w.sha256, "size": w.size} for w in self.wheels],
-                "sbom": self.sbom,  # what each wheel's SBOM (ci/build/sbom.py) was written from
+                "sbom": self.sbom,  # what each wheel's SBOM (ci/building/sbom.py) was written from
                 "ninja_steps": self.ninja_steps,  # which objects the build time went to
             },
             indent=2,

@@ -145,7 +145,7 @@ class Settings:
     """Shared objects (member path or glob) allowed to name build paths where an import reads them, with
     the reason (ci/checks/paths.py)."""
     smoke_test: tuple[str, ...]
-    """Commands run after the checks in a fresh venv holding the row's torch and wheels (ci/build/smoke.py)."""
+    """Commands run after the checks in a fresh venv holding the row's torch and wheels (ci/building/smoke.py)."""
 
     @property
     def runs_on_labels(self) -> tuple[str, ...]:

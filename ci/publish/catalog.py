@@ -32,7 +32,7 @@ from packaging.version import InvalidVersion, Version
 
 from ci.base import json_text
 from ci.base.errors import WheelhouseError
-from ci.build.toolchain import TORCH_INDEX_BASE
+from ci.building.toolchain import TORCH_INDEX_BASE
 from ci.publish.wheel_facts import WheelFacts
 from ci.publish.which_wheel import (
     ACTIVE,
@@ -274,7 +274,7 @@ class Context:
 
 
 def derived_torch_index(world: str) -> str:
-    """PyTorch's index of a world's CUDA (``…/whl/cu130``, ``…/whl/cpu``), as ci/build/toolchain.py derives a row's."""
+    """PyTorch's index of a world's CUDA (``…/whl/cu130``, ``…/whl/cpu``), as ci/building/toolchain.py derives a row's."""
     return f"{TORCH_INDEX_BASE}/{world.split('/')[0]}"
 
 

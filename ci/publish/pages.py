@@ -48,7 +48,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ci.base import log
 from ci.base.errors import RemoteError, UsageError, WheelhouseError
-from ci.build import toolchain
+from ci.building import toolchain
 from ci.model import matrix, wheel_packages
 from ci.model.versions import REPO_ROOT, Versions
 from ci.publish import site_lock

@@ -160,7 +160,7 @@ def statement(built: Manifest, row: Mapping[str, Any], *, facts: Mapping[str, An
     """The provenance statement of one arch's build (``built``: the manifest the release uploads).
 
     ``row`` is the matrix row as JSON (:meth:`ci.model.matrix.MatrixRow.to_json`); ``facts`` what the build
-    record keeps for the SBOM (ci/build/sbom.py ``build_facts``), None when the record has none. Its source
+    record keeps for the SBOM (ci/building/sbom.py ``build_facts``), None when the record has none. Its source
     is preferred to the manifest's: it names no path of the build machine, so a rebuild elsewhere gives
     the same statement; both name the same revision.
     """

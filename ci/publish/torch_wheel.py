@@ -17,7 +17,7 @@ from typing import Any
 
 from ci.base import log
 from ci.base.errors import UsageError, WheelhouseError
-from ci.build import toolchain
+from ci.building import toolchain
 from ci.model import matrix
 from ci.model.matrix import MatrixRow
 from ci.model.versions import load

@@ -38,7 +38,7 @@ from packaging.version import InvalidVersion, Version
 from ci.base import log
 from ci.base.digest import sha256_file
 from ci.base.errors import CheckFailed, UsageError, WheelhouseError
-from ci.build import sbom
+from ci.building import sbom
 from ci.checks import pin
 from ci.formats.archive import open_wheel
 from ci.formats.record import check_record

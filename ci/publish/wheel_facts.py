@@ -3,7 +3,7 @@ against, and its torch pin.
 
 All of it is read from the wheel itself, in the one download the index already makes to compare a
 ``.metadata`` sidecar with the wheel's METADATA (ci/publish/index.py): the archs and the torch build from the
-SBOM every build writes (ci/build/sbom.py: the cubin and PTX archs our fatbin scan found in each shared
+SBOM every build writes (ci/building/sbom.py: the cubin and PTX archs our fatbin scan found in each shared
 object), the pin from METADATA. Never from versions.yaml: a user is told what the wheel holds, not
 what was asked for. The facts are cached by the wheel's sha256 in ``digests.json`` (they cannot go
 stale) and written into each world's record (ci/publish/catalog.py).
@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from ci.base import bounded_json
 from ci.base.errors import WheelhouseError
-from ci.build import sbom
+from ci.building import sbom
 from ci.checks import pin
 from ci.formats.archs import CudaArch, parse_arch_list
 

@@ -1,8 +1,8 @@
 """On the GPU machine: the SBOM's arch list of a real CUDA wheel equals what cuobjdump lists.
 
 Builds the fixture extension with its CUDA kernel (``TORCH_CUDA_ARCH_LIST``, default ``8.0;9.0+PTX``)
-against the machine's torch, writes the torch pin and the SBOM into it as a build does (ci/build/stamp.py,
-facts gathered by ci/build/sbom.py from the real interpreter and source directory), then compares, per
+against the machine's torch, writes the torch pin and the SBOM into it as a build does (ci/building/stamp.py,
+facts gathered by ci/building/sbom.py from the real interpreter and source directory), then compares, per
 shared object, the SBOM's cubin and PTX archs with ``cuobjdump --list-elf --list-ptx``. Prints one
 line per shared object and copies the stamped wheel to ``OUT_DIR`` (first argument) for validation
 elsewhere. Exit status 1 on any difference.
@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from ci.build import sbom, sources, toolchain  # noqa: E402
-from ci.build.stamp import stamp_wheel  # noqa: E402
+from ci.building import sbom, sources, toolchain  # noqa: E402
+from ci.building.stamp import stamp_wheel  # noqa: E402
 from ci.checks import toolkit  # noqa: E402
 from ci.checks.pin import read_torch_pin  # noqa: E402
 from ci.formats.archive import open_wheel  # noqa: E402

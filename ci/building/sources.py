@@ -22,12 +22,12 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ci.model import credentials, naming
 from ci.base import log
 from ci.base.digest import sha256_file
 from ci.base.errors import WheelhouseError
-from ci.model.versions import REPO_ROOT, Component
 from ci.formats.archive import unsafe_member
+from ci.model import credentials, naming
+from ci.model.versions import REPO_ROOT, Component
 
 FETCH_ATTEMPTS = 4
 LS_REMOTE_TIMEOUT_S = 60.0

@@ -39,16 +39,16 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from ci.base import bounded_json, log
-from ci.model import fingerprint
-from ci.checks import toolkit
-from ci.build import toolchain
 from ci.base.digest import sha256_file
 from ci.base.errors import CheckFailed
-from ci.model.matrix import MatrixRow
-from ci.build.sources import Checkout
-from ci.model.versions import REPO_ROOT, Versions
+from ci.building import toolchain
+from ci.building.sources import Checkout
+from ci.checks import toolkit
 from ci.formats.archive import open_wheel
 from ci.formats.archs import CudaArch, parse_arch_list
+from ci.model import fingerprint
+from ci.model.matrix import MatrixRow
+from ci.model.versions import REPO_ROOT, Versions
 
 SBOM_NAME = "sboms/wheelhouse.cdx.json"
 """Where the SBOM lives, relative to the wheel's ``.dist-info`` directory."""

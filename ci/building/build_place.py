@@ -1,7 +1,7 @@
 """Where the builder runs: its sources at one fixed path, private to the one build, and how it is stopped.
 
 nvcc writes each source's absolute path into device code (``-lineinfo``) and no flag remaps it
-(ci/build/reproducible.py), so two machines build the same bytes only when the sources lie at the same path.
+(ci/building/reproducible.py), so two machines build the same bytes only when the sources lie at the same path.
 The build directory stays where it is, in the user's cache; the builder runs in a private mount
 namespace in which a fresh tmpfs covers :data:`MOUNT_POINT` and the build directory's ``src`` is bound at
 ``/srv/wheelhouse-src/<component>-<arch>`` (:func:`fixed_path`). Nobody else sees that path, nothing is

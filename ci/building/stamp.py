@@ -3,7 +3,7 @@
 The build runs this after the builder (and auditwheel's repair), before the wheel checks, so the
 checks see the bytes that are published. Each ELF member is streamed out once: its ``DT_NEEDED``
 says whether it links torch (ci/checks/pin.py), the fatbin parser says which archs it carries, and
-its sha256 goes into the SBOM (ci/build/sbom.py). Then the wheel is rewritten in place by the raw-copy
+its sha256 goes into the SBOM (ci/building/sbom.py). Then the wheel is rewritten in place by the raw-copy
 writer (ci/formats/rewrite.py): METADATA replaced when the pin changes it, the SBOM added under
 ``.dist-info/sboms/`` beside any SBOM auditwheel wrote there, RECORD updated, every other member
 copied as it is.
@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from ci.base import log
-from ci.build import sbom
 from ci.base.digest import sha256_stream
-from ci.model.matrix import MatrixRow
+from ci.building import sbom
 from ci.checks import pin
 from ci.formats.archive import open_wheel
 from ci.formats.elf import ElfFile, is_elf
 from ci.formats.fatbin import HeaderBudget, scan_elf
 from ci.formats.metadata import read_metadata
 from ci.formats.rewrite import add_members
+from ci.model.matrix import MatrixRow
 
 _LOG = log.get("stamp")
 

@@ -40,21 +40,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ci.checks import toolkit
-from ci.build import build_place, compile_path, interpreter_state, orphans, remote_cache, reproducible, sbom, smoke, sources, stamp, toolchain
-from ci.model import build_record, credentials, fingerprint, jit_cache, matrix, shards
-from ci.formats import cache_log, ninja_log
 from ci.base import log
-from ci.timing import shard_model, size_model
-from ci.model.build_record import BuildRecord
 from ci.base.digest import sha256_file
 from ci.base.errors import UsageError, WheelhouseError
+from ci.building import (
+    build_place,
+    compile_path,
+    interpreter_state,
+    orphans,
+    remote_cache,
+    reproducible,
+    sbom,
+    smoke,
+    sources,
+    stamp,
+    toolchain,
+)
+from ci.checks import toolkit
+from ci.formats import cache_log, ninja_log, rewrite
+from ci.formats.archs import ArchList
+from ci.model import build_record, credentials, fingerprint, jit_cache, matrix, shards
+from ci.model.build_record import BuildRecord
 from ci.model.manifest import WheelEntry
 from ci.model.matrix import MatrixRow
 from ci.model.versions import REPO_ROOT, Component, Versions
-from ci.formats import rewrite
-from ci.formats.archs import ArchList
-
+from ci.timing import shard_model, size_model
 
 
 class BuildTimedOut(WheelhouseError):
@@ -99,7 +109,7 @@ class BuildPlan:
     """How the row is split (versions.yaml's shards, this build's --shard or --assemble) and what the time model
     says it needs; empty for a row that is not split."""
     warnings: tuple[str, ...] = ()
-    """What in the sources keeps compiles serial or away from the cache (ci/build/compile_path.py)."""
+    """What in the sources keeps compiles serial or away from the cache (ci/building/compile_path.py)."""
     wheel_sizes: str = ""
     """The row's release assets and their predicted sizes (ci/timing/size_model.py)."""
 
@@ -249,7 +259,7 @@ def _compiler_cache(options: BuildOptions, build_dir: Path, port: str,
                        "SCCACHE_IDLE_TIMEOUT": str(ORPHAN_SERVER_IDLE_S)}
                 env |= _cmake_through(found, options.environ)
                 remote = remote_cache.from_environment(options.environ)
-                if remote is not None:  # its settings, never its credential (ci/build/remote_cache.py)
+                if remote is not None:  # its settings, never its credential (ci/building/remote_cache.py)
                     env |= remote.server_env
                 if "SCCACHE_ERROR_LOG" not in options.environ:  # the server's per-compile results (ci/formats/cache_log.py)
                     env |= {"SCCACHE_LOG": cache_log.SERVER_LOG_FILTER,
@@ -412,7 +422,7 @@ def builder_environment(versions: Versions, row: MatrixRow, options: BuildOption
             # the GPU machine made 0 compile requests). Naming it here caches nvcc under both.
             variables["PYTORCH_NVCC"] = f"{cache_tool} {variables.get('PYTORCH_NVCC', str(nvcc))}"
     variables["PATH"] = builder_path(filter_bin, Path(python), cache_tool, inherited_path)
-    # the C/C++ compilers the builder finds, wrapped to put the prefix maps first (ci/build/reproducible.py)
+    # the C/C++ compilers the builder finds, wrapped to put the prefix maps first (ci/building/reproducible.py)
     variables.update(reproducible.compiler_wrappers(build_dir / "compilers", {**options.environ, **variables},
                                                     write=not planning))
     return BuilderEnvironment(variables, cache_tool, filter_bin)
@@ -632,7 +642,7 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
     # the build's own paths must not be where the wheel's import looks (ci/checks/paths.py)
     build_paths = (build_place.FIXED_BUILD_ROOT, str(build_dir), str(interpreter.torch_dir.parent))
     checks = _check_wheels(row, wheels, interpreter.torch_dir, build_paths) if options.run_checks else {"ran": False}
-    if options.run_checks and row.settings.smoke_test:  # ci/build/smoke.py: the wheels installed and used, before dist/
+    if options.run_checks and row.settings.smoke_test:  # ci/building/smoke.py: the wheels installed and used, before dist/
         steps.start(f"smoke test: {len(row.settings.smoke_test)} command(s) in a fresh venv", key="smoke")
         smoked = smoke.run(row, wheels, cache_dir=options.cache_dir, index=index, environ=options.environ,
                            reuse=interpreter if options.reuse_env else None)
@@ -901,7 +911,7 @@ def _start_sccache(tool: str, env: dict, place: build_place.BuildPlace, settings
     (the kernel sends it SIGTERM then), so no killed build leaves one running. A client that finds no
     server (a builder's compiler still running after a kill) starts its own, which ends after the idle time
     the builder's environment sets. It starts with the cache's settings only, and a remote's credential
-    (ci/build/remote_cache.py), which nothing the builder runs can read."""
+    (ci/building/remote_cache.py), which nothing the builder runs can read."""
     with tempfile.TemporaryDirectory(prefix="wheelhouse-cache-server-") as private:  # 0700, gone once it started
         server_env = remote_cache.server_environment(env, settings.remote, settings.secret, settings.environ,
                                                      Path(private))
@@ -955,8 +965,8 @@ def _stop_sccache(tool: str, env: dict, server: subprocess.Popen) -> None:
 def _check_projects(row: MatrixRow, wheels: list[Path]) -> None:
     """The build code named the wheels: each must be a project the component publishes, with its METADATA's
     name and version (checked with or without --no-checks, before anything reaches dist/)."""
-    from ci.model import wheel_packages
     from ci.base.errors import CheckFailed
+    from ci.model import wheel_packages
 
     try:
         wheel_packages.check_all(wheels, row.component, wheel_packages.allowed(row.component, row.settings.wheel_packages))
@@ -967,11 +977,11 @@ def _check_projects(row: MatrixRow, wheels: list[Path]) -> None:
 @contextmanager
 def _interpreter_left_unchanged(row: MatrixRow, options: BuildOptions, interpreter: toolchain.Interpreter):
     """Raise, after the block (failed or not), when it changed what the build's interpreter, or the interpreter
-    running this tool, reads at start (ci/build/interpreter_state.py: compared by contents, bin/ and pyvenv.cfg too).
+    running this tool, reads at start (ci/building/interpreter_state.py: compared by contents, bin/ and pyvenv.cfg too).
 
     A file the build leaves there runs in every later start of that interpreter: the next builds that reuse the
     row's venv, and every command of this tool, some of them with a token (with --reuse-env they are one
-    interpreter). Before comparing, every process the build left running is ended (ci/build/orphans.py), so nothing it
+    interpreter). Before comparing, every process the build left running is ended (ci/building/orphans.py), so nothing it
     started writes after the check. The row's venv is ours and is removed (the next build makes it again); from
     any other interpreter what the build added is removed and what it altered is renamed out of the way, so that
     nothing it wrote runs again.

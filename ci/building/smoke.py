@@ -4,7 +4,7 @@ After the wheel checks and before anything reaches dist/, each command of the ro
 (versions.yaml) runs with ``bash -c`` from an empty directory, in a fresh venv that holds:
 
 - the row's torch (with torchvision and torchaudio where the row names them), installed as the row's build
-  venv is (ci/build/toolchain.py; uv links torch from its cache, so this takes seconds); with --reuse-env, the
+  venv is (ci/building/toolchain.py; uv links torch from its cache, so this takes seconds); with --reuse-env, the
   build interpreter's own packages, named by a ``.pth`` file (such a machine may reach no index);
 - the row's wheels from the build, ``--no-deps``, then the requirements their METADATA declares.
 
@@ -28,14 +28,14 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ci.model import credentials
 from ci.base import log
-from ci.checks import toolkit
-from ci.build import toolchain
 from ci.base.errors import WheelhouseError
-from ci.model.matrix import MatrixRow
+from ci.building import toolchain
+from ci.checks import toolkit
 from ci.formats.archive import open_wheel
 from ci.formats.metadata import read_metadata
+from ci.model import credentials
+from ci.model.matrix import MatrixRow
 
 SMOKE_TIMEOUT_S = 900
 """One command's limit: an import and one operation take seconds; a hang must not hold the build job."""

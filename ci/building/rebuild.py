@@ -4,7 +4,7 @@
 (venvs, sources, compiler cache, build directory) and its own dist directory under ``work``, so
 nothing of the first build can reach the second; the second starts right after the first, at
 another time. The report names each differing member and, for a shared object, its ELF sections
-(ci/build/reproducible.py).
+(ci/building/reproducible.py).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.build import job, sources
 from ci.base import log
-from ci.model.build_record import BuildRecord
 from ci.base.digest import sha256_file
 from ci.base.errors import WheelhouseError
+from ci.building import job, sources
+from ci.building.reproducible import MemberDifference, compare_wheels
+from ci.model.build_record import BuildRecord
 from ci.model.matrix import MatrixRow
-from ci.build.reproducible import MemberDifference, compare_wheels
 from ci.model.versions import Versions
 
 _LOG = log.get("rebuild")

@@ -183,7 +183,7 @@ def _parse_secret(text: str, name: str, remote: RemoteCache) -> dict[str, str]:
 
 def server_environment(cache_env: Mapping[str, str], remote: RemoteCache | None, secret: Mapping[str, str],
                        environ: Mapping[str, str], private: Path) -> dict[str, str]:
-    """The environment the build's own sccache server starts with (ci/build/job.py ``_start_sccache``): the few
+    """The environment the build's own sccache server starts with (ci/building/job.py ``_start_sccache``): the few
     variables a server needs from ``environ``, the cache's ``SCCACHE_*`` settings, and a remote with its
     credential, the WebDAV one in a configuration file (0600) in ``private``, a directory of the caller's that
     it removes once the server has started. Nothing else: a compile runs with the environment its client

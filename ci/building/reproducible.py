@@ -13,7 +13,7 @@ fast-hadamard-transform on the GPU machine, and with nvcc 13.0 on a tiny ``-line
   or its own compiler command (flashinfer's JIT) still runs ``cc``/``c++``/``$CXX``: those are wrappers
   that put the maps first (:func:`compiler_wrappers`);
 - nvcc's device code keeps the source's absolute path in ``.nv_fatbin`` (``-lineinfo``) and no nvcc
-  flag remaps it: the builder sees its sources at one fixed path (ci/build/build_place.py);
+  flag remaps it: the builder sees its sources at one fixed path (ci/building/build_place.py);
 - the same line table holds each source file's mtime (a copy gives a new one):
   :func:`pin_source_times` sets every source file to ``SOURCE_DATE_EPOCH``;
 - nvcc compiles the host part from a temporary file named after its pid, which lands in ``.symtab`` as
@@ -45,7 +45,7 @@ from pathlib import Path
 from ci.base import log
 from ci.base.digest import sha256_file
 from ci.base.errors import WheelhouseError
-from ci.build.sources import Checkout, _ignored, _sdist_archives, sdist_downloads
+from ci.building.sources import Checkout, _ignored, _sdist_archives, sdist_downloads
 from ci.formats.archive import is_shared_object_name
 
 DISCARD_LOCAL_SYMBOLS = "-Wl,--discard-all"
@@ -66,7 +66,7 @@ def source_date_epoch(checkout: Checkout, cache_dir: Path) -> int:
     mtime), a directory's last commit (:func:`directory_epoch`). Never the wall clock, nor a file's mtime,
     which a checkout sets."""
     if checkout.kind == "git":
-        from ci.build.sbom import _git_output  # the same git invocation the SBOM reads the commit time with
+        from ci.building.sbom import _git_output  # the same git invocation the SBOM reads the commit time with
 
         found = _git_output(["log", "-1", "--format=%ct", "HEAD"], checkout.path)
         if not found or not found.isdigit():
@@ -139,7 +139,7 @@ def prefix_maps(source_dir: Path, site_packages: Iterable[Path | str] | Path | s
 
 def nvcc_random_seed(source_dir: Path) -> str:
     """nvcc's ``-frandom-seed`` for every compile of one build, a number taken from the fixed source path
-    (ci/build/build_place.py ``fixed_path``, which names the component and arch; in place too, so that the seed
+    (ci/building/build_place.py ``fixed_path``, which names the component and arch; in place too, so that the seed
     is the same wherever the build runs).
 
     The seed replaces only the random part of a module id; the path hash before it keeps the names of two
@@ -210,7 +210,7 @@ def compiler_wrappers(directory: Path, environ: Mapping[str, str], *, write: boo
 
 
 def _write_wrapper(wrapper: Path, command: list[str]) -> None:
-    wrapper.write_text("#!/bin/sh\n# the build's compiler with its prefix maps first (ci/build/reproducible.py)\n"
+    wrapper.write_text("#!/bin/sh\n# the build's compiler with its prefix maps first (ci/building/reproducible.py)\n"
                        f"exec {shlex.join(command)} ${PREFIX_MAPS_VARIABLE} \"$@\"\n")
     wrapper.chmod(0o755)
 

@@ -4,7 +4,7 @@ torch's ``BuildExtension.with_options(use_ninja=False)`` compiles through setupt
 whatever order, whatever MAX_JOBS says (causal-conv1d's three kernels ran one after the other on the GPU
 machine); the units still go through the compiler cache (``PYTORCH_NVCC`` names it). CMake projects get the
 cache as their compiler launcher and ninja as their generator from the build's environment
-(ci/build/job.py ``_compiler_cache``), unless they choose others themselves.
+(ci/building/job.py ``_compiler_cache``), unless they choose others themselves.
 
 The plan says so for sources it can read without fetching (a repository directory), the build for every
 source once it has it.

@@ -16,7 +16,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -26,13 +25,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.model import credentials
 from ci.base import log
 from ci.base.errors import WheelhouseError
-from ci.model.matrix import MatrixRow
 from ci.checks.abi import links_libstdcxx_dynamically
-from ci.checks.toolkit import cuda_home, find_nvcc, nvcc_version
+from ci.checks.toolkit import find_nvcc, nvcc_version
 from ci.formats.elf import ElfFile
+from ci.model import credentials
+from ci.model.matrix import MatrixRow
 
 TORCH_INDEX_BASE = "https://download.pytorch.org/whl"
 BUILD_TOOLS = ("setuptools", "wheel", "ninja", "packaging")
@@ -393,6 +392,8 @@ def pinned_venv(row: MatrixRow, cache_dir: Path, *, index: str | None,
     build's interpreter runs). ``installer``: ``uv`` (the default when uv is found) or ``pip``. uv unpacks torch
     once into its cache and links it into every later venv; pip unpacks it again for each venv.
     """
+    if installer == "uv" and find_uv() is None:
+        raise WheelhouseError("uv is not installed: pip install -r requirements-tools.txt, or build with pip")
     venv = cache_dir / "venvs" / venv_key(row, index)
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f"{venv.name}.lock", "a") as lock:
@@ -413,8 +414,6 @@ def mark_stale(venv: Path) -> None:
 def _make_venv(row: MatrixRow, venv: Path, *, index: str | None, installer: str | None) -> None:
     cache_dir = venv.parent.parent
     uv = find_uv() if installer in (None, "uv") else None
-    if installer == "uv" and uv is None:
-        raise WheelhouseError("uv is not installed: pip install -r requirements-tools.txt, or build with pip")
     base = find_python(row.python)
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
