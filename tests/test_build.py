@@ -20,7 +20,7 @@ from stamp_helpers import validate_cyclonedx
 
 from ci.base.errors import WheelhouseError
 from ci.building import job, sbom, toolchain
-from ci.checks import pin
+from ci.checks import pin, toolkit
 from ci.model import matrix
 from ci.model.build_record import BuildRecord
 from ci.model.versions import load
@@ -319,19 +319,19 @@ def test_builder_path_without_a_compiler_cache_or_arch_filter(tmp_path):
 def test_cuda_home_of_an_nvcc_wrapper_is_the_toolkit_it_runs(tmp_path):
     """An nvcc on PATH that is a wrapper script (/usr/local/bin/nvcc exec'ing the toolkit's) has no headers
     beside it; the toolkit is the one nvcc names itself."""
-    toolkit = tmp_path / "cuda-13.0"
-    (toolkit / "bin").mkdir(parents=True)
-    (toolkit / "include").mkdir()
-    (toolkit / "include" / "cuda_runtime.h").write_text("")
-    real = toolkit / "bin" / "nvcc"
-    real.write_text(f'#!/bin/sh\necho "#$ TOP={toolkit}/bin/.." >&2\n')
+    kit = tmp_path / "cuda-13.0"
+    (kit / "bin").mkdir(parents=True)
+    (kit / "include").mkdir()
+    (kit / "include" / "cuda_runtime.h").write_text("")
+    real = kit / "bin" / "nvcc"
+    real.write_text(f'#!/bin/sh\necho "#$ TOP={kit}/bin/.." >&2\n')
     wrapper = tmp_path / "local" / "bin" / "nvcc"
     wrapper.parent.mkdir(parents=True)
     wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
     for script in (real, wrapper):
         script.chmod(0o755)
-    assert toolkit.cuda_home(wrapper) == toolkit
-    assert toolkit.cuda_home(real) == toolkit
+    assert toolkit.cuda_home(wrapper) == kit
+    assert toolkit.cuda_home(real) == kit
 
 
 def test_a_cxx_that_links_libstdcxx_statically_is_refused_before_the_build(tmp_path):

@@ -67,6 +67,27 @@ def test_a_large_file_is_compared_by_what_no_process_can_set_back(tmp_path):
     assert interpreter_state.compare(before, interpreter_state.snapshot(paths)).altered == (str(big),)
 
 
+def test_a_large_file_linked_into_another_venv_meanwhile_is_unchanged(tmp_path):
+    """uv links one cached file into every venv of its wheel: a venv made beside a running build moves the ctime
+    of the build's torch libraries (parallel builds failed on it) without changing a byte."""
+    venv, cache, other = (tmp_path / name for name in ("venv", "uv-cache", "other-venv"))
+    for folder in (venv, cache, other):
+        folder.mkdir()
+    cached = cache / "libtorch.so"
+    cached.write_bytes(b"\0" * (interpreter_state.DIGESTED_BYTES + 1))
+    os.link(cached, venv / "libtorch.so")
+    paths = [interpreter_state.StartPaths(Path(sys.executable), (venv,), ())]
+    before = interpreter_state.snapshot(paths)
+    time.sleep(0.01)
+    os.link(cached, other / "libtorch.so")  # another venv made from the cache
+    assert not interpreter_state.compare(before, interpreter_state.snapshot(paths))
+    (other / "libtorch.so").unlink()
+    with open(venv / "libtorch.so", "r+b") as fp:  # the same links, one byte written, the mtime put back
+        fp.write(b"\1")
+    os.utime(venv / "libtorch.so", ns=(before[str(venv / "libtorch.so")].fixed[1],) * 2)
+    assert interpreter_state.compare(before, interpreter_state.snapshot(paths)).altered == (str(venv / "libtorch.so"),)
+
+
 def test_a_detached_process_the_block_left_is_ended_before_it_writes(tmp_path):
     late = tmp_path / "late.pth"
     daemon = f"import time; time.sleep(3); open({str(late)!r}, 'w').write('x')"

@@ -13,7 +13,8 @@ after, by contents, not by what a process can set back:
 - a file of up to :data:`DIGESTED_BYTES` by its sha256 (the code and start-up files R2's attacks rewrote to the
   same size with the old mtime), a larger one (shared libraries, data) by size, mtime, change time and inode:
   a process can set a file's mtime back but not its change time (``ctime``, which any write or ``utime`` moves
-  to now), nor keep its inode when it replaces it;
+  to now), nor keep its inode when it replaces it; a ctime moved by a link made or removed elsewhere (uv's
+  cache linking the same file into another venv) is no change;
 - cached bytecode (``__pycache__/*.pyc``) that a build added or altered is not a finding but is deleted: Python
   compiles the source again, and a ``.pyc`` made to match its source's size and mtime would run instead of it.
 
@@ -106,7 +107,19 @@ class FileState:
     digest: str = ""
     """sha256 of a small file, the target of a link."""
     fixed: tuple[int, ...] = ()
-    """(size, mtime_ns, ctime_ns, device, inode) of a large file."""
+    """(size, mtime_ns, ctime_ns, device, inode, links) of a large file."""
+
+    def same_as(self, other: FileState) -> bool:
+        """Equal, or a large file whose change time moved only because a link to its inode was made or removed
+        elsewhere: uv links one cached file into every venv of its wheel, so another venv made from the cache
+        moves the ctime of this venv's torch libraries. (Left open: a write in place with the mtime set back,
+        made together with a new link outside the watched directories.)"""
+        if self == other:
+            return True
+        if self.kind != "file" or other.kind != "file" or not self.fixed or not other.fixed:
+            return False
+        size, mtime, _, device, inode, links = self.fixed
+        return (other.fixed[:2], other.fixed[3:5]) == ((size, mtime), (device, inode)) and other.fixed[5] != links
 
 
 def _state(path: str) -> FileState:
@@ -120,7 +133,7 @@ def _state(path: str) -> FileState:
         return FileState("other", info.st_mode)
     if info.st_size > DIGESTED_BYTES:
         return FileState("file", info.st_mode, "", (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_dev,
-                                                    info.st_ino))
+                                                    info.st_ino, info.st_nlink))
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as fp:
@@ -184,7 +197,7 @@ def compare(before: Mapping[str, FileState], after: Mapping[str, FileState]) -> 
     added, altered, removed, bytecode = [], [], [], []
     for path in sorted(before.keys() | after.keys()):
         old, new = before.get(path, absent), after.get(path, absent)
-        if old == new:
+        if old.same_as(new):
             continue
         if is_cached_bytecode(path):
             if new.kind != "absent":  # a removed .pyc is compiled again from its (compared) source
