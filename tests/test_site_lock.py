@@ -93,3 +93,22 @@ def test_the_lock_of_a_site_whose_parent_cannot_hold_it_is_one_error(tmp_path):
         pass
     assert str(error.value) == ("cannot write the site to /proc/wheelhouse-site (No such file or directory); name a "
                                 "writable directory")
+
+
+def test_a_holder_that_writes_its_line_just_after_taking_the_lock_is_named(tmp_path):
+    """The holder takes the lock, then writes who it is: a run refused in between waits for the line."""
+    import fcntl
+    import threading
+
+    site = tmp_path / "site"
+    fd = os.open(site_lock.lock_file(site), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    late = threading.Timer(0.3, lambda: os.pwrite(fd, site_lock._holder_line(), 0))
+    late.start()
+    try:
+        with pytest.raises(WheelhouseError) as refused, site_lock.held(site):
+            pass
+    finally:
+        late.join()
+        os.close(fd)
+    assert f"another publish is writing this site (process {os.getpid()}, " in str(refused.value)

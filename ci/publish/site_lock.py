@@ -39,14 +39,23 @@ def _holder_line() -> bytes:
     return json.dumps({"pid": os.getpid(), "command": command, "started": started}).encode()
 
 
+HOLDER_PATIENCE_S = 2.0
+"""How long a refused run waits for the holder to write its line (it takes the lock, then writes)."""
+
+
 def _describe_holder(fd: int) -> str:
     """Who holds the lock, as its holder wrote it; a holder that has not written yet is still a holder."""
-    try:
-        raw = json.loads(os.pread(fd, _MAX_HOLDER_BYTES, 0) or b"{}")
-        pid, command, started = int(raw["pid"]), str(raw["command"]), str(raw["started"])
-    except (ValueError, KeyError, TypeError, OSError):
-        return "a run that has not said which yet"
-    return f"process {pid}, `{log.printable(command)}`, started {log.printable(started)}"
+    deadline = time.monotonic() + HOLDER_PATIENCE_S
+    while True:
+        try:
+            raw = json.loads(os.pread(fd, _MAX_HOLDER_BYTES, 0) or b"{}")
+            pid, command, started = int(raw["pid"]), str(raw["command"]), str(raw["started"])
+        except (ValueError, KeyError, TypeError, OSError):
+            if time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            return "a run that has not said which yet"
+        return f"process {pid}, `{log.printable(command)}`, started {log.printable(started)}"
 
 
 @contextlib.contextmanager
