@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -11,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from made_once import one_maker
 
 # the GitHub-compatible test server as the `github_server` fixture
 pytest_plugins = ["tests.github_server.pytest_plugin"]
@@ -48,9 +48,7 @@ def fixture_wheel() -> Path:
 
     key = f"{_tree_digest(FIXTURE_EXT)}-torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
     out = CACHE / "fixture-wheel" / key
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test workers: one builds, the others wait for its wheel
+    with one_maker(out):
         return _built_fixture_wheel(out)
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from index_helpers import REPO, UV, client_env, file_fetch, publish_release_files, release_of, run
+from made_once import one_maker
 from stamp_helpers import fixture_facts, linked_shared_object, simple_index, torch_stand_in
 from wheel_factory import NVCC, build_wheel, cuda_shared_object
 
@@ -161,6 +162,11 @@ def lock_capable_pip() -> Path:
     """A pip wheel of at least the version that installs lock files, for the stand-in package index (the printed
     lock-file form's first line installs it): fetched once with this machine's own pip configuration."""
     folder = CACHE / f"pip-{LOCK_PIP}"
+    with one_maker(folder):
+        return _lock_capable_pip(folder)
+
+
+def _lock_capable_pip(folder: Path) -> Path:
     found = sorted(folder.glob("pip-*.whl"))
     if not found:
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",

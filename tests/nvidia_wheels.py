@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from made_once import one_maker
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,6 +19,11 @@ CACHE = REPO / ".cache" / "nvidia-wheels"
 def cached_wheel(project: str, version: str) -> Path:
     """The wheel of ``project==version`` for this machine, downloaded once (without its dependencies)."""
     CACHE.mkdir(parents=True, exist_ok=True)
+    with one_maker(CACHE):
+        return _download(project, version)
+
+
+def _download(project: str, version: str) -> Path:
     found = _find(project, version)
     if found is None:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",

@@ -19,6 +19,7 @@ from index_helpers import (
     run,
     tamper,
 )
+from made_once import one_maker
 from wheel_factory import build_wheel
 
 from ci.base.digest import sha256_file
@@ -224,13 +225,18 @@ def big_wheel() -> Path:
     """A >= 200 MB wheel (one stored random member) with its sidecar, made once under .cache/tests/."""
     out = REPO / ".cache" / "tests" / "big-wheel-v2"
     wheel = out / "bigpkg-1.0-py3-none-any.whl"
+    with one_maker(out):
+        _make_big_wheel(out, wheel)
+    return wheel
+
+
+def _make_big_wheel(out: Path, wheel: Path) -> None:
     if not (wheel.exists() and Path(str(wheel) + ".metadata").exists() and wheel.stat().st_size >= BIG_BYTES):
         staging = out.with_name(out.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
         build_wheel(staging, name="bigpkg", version="1.0", tags="py3-none-any", requires_python=">=3.8", random_member_bytes=BIG_BYTES, sidecar=True)
         shutil.rmtree(out, ignore_errors=True)
         staging.rename(out)
-    return wheel
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from index_helpers import REPO, CountingServer, client_env
 from install_clients import lock_capable_pip, run_commands, shell_env
+from made_once import one_maker
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import sys_tags
 from packaging.version import InvalidVersion
@@ -99,6 +100,12 @@ def torch_venv() -> Path:
     """A venv holding torch 2.13.0 and what it requires, and nothing else, made once with this machine's own pip
     configuration (a CPU torch from local disk here) and kept under .cache/ by what it is made of."""
     venv = TORCH_VENVS / _venv_key()
+    with one_maker(venv):
+        _make_torch_venv(venv)
+    return venv
+
+
+def _make_torch_venv(venv: Path) -> None:
     done = venv / ".complete"
     if not done.exists():
         shutil.rmtree(venv, ignore_errors=True)
@@ -110,7 +117,6 @@ def torch_venv() -> Path:
             shutil.rmtree(venv, ignore_errors=True)
             pytest.fail(f"{TORCH_REQUIREMENT} does not install here: {proc.stderr.strip()[-600:]}")
         done.write_text(TORCH_REQUIREMENT + "\n")
-    return venv
 
 
 def copy_of(venv: Path, to: Path) -> Path:

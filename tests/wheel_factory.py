@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO
 
+from made_once import one_maker
+
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache" / "tests"
 NVCC = Path("/usr/local/cuda/bin/nvcc")
@@ -205,15 +207,19 @@ def _compile_cached(kind: str, key_parts: Iterable[str], build: Callable[[Path],
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:16]
     out_dir = CACHE / kind / key
     target = out_dir / "lib.so"
-    if target.is_file():
-        return target
+    with one_maker(out_dir):
+        if not target.is_file():
+            _make(out_dir, build)
+    return target
+
+
+def _make(out_dir: Path, build: Callable[[Path], None]) -> None:
     staging = out_dir.with_suffix(".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     build(staging)
     shutil.rmtree(out_dir, ignore_errors=True)
     staging.rename(out_dir)
-    return target
 
 
 def cuda_shared_object(archs: Iterable[str] = ("80", "90")) -> Path:
