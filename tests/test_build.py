@@ -103,7 +103,7 @@ def test_plan_snapshot_of_every_real_row(versions, row):
 def test_every_listed_build_session_dry_runs():
     # one session per (component, Python); build-<component> (every Python of it) is tested on its own below
     listed = [name for name in listed_sessions() if name.startswith("build-") and re.search(r"-\d+\.\d+$", name)]
-    assert len(listed) == 16
+    assert sorted(listed) == sorted({f"build-{row.component}-{row.python}" for row in matrix.session_rows(load())})
     for session in listed:
         result = nox("-s", session, "--", "--dry-run", "--arch", "x86_64")
         assert result.returncode == 0, f"{session}: {result.stderr[-500:]}"
