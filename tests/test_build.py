@@ -18,10 +18,11 @@ import pytest
 from fixture_versions import without_smoke_test
 from stamp_helpers import validate_cyclonedx
 
+from ci.base import json_schema
 from ci.base.errors import WheelhouseError
 from ci.build import job, sbom, toolchain
 from ci.checks import pin
-from ci.model import matrix
+from ci.model import build_record, matrix
 from ci.model.build_record import BuildRecord
 from ci.model.versions import load
 
@@ -151,7 +152,8 @@ def test_fixture_builds_through_the_nox_session(tmp_path):
     assert (world / f"{wheel.name}.metadata").read_text().startswith("Metadata-Version:")
     record_path = world / "wheelhouse-fixture-0.1.0-cpu-py3.11-torch2.13.0-x86_64.build.json"
     record = json.loads(record_path.read_text())
-    # the record the build wrote reads back whole and is written again byte for byte
+    # the record the build wrote satisfies its schema, reads back whole and is written again byte for byte
+    assert json_schema.problem(record, build_record.SCHEMA_FILE) is None
     assert BuildRecord.read(record_path).to_json() == record_path.read_text()
     # its _C links torch: the published wheel and its sidecar pin the row's torch line
     assert pin.read_torch_pin(wheel) == "==2.13.*"

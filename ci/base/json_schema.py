@@ -46,8 +46,8 @@ def json_type(value: Any) -> str:
 
 
 def shown(value: Any) -> str:
-    """A value as a message quotes it: its JSON-ish repr, a long one cut with its length."""
-    text = repr(value)
+    """A value as a message quotes it: a string in quotes, anything else as JSON, a long one cut with its length."""
+    text = repr(value) if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= _SHOWN else f"{text[:_SHOWN - 20]}…({len(text)} characters)"
 
 
@@ -65,6 +65,9 @@ def describe(error: Any) -> str:
         return f"{path} is {json_type(value)}, not {' or '.join(_TYPE_NAMES.get(w) or w for w in wanted)}"
     if kind in ("pattern", "const", "enum", "anyOf", "oneOf", "not") and "description" in schema:
         return f"{path} is {shown(value)}, not {schema['description']}"
+    if kind in ("const", "enum"):
+        allowed = [error.validator_value] if kind == "const" else error.validator_value
+        return f"{path} is {shown(value)}, not {' or '.join(json.dumps(v) for v in allowed)}"
     if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         return f"{path} is {value}, out of range ({kind} {error.validator_value})"
     if kind in ("minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties"):
