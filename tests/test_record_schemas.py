@@ -67,6 +67,16 @@ def test_a_shard_manifest_the_code_writes_satisfies_its_schema_and_reads_back(ma
     assert shards.collect(tmp_path).shards[0][1].fingerprint == manifest.get("fingerprint")
 
 
+def test_a_shard_manifest_without_a_fingerprint_reads_as_one_not_yet_written(tmp_path: Path) -> None:
+    """``fingerprint`` is written when the shard leaves its build: a manifest without the key is read, not a
+    KeyError."""
+    directory = _shard(tmp_path, {"m": b"1"}, fingerprint="f" * 64)
+    raw = json.loads((directory / shards.MANIFEST).read_text())
+    del raw["fingerprint"]
+    (directory / shards.MANIFEST).write_text(json.dumps(raw))
+    assert shards.ShardManifest.read(directory).fingerprint is None
+
+
 @pytest.mark.parametrize("change,problem", [
     (lambda raw: raw["modules"]["m"].update(sha256="abc"), "$.modules.m.sha256 is 'abc', not a sha256 hex digest"),
     (lambda raw: raw["modules"]["m"].pop("size"), "$.modules.m.size is missing"),
