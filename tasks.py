@@ -416,7 +416,7 @@ def _check_index_options(store: str | None, *, out: str | None, pages_artifact: 
 
 @task(help={"component": "only the timed builds of this component (default: all)",
             "record": "add the build of this build record (dist/<world>/<tag>-<arch>.build.json) to the model's "
-                      "timed builds (benchmarks/build_times.json) instead"})
+                      "timed builds (ci/timing/build_times.json) instead"})
 @reports_errors
 def time_model(c: Context, component: str | None = None, record: str | None = None) -> None:
     """The build-time model (ci/timing/time_model.py) against every timed build: measured, predicted, error."""
@@ -431,7 +431,7 @@ def time_model(c: Context, component: str | None = None, record: str | None = No
     checks = [check for check in model.check() if component in (None, check.observed.component)]
     if not checks:
         raise Exit(f"error: --component {component}: no timed build of it; known: "
-                   f"{', '.join(sorted(model.CALIBRATION))}", code=2)
+                   f"{', '.join(sorted(model.calibrations()))}", code=2)
     log.out(model.render_check(checks))
 
 

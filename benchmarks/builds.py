@@ -296,7 +296,7 @@ def jit_cache_table(label: str = "6(h)") -> tuple[Table, list[str]] | None:
 
 def size_table(label: str = "6(i)") -> tuple[Table, list[str]] | None:
     """6(i): every wheel the GPU machine built, its measured size beside ci/timing/size_model.py's prediction of it from the
-    other builds of its project (benchmarks/wheel_sizes.json, from device_results.json)."""
+    other builds of its project (ci/timing/wheel_sizes.json, from device_results.json)."""
     from ci.timing import size_model
 
     if not size_model.SIZES_FILE.is_file():
@@ -317,7 +317,7 @@ def size_table(label: str = "6(i)") -> tuple[Table, list[str]] | None:
     notes = [f"{label}: each wheel's size predicted by ci/timing/size_model.py (bytes = base + per unit x units: archs, "
              "bundled Pythons, or jit-cache compiles) from the other builds of its project alone, so no wheel predicts "
              "itself; one build alone predicts nothing. The model the plans use is fitted to all of them "
-             "(`python -m ci size-model --write` writes benchmarks/wheel_sizes.json); with one build a project's bytes "
+             "(`python -m ci size-model --write` writes ci/timing/wheel_sizes.json); with one build a project's bytes "
              "count per unit, which over-predicts wheels of more archs (the 9-arch fast-hadamard-transform: +41%), "
              "the safe side of a budget. `invoke matrix` shows each row's sizes beside its time."]
     return table, notes

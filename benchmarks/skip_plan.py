@@ -53,6 +53,12 @@ WHEEL_VERSION = {
     "flashinfer-jit-cache": "0.6.13", "megatron-bridge": "0.5.0", "transformer-engine": "2.16.1",
 }
 PURE = {"flashinfer-python", "flashinfer-cubin", "megatron-bridge"}
+OTHER_WHEEL_MB = 10
+"""A package of a component the tables above do not name yet (a new one): its wheel's size, version 1.0."""
+
+
+def _wheel_mb(package: str) -> float:
+    return WHEEL_MB.get(package, OTHER_WHEEL_MB)
 
 
 def _scale(ctx: Context) -> float:
@@ -106,10 +112,10 @@ def _wheel_blobs(ctx: Context, rows) -> tuple[dict[str, tuple[bytes, str]], dict
         for package in row.settings.wheel_packages:
             if package in blobs:
                 continue
-            size = int(WHEEL_MB[package] * 1e6 * scale)
+            size = int(_wheel_mb(package) * 1e6 * scale)
             component_rows = [r for r in rows if r.component == row.component]
             archs = sorted({a for r in component_rows for a in anchor.parse_arch_list(r.settings.torch_cuda_arch_list)})
-            path = cuda_wheel(ctx.cache / "plan-wheels", name=package, version=WHEEL_VERSION[package],
+            path = cuda_wheel(ctx.cache / "plan-wheels", name=package, version=WHEEL_VERSION.get(package, "1.0"),
                               tags="cp312-cp312-linux_x86_64", size=size, archs=archs)
             data = path.read_bytes()
             blobs[package] = (data, "sha256:" + hashlib.sha256(data).hexdigest())
@@ -139,7 +145,7 @@ def seed(gh, ctx: Context, versions, rows) -> dict[str, int]:  # noqa: C901 - on
                     data, digest = blobs[package]
                     wheels[name] = (package, len(data), data, digest)
                 else:
-                    size = int(WHEEL_MB.get(package, 10) * 1e6)
+                    size = int(_wheel_mb(package) * 1e6)
                     wheels[name] = (package, size, None, "sha256:" + hashlib.sha256(name.encode()).hexdigest())
         for repo in ("o/ours", "o/anchor"):
             synthetic = [(n, size, digest) for n, (_, size, data, digest) in wheels.items() if data is None]
@@ -254,7 +260,7 @@ def run(ctx: Context) -> Figure:
                 endpoints],
         notes=[
             ("Wheel sizes used: " + ", ".join(f"{p} {human_bytes(s)}" for p, s in sorted(sizes.items()))
-             + (f" (scaled by {scale} from {', '.join(f'{p} {WHEEL_MB[p]} MB' for p in sorted(sizes))}; the "
+             + (f" (scaled by {scale} from {', '.join(f'{p} {_wheel_mb(p)} MB' for p in sorted(sizes))}; the "
                 "anchor's bytes grow linearly with wheel size, ours do not depend on it)" if scale != 1 else
                 " (estimates of real CUDA 13 wheels; the anchor's bytes grow linearly with them, ours do not)")),
             "Bytes are counted on the server's sockets: status lines, headers and bodies of every answer.",

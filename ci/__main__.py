@@ -5,8 +5,8 @@ nox are not the entry (a builder's shell, the publish job's recheck, a data file
 - ``jit-cache merge|select|finish-shard|pack``: flashinfer-jit-cache's steps (build_scripts/lib/flashinfer.sh);
 - ``torch-wheel``: a row's torch wheel downloaded, not installed (the publish job's ABI recheck);
 - ``shard-model``: a row's shards modelled on another runner from measured module times;
-- ``size-model [--write]`` and ``timing-data``: the data files the plans read, written again from
-  benchmarks/device_results.json.
+- ``size-model [--write|--check]`` and ``timing-data [--check]``: the data files the plans read (ci/timing/),
+  written again from benchmarks/device_results.json, or checked against it.
 
 One error path: a usage error is argparse's (exit 2); anything the library refuses is one ``error:`` line
 (``::error::`` on GitHub Actions) and its exit status. Results go to stdout, everything else to the log (stderr).
@@ -25,9 +25,9 @@ from ci.formats import rewrite
 from ci.model import jit_cache
 from ci.model.environment import on_github_actions
 from ci.publish import torch_wheel
-from ci.timing import shard_model, size_model
+from ci.timing import shard_model, size_model, timing_data
 
-COMMANDS = (rewrite, jit_cache, torch_wheel, shard_model, size_model)
+COMMANDS = (rewrite, jit_cache, torch_wheel, shard_model, size_model, timing_data)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -65,32 +65,36 @@ def test_a_record_missing_a_field_is_one_line_naming_it(fixture, field):
     text = _broken(row, lambda raw: raw.pop(field))
     with pytest.raises(ConfigError) as refused:
         BuildRecord.from_json(text, where="r.build.json", fix=FIX)
-    assert str(refused.value) == f"r.build.json: build record has no field {field!r}; {FIX}"
+    assert str(refused.value) == f"r.build.json: build record $.{field} is missing; {FIX}"
 
 
 @pytest.mark.parametrize("change,problem", [
-    (lambda raw: raw.update(fingerprint=7), "field 'fingerprint' is an integer, not a string"),
-    (lambda raw: raw.update(schema="1"), "field 'schema' is a string, not an integer"),
-    (lambda raw: raw.update(compiler_cache=["sccache"]), "field 'compiler_cache' is an array, not a string or null"),
-    (lambda raw: raw.update(wheels={}), "field 'wheels' is an object, not an array"),
-    (lambda raw: raw["row"].update(torch=2.13), "field 'row.torch' is a number, not a string"),
-    (lambda raw: raw["row"].pop("arch"), "has no field 'row.arch'"),
-    (lambda raw: raw["row"].update(bundle_pythons=[3.11]), "field 'row.bundle_pythons[0]' is a number, not a string"),
-    (lambda raw: raw["durations"].update(build_s="30s"),
-     "field 'durations.build_s' is a string, not an integer or a number"),
-    (lambda raw: raw["durations"].update(build_s=True),
-     "field 'durations.build_s' is true or false, not an integer or a number"),
-    (lambda raw: raw["checks"].update(ok="yes"), "field 'checks.ok' is a string, not true or false"),
-    (lambda raw: raw.update(checks={}), "field 'checks' has neither 'ok' nor 'ran': false"),
-    (lambda raw: raw["ninja_steps"].pop("slowest"), "has no field 'ninja_steps.slowest'"),
+    (lambda raw: raw.update(fingerprint=7), "$.fingerprint is an integer, not a string"),
+    (lambda raw: raw.update(schema="1"), "$.schema is '1', not 2, the schema this checkout reads"),
+    (lambda raw: raw.update(compiler_cache=["sccache"]), "$.compiler_cache is an array, not a string or null"),
+    (lambda raw: raw.update(wheels={}), "$.wheels is an object, not an array"),
+    (lambda raw: raw["row"].update(torch=2.13), "$.row.torch is a number, not a string"),
+    (lambda raw: raw["row"].pop("arch"), "$.row.arch is missing"),
+    (lambda raw: raw["row"].update(bundle_pythons=[3.11]), "$.row.bundle_pythons[0] is a number, not a string"),
+    (lambda raw: raw["durations"].update(build_s="30s"), "$.durations.build_s is a string, not a number"),
+    # bool is an int to Python but not to JSON: true is never a duration
+    (lambda raw: raw["durations"].update(build_s=True), "$.durations.build_s is true or false, not a number"),
+    (lambda raw: raw["checks"].update(ok="yes"), "$.checks.ok is a string, not true or false"),
+    (lambda raw: raw.update(checks={}), "$.checks is {}, not an object with 'ok' (true or false), or 'ran': false"),
+    (lambda raw: raw.update(checks={"ran": True}), "$.checks.ran is true, not false"),
+    (lambda raw: raw["ninja_steps"].pop("slowest"), "$.ninja_steps.slowest is missing"),
     (lambda raw: raw.update(wheels=[{"name": "a.whl", "sha256": "0" * 64, "size": "1"}]),
-     "field 'wheels[0].size' is a string, not an integer"),
+     "$.wheels[0].size is a string, not an integer"),
     (lambda raw: raw.update(wheels=[{"name": "a.whl", "sha256": "abc", "size": 1}]),
-     "field 'wheels[0].sha256' is 'abc', not a sha256 hex digest"),
-    (lambda raw: raw.update(wheels=["a.whl"]), "field 'wheels[0]' is a string, not an object"),
+     "$.wheels[0].sha256 is 'abc', not a sha256 hex digest"),
+    (lambda raw: raw.update(wheels=[{"name": "a.whl", "sha256": "0" * 64 + "\n", "size": 1}]),
+     "$.wheels[0].sha256 is '" + "0" * 64 + "\\n', not a sha256 hex digest"),
+    (lambda raw: raw.update(wheels=["a.whl"]), "$.wheels[0] is a string, not an object"),
     (lambda raw: raw.update(wheels=[{"name": "a.tar.gz", "sha256": "0" * 64, "size": 1}]),
-     "field 'wheels[0].name' is 'a.tar.gz', not a wheel file name"),
-    (lambda raw: raw.update(wheel_count=1), "has an unknown field 'wheel_count' (a newer format?)"),
+     "$.wheels[0].name is 'a.tar.gz', not a wheel file name"),
+    (lambda raw: raw.update(wheels=[{"name": "../a.whl", "sha256": "0" * 64, "size": 1}]),
+     "$.wheels[0].name is '../a.whl', not a wheel file name"),
+    (lambda raw: raw.update(wheel_count=1), "$.wheel_count is an unknown field (a newer format?)"),
     (lambda raw: raw.update(schema=1), "schema 1, but this checkout reads schema 2"),
 ])
 def test_a_record_with_a_mistyped_field_is_one_line_naming_it(fixture, change, problem):

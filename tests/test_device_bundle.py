@@ -189,6 +189,27 @@ def test_a_submodule_no_snapshot_holds_is_served_from_an_sdists_tree_and_build_d
     assert not any(path.startswith(".device/sdists/") for path in paths)  # the carrier's own component is not chosen
 
 
+def test_the_bundle_tables_are_data_beside_the_module_and_name_the_device_files_components():
+    """DEVICE_UPSTREAM, STAND_INS and BUILD_DEPS are read from tests/gpu/device_bundle.json; every component they
+    name is one of the device versions file, each upstream commit is the one its entry's comment names, and a
+    stand-in's carrier is an sdist component there."""
+    import json
+
+    tables = json.loads(device_bundle.TABLES.read_text())
+    assert tables["device_upstream"]["commits"] == device_bundle.DEVICE_UPSTREAM
+    assert {c: (e["repository"], e["commit"], e["sdist_component"], e["prefix"])
+                                       for c, e in tables["stand_ins"]["components"].items()} == device_bundle.STAND_INS
+    assert {c: tuple(d) for c, d in tables["build_deps"]["components"].items()} == device_bundle.BUILD_DEPS
+    device = load(device_bundle.DEVICE_VERSIONS, check_tree=False)
+    text = device_bundle.DEVICE_VERSIONS.read_text()
+    for component, commit in device_bundle.DEVICE_UPSTREAM.items():
+        assert component in device.components and commit[:7] in text, component
+    for component, (_, commit, carrier, _) in device_bundle.STAND_INS.items():
+        assert component in device.components and commit[:7] in text
+        assert device.component(carrier).source.kind == "sdist"
+    assert set(device_bundle.BUILD_DEPS) <= set(device.components)
+
+
 def test_the_task_refuses_a_missing_snapshot_folder_in_one_line():
     result = subprocess.run([sys.executable, "-m", "invoke", "device-bundle", "--snapshots", "/nonexistent"],
                             cwd=REPO_ROOT, capture_output=True, text=True)

@@ -1,7 +1,7 @@
 """invoke plan's decision for the full real matrix against the GitHub test server.
 
-Complete releases for all 28 rows: every row skips and no wheel byte is
-downloaded. Changing one build input rebuilds exactly the rows it affects.
+Complete releases for every row of versions.yaml: every row skips and no wheel
+byte is downloaded. Changing one build input rebuilds exactly the rows it affects.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _versions_with(tmp_path: Path, edit) -> object:
 def test_full_matrix_skips_without_downloading_a_wheel_and_rebuilds_only_what_changed(tmp_path):
     versions = load()
     rows = matrix.expand(versions)
-    assert len(rows) == 28
+    releases = len({row.release_tag for row in rows})
     with GitHubTestServer(token="test-token") as gh:
         wheel_ids = seed_complete_releases(gh, versions)
         store = GitHubStore("o/r", token="test-token", api_url=gh.api_url)
@@ -84,12 +84,12 @@ def test_full_matrix_skips_without_downloading_a_wheel_and_rebuilds_only_what_ch
         reasons = {d.row.label: d.reason for d in result.decisions if d.build}
         assert reasons == {}, reasons
         downloads = [p for m, p, _ in gh.requests() if m == "GET" and re.fullmatch(r"/repos/o/r/releases/assets/\d+", p)]
-        assert len(downloads) == 28  # one manifest per row
+        assert len(downloads) == len(rows)  # one manifest per row
         assert gh.counters["GET /repos/{owner}/{repo}/releases/tags/{tag}"] == 0  # assets come from the listing
         assert not {int(p.rsplit("/", 1)[1]) for p in downloads} & set(wheel_ids), "a wheel was downloaded"
-        assert result.manifest_bytes < 28 * 8_000
+        assert result.manifest_bytes < len(rows) * 8_000
         list_calls = gh.counters["GET /repos/{owner}/{repo}/releases"]
-        assert list_calls == 1  # 14 releases fit one page of 100
+        assert list_calls == -(-releases // 100)  # pages of 100 releases
 
         # one component's extra_env changes: exactly its four rows build
         changed = _versions_with(tmp_path, lambda d: d["components"]["flash-mla"]["extra_env"].update(NVCC_THREADS="4"))

@@ -6,7 +6,10 @@ import dataclasses
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
+from ci.building import job
 from ci.model import matrix
 from ci.model.versions import REPO_ROOT, load
 from ci.timing import time_model
@@ -48,14 +51,50 @@ def test_a_row_over_its_build_timeout_takes_the_resumable_path_in_runs():
     assert time_model.predict(_row("flash-mla")).fits
 
 
-def test_every_component_of_versions_yaml_is_calibrated():
-    assert set(load().components) <= set(time_model.CALIBRATION)
-    assert {o.component for o in time_model.OBSERVED if o.calibration} == set(time_model.CALIBRATION)
+def _versions_with_an_untimed_component(tmp_path: Path) -> Path:
+    """versions.yaml with one more component that no build was ever timed of (fast-hadamard-transform's builder)."""
+    entry = ("\n  untimed-hadamard:\n"
+             "    source: {git: \"https://github.com/Dao-AILab/fast-hadamard-transform.git\"}\n"
+             "    ref: v1.1.0\n    builder: fast_hadamard_transform\n    wheel_packages: [untimed-hadamard]\n"
+             "    torch_cuda_arch_list: \"9.0\"\n    max_jobs: 2\n    runs_on: ubuntu-24.04\n")
+    path = tmp_path / "versions.yaml"
+    path.write_text((REPO_ROOT / "versions.yaml").read_text() + entry)
+    return path
+
+
+def test_a_component_without_any_timing_is_planned_as_not_timed_yet(tmp_path):
+    """No timed build of a component is a state the plans print, not an error: its rows are listed and planned."""
+    versions_file = _versions_with_an_untimed_component(tmp_path)
+    assert "untimed-hadamard" not in time_model.calibrations()
+    versions = load(versions_file)
+    rows = [r for r in matrix.expand(versions) if r.component == "untimed-hadamard"]
+    assert len(rows) == len(versions.build_matrix) and all(time_model.predict(r) is None for r in rows)
+    env = {**os.environ, "WHEELHOUSE_VERSIONS": str(versions_file)}
+    listed = subprocess.run([sys.executable, "-m", "invoke", "matrix"], cwd=REPO_ROOT, capture_output=True, text=True,
+                            env=env)
+    assert listed.returncode == 0, listed.stderr
+    untimed = [line for line in listed.stdout.splitlines() if line.startswith("build-untimed-hadamard-")]
+    assert len(untimed) == len(rows) and all(" not timed yet " in line for line in untimed)
+    assert all(" not measured yet " in line for line in untimed)  # nor a wheel of it weighed (ci/timing/size_model.py)
+    assert listed.stdout.splitlines()[-1].startswith(f"{len(matrix.expand(versions))} row(s)")
+    with tempfile.TemporaryDirectory() as empty:
+        options = job.BuildOptions(cache_dir=Path(empty) / "cache", dist_root=Path(empty) / "dist")
+        plan = job.plan(versions, rows[0], options).render()
+    assert "  predicted:      no timed build of this component yet" in plan
+    # the model's own command works beside it, and names what it has for the component it lacks
+    checked = subprocess.run([sys.executable, "-m", "invoke", "time-model"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, env=env)
+    assert checked.returncode == 0 and "mean |error|" in checked.stdout, checked.stderr
+    one = subprocess.run([sys.executable, "-m", "invoke", "time-model", "--component", "untimed-hadamard"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+    assert (one.returncode, one.stdout) == (2, "")
+    assert one.stderr.startswith("error: --component untimed-hadamard: no timed build of it; known: apex, ")
+    assert one.stderr.count("\n") == 1
 
 
 def test_the_error_against_every_timed_build_is_printed():
     checks = time_model.check()
-    assert len(checks) == len(time_model.OBSERVED)
+    assert len(checks) == len(time_model.observed())
     for c in checks:
         if c.observed.calibration:
             # the calibration build is predicted as it was measured (its archs, one)
@@ -82,14 +121,14 @@ def test_flash_attentions_own_unit_sets_its_thread_gain():
     """One kernel unit for four archs timed on the GPU machine with --threads 1 and 4 (639.2 s, 222.9 s): the
     model's critical path for that unit gives the measured ratio back; components without such a timing keep
     the cautious default."""
-    cal = time_model.CALIBRATION["flash-attention"]
+    cal = time_model.calibrations()["flash-attention"]
 
     def unit(threads: int) -> float:  # the slowest-unit term of predict_seconds, for one unit of 4 archs
         effective = 1 + (threads - 1) * cal.thread_efficiency
         return cal.host_share + (1 - cal.host_share) * 4 / effective
 
     assert abs(unit(1) / unit(4) - 639.2 / 222.9) < 0.02
-    assert time_model.CALIBRATION["apex"].thread_efficiency == time_model.NVCC_THREAD_EFFICIENCY
+    assert time_model.calibrations()["apex"].thread_efficiency == time_model.NVCC_THREAD_EFFICIENCY
 
 
 def test_a_row_that_compiles_the_jit_cache_is_predicted_by_its_slowest_shard():
@@ -100,10 +139,10 @@ def test_a_row_that_compiles_the_jit_cache_is_predicted_by_its_slowest_shard():
     row = _row("flashinfer")
     prediction = time_model.predict(row)
     slowest = shard_model.slowest_shard_seconds(row, jobs=prediction.jobs)
-    assert slowest is not None and prediction.seconds == time_model.CALIBRATION["flashinfer"].wall_s + slowest
+    assert slowest is not None and prediction.seconds == time_model.calibrations()["flashinfer"].wall_s + slowest
     assert prediction.fits  # versions.yaml's shard count is the model's
     fewer = dataclasses.replace(row, settings=dataclasses.replace(row.settings, shards=1))
     assert time_model.predict(fewer).seconds > 3 * prediction.seconds
     rehosted = dataclasses.replace(row, settings=dataclasses.replace(row.settings, rehost=("flashinfer-cubin",
                                                                                            "flashinfer-jit-cache")))
-    assert time_model.predict(rehosted).seconds == time_model.CALIBRATION["flashinfer"].wall_s
+    assert time_model.predict(rehosted).seconds == time_model.calibrations()["flashinfer"].wall_s

@@ -107,9 +107,10 @@ def _fixture_record(**changes) -> str:
 
 @pytest.mark.parametrize("content,problem", [
     ('{"row": ', "not a readable build record (Expecting value: line 1 column 9 (char 8))"),
-    ("{}", "build record has no field 'schema'"),
+    ("{}", "build record $.schema is missing"),
     ("[]", "holds a JSON list, not a build record"),
-    (_fixture_record(row={"component": 1}), "build record field 'row.component' is an integer, not a string"),
+    # the problem nearest the top first: a row of one mistyped field lacks the others
+    (_fixture_record(row={"component": 1}), "build record $.row.ref is missing"),
     (_fixture_record(schema=0), "build record schema 0, but this checkout reads schema 2"),
     # deeper than json.loads can recurse: RecursionError, a traceback, before the depth limit (adversarial R9)
     ("[" * 100_000 + "]" * 100_000, "not a readable build record (nested more than 64 levels (far deeper than "
@@ -133,7 +134,7 @@ def test_release_refuses_a_record_naming_a_path(tmp_path):
     record.write_text(_fixture_record(wheels=[{"name": "../../x.whl", "sha256": "0" * 64, "size": 1}]))
     line = one_line(invoke("release", "--component", "wheelhouse-fixture", "--arch", "x86_64", "--dist",
                            str(tmp_path / "dist"), "--store", str(tmp_path / "store")), 2)
-    assert line == (f"error: {record}: build record field 'wheels[0].name' is '../../x.whl', not a wheel file name; "
+    assert line == (f"error: {record}: build record $.wheels[0].name is '../../x.whl', not a wheel file name; "
                     "rebuild the row (nox -s build-wheelhouse-fixture-3.11)")
 
 

@@ -8,20 +8,18 @@ becomes the release's build manifest (:meth:`BuildRecord.to_manifest`).
 
 Its own module, not part of ``ci/model/manifest.py``: the record is the build's output file (its name, format
 and validation), the manifest is a release asset; the record feeds the manifest, not the other way round.
-A record is validated once, when it is read: every field is present with its JSON type, so the code
-after :meth:`BuildRecord.from_json` uses fields and never meets a ``KeyError``.
+A record is validated once, when it is read, against ``schemas/build_record.schema.json``: every field is present
+with its JSON type, so the code after :meth:`BuildRecord.from_json` uses fields and never meets a ``KeyError``.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci.base import bounded_json
+from ci.base import bounded_json, json_schema
 from ci.base.errors import ConfigError
 from ci.model.manifest import Manifest, WheelEntry
 from ci.model.matrix import MatrixRow
@@ -30,22 +28,7 @@ SCHEMA = 2
 ROW_IDENTITY = ("component", "ref", "python", "bundle_pythons", "arch", "cuda", "torch")
 """The matrix-entry fields that say which row a record is of: a release checks them against its own row."""
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_JSON_TYPES: dict[type, str] = {dict: "an object", list: "an array", str: "a string", int: "an integer",
-                                float: "a number", bool: "true or false", type(None): "null"}
-# Each field with the JSON types it may hold
-_FIELDS: dict[str, tuple[type, ...]] = {
-    "schema": (int,), "row": (dict,), "fingerprint": (str,), "build_config": (dict,), "source": (dict,),
-    "toolchain": (dict,), "compiler_cache": (str, type(None)), "compiler_cache_stats": (dict, type(None)),
-    "compiler_cache_misses": (list, type(None)),
-    "durations": (dict,), "checks": (dict,), "wheels": (list,), "sbom": (dict,), "ninja_steps": (dict,),
-}
-# Fields only some builds write: a builder that compiles modules by shards (flashinfer's jit-cache)
-_OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {"modules": (dict,)}
-_ROW_FIELDS: dict[str, tuple[type, ...]] = {
-    "component": (str,), "ref": (str,), "release_tag": (str,), "arch": (str,), "cuda": (str,), "python": (str,),
-    "bundle_pythons": (list,), "torch": (str,), "world": (str,), "session": (str,),
-}
+SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "build_record.schema.json"
 
 
 def file_name(row: MatrixRow) -> str:
@@ -170,64 +153,9 @@ class BuildRecord:
 
 
 def _problem(raw: dict[str, Any]) -> str | None:
-    """What is wrong with a parsed record, naming the field; None when it is a whole record of this schema."""
+    """What is wrong with a parsed record, naming the JSON path of the bad value; None when it is a whole record of
+    this schema (:data:`SCHEMA_FILE`). A record of another schema number is named so before its fields are read."""
     if "schema" in raw and isinstance(raw["schema"], int) and raw["schema"] != SCHEMA:
         return f"build record schema {raw['schema']!r}, but this checkout reads schema {SCHEMA}"
-    unknown = sorted(set(raw) - set(_FIELDS) - set(_OPTIONAL_FIELDS))
-    if unknown:
-        return f"build record has an unknown field {unknown[0]!r} (a newer format?)"
-    # in order, each only once the one before found nothing: a later check indexes what an earlier one checked
-    return (_fields_problem(raw, _FIELDS, "")
-            or _fields_problem(raw["row"], _ROW_FIELDS, "row.")
-            or _first_of(_type_problem(v, f"row.bundle_pythons[{i}]", str)
-                         for i, v in enumerate(raw["row"]["bundle_pythons"]))
-            or _first_of(_type_problem(v, f"compiler_cache_misses[{i}]", str)
-                         for i, v in enumerate(raw["compiler_cache_misses"] or ()))
-            # a duration may be written 3 as well as 3.0
-            or _first_of(_type_problem(v, f"durations.{k}", int, float) for k, v in raw["durations"].items())
-            or _checks_problem(raw["checks"])
-            or _first_of(_wheel_problem(w, f"wheels[{i}]") for i, w in enumerate(raw["wheels"]))
-            or _fields_problem(raw["ninja_steps"], {"steps": (int,), "slowest": (list,)}, "ninja_steps.")
-            or _first_of(_type_problem(raw[k], k, *types) for k, types in _OPTIONAL_FIELDS.items() if k in raw))
-
-
-def _first_of(problems: Iterable[str | None]) -> str | None:
-    return next((problem for problem in problems if problem), None)
-
-
-def _fields_problem(raw: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]], prefix: str) -> str | None:
-    for name, types in fields.items():
-        if name not in raw:
-            return f"build record has no field {prefix + name!r}"
-        problem = _type_problem(raw[name], f"{prefix}{name}", *types)
-        if problem:
-            return problem
-    return None
-
-
-def _type_problem(value: Any, field: str, *types: type) -> str | None:
-    # bool is an int to Python but not to JSON: true is never a size or a duration
-    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
-        return None
-    wanted = " or ".join(_JSON_TYPES[t] for t in types)
-    return f"build record field {field!r} is {_JSON_TYPES.get(type(value), type(value).__name__)}, not {wanted}"
-
-
-def _checks_problem(checks: dict[str, Any]) -> str | None:
-    if "ok" in checks:
-        return _type_problem(checks["ok"], "checks.ok", bool)
-    if checks.get("ran") is False:
-        return None
-    return "build record field 'checks' has neither 'ok' nor 'ran': false"
-
-
-def _wheel_problem(wheel: Any, field: str) -> str | None:
-    problem = _type_problem(wheel, field, dict) or _fields_problem(
-        wheel, {"name": (str,), "sha256": (str,), "size": (int,)}, f"{field}.")
-    if problem:
-        return problem
-    if "/" in wheel["name"] or "\\" in wheel["name"] or not wheel["name"].endswith(".whl"):
-        return f"build record field '{field}.name' is {wheel['name']!r}, not a wheel file name"
-    if not _SHA256.fullmatch(wheel["sha256"]):
-        return f"build record field '{field}.sha256' is {wheel['sha256']!r}, not a sha256 hex digest"
-    return None
+    problem = json_schema.problem(raw, SCHEMA_FILE)
+    return f"build record {problem}" if problem else None

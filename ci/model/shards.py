@@ -20,7 +20,8 @@ long each shard of this assignment takes.
 
 A shard's manifest (``shard.json``) names its shard, the digest of the module list it was cut
 from, the build-input fingerprint, and for each module it compiled the sha256 of its file and its
-compile seconds. :func:`collect` refuses an incomplete or mixed set in one line naming the shard.
+compile seconds (its format: ``schemas/shard_manifest.schema.json``). :func:`collect` refuses an incomplete or
+mixed set in one line naming the shard.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ci.base import bounded_json
+from ci.base import bounded_json, json_schema
 from ci.base.digest import sha256_file
 from ci.base.errors import UsageError, WheelhouseError
 
 MANIFEST = "shard.json"
 SCHEMA = 1
+SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "shard_manifest.schema.json"
 ASSIGNMENT = "most compiles (CUDA translation units x archs) first, to the least loaded shard"
 _SPEC = re.compile(r"^([1-9][0-9]*)/([1-9][0-9]*)$")
 _DIR = re.compile(r"^shard-([0-9]+)-of-([0-9]+)$")
@@ -153,7 +155,7 @@ class ShardManifest:
         modules = {name: ModuleResult(m["path"], m["sha256"], m["size"], m["seconds"])
                    for name, m in raw["modules"].items()}
         cache = raw.get("cache")
-        return cls(ShardSpec(raw["shard"], raw["shards"]), raw["modules_sha256"], modules, raw["fingerprint"],
+        return cls(ShardSpec(raw["shard"], raw["shards"]), raw["modules_sha256"], modules, raw.get("fingerprint"),
                    raw.get("durations") or {}, cache if isinstance(cache, dict) else None)
 
 
@@ -171,23 +173,18 @@ def read_checked(path: Path, what: str, problem: Callable[[Any], str | None], fi
 
 
 def _manifest_problem(raw: Any) -> str | None:
+    """What is wrong with a parsed manifest, naming the JSON path of the bad value (``schemas/shard_manifest.schema.json``),
+    then what a schema cannot say: the shard within its count, each module's file inside the shard."""
     if not isinstance(raw, dict):
         return "holds no JSON object"
     if raw.get("schema") != SCHEMA:
         return f"shard manifest schema {raw.get('schema')!r}, but this checkout reads schema {SCHEMA}"
-    for key, kind in (("shard", int), ("shards", int), ("modules_sha256", str), ("modules", dict)):
-        if not isinstance(raw.get(key), kind) or isinstance(raw.get(key), bool):
-            return f"field {key!r} is missing or not {kind.__name__}"
-    if not 1 <= raw["shard"] <= raw["shards"]:
+    problem = json_schema.problem(raw, SCHEMA_FILE)
+    if problem:
+        return f"shard manifest {problem}"
+    if raw["shard"] > raw["shards"]:
         return f"shard {raw['shard']} of {raw['shards']} is out of range"
-    if raw.get("fingerprint") is not None and not isinstance(raw["fingerprint"], str):
-        return "field 'fingerprint' is not a string"
     for name, module in raw["modules"].items():
-        if not isinstance(module, dict) or not isinstance(module.get("path"), str) \
-                or not re.fullmatch(r"[0-9a-f]{64}", str(module.get("sha256"))) \
-                or not isinstance(module.get("size"), int) \
-                or not (module.get("seconds") is None or isinstance(module.get("seconds"), (int, float))):
-            return f"module {name!r} lacks a path, sha256, size or seconds"
         parts = Path(module["path"]).parts
         if Path(module["path"]).is_absolute() or ".." in parts:
             return f"module {name!r} names the path {module['path']!r} outside the shard"

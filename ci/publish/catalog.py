@@ -10,6 +10,9 @@ Files (beside the PEP 503 pages):
   size, release tag and page, Requires-Python, yank, and what the wheel says about itself (CUDA archs
   from our fatbin scan, the torch it was built against, its torch pin; ci/publish/wheel_facts.py).
 
+Their formats are JSON Schemas, ``schemas/index_record.schema.json`` and ``schemas/world_record.schema.json``: an
+earlier publish's index record is checked against its schema when it is read back (:func:`parse_previous`).
+
 Status (PEP 792 ``pypi:project-status``): a world or project is ``active``; ``deprecated`` when
 versions.yaml no longer builds it (its wheels stay, none come after them); ``archived`` when an earlier
 publish served it and no release holds it any more (a prune). An archived world or project does not
@@ -25,12 +28,13 @@ import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ci.base import json_text
+from ci.base import json_schema, json_text
 from ci.base.errors import WheelhouseError
 from ci.building.toolchain import TORCH_INDEX_BASE
 from ci.publish.wheel_facts import WheelFacts
@@ -103,6 +107,12 @@ class WheelEntry(NamedTuple):
         del fields["record"]
         return wheel_entry(**{**fields, "sha256": None})
 
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+INDEX_SCHEMA = SCHEMAS / "index_record.schema.json"
+"""``wheelhouse-index.json``'s format, checked where an earlier publish's record is read back (:func:`parse_previous`)."""
+WORLD_SCHEMA = SCHEMAS / "world_record.schema.json"
+"""``wheelhouse-world.json``'s format; which-wheel, standard library only, reads it by the same rules."""
 
 _WHEEL_KEYS = ("facts", "filename", "release", "release_url", "requires_python", "sha256", "size", "url", "yanked")
 """The keys of :meth:`WheelEntry.to_json`, sorted: the order of a record's values."""
@@ -246,8 +256,10 @@ def parse_previous(data: bytes | None, *, source: str) -> Previous | None:
         return None
     try:
         raw = json.loads(data)
-        if raw.get("format") != INDEX_FORMAT or raw.get("version") != RECORD_VERSION:
+        if not isinstance(raw, dict) or raw.get("format") != INDEX_FORMAT or raw.get("version") != RECORD_VERSION:
             raise ValueError(f'no "format": "{INDEX_FORMAT}", "version": {RECORD_VERSION}')
+        if problem := json_schema.problem(raw, INDEX_SCHEMA):
+            raise ValueError(problem)
         worlds = {str(w["world"]): _status(w) for w in raw["worlds"]}
         projects = {str(w["world"]): {str(p["name"]): _status(p) for p in w["projects"]} for w in raw["worlds"]}
     except RecursionError:

@@ -1,7 +1,7 @@
 """``wheelhouse-site.json``: the file that makes a published site ours.
 
 Only publishing writes it. It names the store the site was built from, how many wheel links its
-world pages hold, and every other file the publish wrote. A later publish takes over a directory,
+world pages hold, and every other file the publish wrote (its format: ``schemas/site_marker.schema.json``). A later publish takes over a directory,
 branch or live site only when this file is there (or the site predates it, see below), may
 replace or remove only the files it lists, and compares its link count with the new site's where
 only the live site can be read (a Pages artifact is built on a fresh runner).
@@ -20,14 +20,16 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
-from ci.base import bounded_json
+from ci.base import bounded_json, json_schema
 from ci.base.errors import WheelhouseError
 from ci.publish.catalog import INDEX_RECORD, WORLD_RECORD
 from ci.publish.index import CACHE_FILE, CACHE_VERSION, DigestCache
 from ci.publish.which_wheel import SERVED_NAME
 
 MARKER_FILE = "wheelhouse-site.json"
+SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "site_marker.schema.json"
 _FORMAT = "wheelhouse-site"
 _VERSION = 1
 _WORLD = r"(?:cpu|cu\d{2,4})/torch\d+\.\d+/"
@@ -59,14 +61,15 @@ class SiteMarker:
             doc = bounded_json.loads(data)
             if not isinstance(doc, dict) or doc.get("format") != _FORMAT or doc.get("version") != _VERSION:
                 raise ValueError(f"no \"format\": \"{_FORMAT}\", \"version\": {_VERSION}")
+            if problem := json_schema.problem(doc, SCHEMA_FILE):
+                raise ValueError(problem)
             store, links, files = doc["store"], doc["links"], doc["files"]
-            if store is not None and not isinstance(store, str):
-                raise ValueError("store is not a string")
-            if not isinstance(links, int) or isinstance(links, bool) or links < 0:
-                raise ValueError("links is not a count")
-            if not isinstance(files, list) or not all(isinstance(f, str) and _relative(f) for f in files):
-                raise ValueError("files is not a list of relative paths")
-        except (ValueError, KeyError, RecursionError) as exc:
+            # what a schema cannot say plainly: a path that stays inside the site
+            outside = next((i for i, f in enumerate(files) if not _relative(f)), None)
+            if outside is not None:
+                raise ValueError(f"$.files[{outside}] is {json_schema.shown(files[outside])}, not a relative path "
+                                 "inside the site")
+        except (ValueError, RecursionError) as exc:
             raise WheelhouseError(f"{source} is not a site marker this tool wrote ({exc}): the site cannot be "
                                   "told from someone else's files; name a new or empty directory or branch") from None
         return cls(store, links, frozenset(files))

@@ -35,6 +35,7 @@ from ci.formats.archs import parse_arch_list
 from ci.model import shards
 from ci.model.matrix import MatrixRow
 from ci.model.versions import REPO_ROOT
+from ci.timing import data_files
 
 # GitHub-hosted standard runners (public repositories): 4 vCPUs, 16 GB, 6 h per job.
 HOSTED_CORES = {"ubuntu-24.04": 4, "ubuntu-22.04": 4, "ubuntu-latest": 4, "ubuntu-24.04-arm": 4,
@@ -44,9 +45,9 @@ DEFAULT_OVERHEAD_S = 30 * 60
 MARGIN = 0.85
 """The share of the budget a shard's estimate may fill: estimates are averages, and a shard ends on its slowest module."""
 MAX_SHARDS = 256
-RECORDED_TIMES = REPO_ROOT / "benchmarks" / "module_times"
-"""Committed per-module times, ``<component>-<arch>.json`` (:func:`main`'s ``--write``): what the plan reads when
-no build of the row left times in dist/."""
+RECORDED_TIMES = data_files.DATA_DIR / "module_times"
+"""Committed per-module times, ``<component>-<arch>.json`` (``python -m ci shard-model --write``): what the plan
+reads when no build of the row left times in dist/."""
 
 
 @dataclass(frozen=True)
@@ -313,7 +314,7 @@ def _read_modules(path: Path) -> dict[str, Any]:
     if path.is_dir():
         modules = jit_cache.record_modules(path)
     elif path.is_file() and isinstance(plain := _plain_times(path), dict):
-        modules = plain  # a file of benchmarks/module_times/ (--write)
+        modules = plain  # a file of ci/timing/module_times/ (--write)
     else:
         modules = BuildRecord.read(path).modules
     if modules is None:

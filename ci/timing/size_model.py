@@ -5,7 +5,7 @@ done: flashinfer-jit-cache reached 2.143 GiB for one world upstream, and its upl
 what each wheel of a row will weigh, beside its time, and a plan with an asset past :data:`ASSET_BUDGET`
 (1.9 GiB: the limit less headroom for a wheel that grows release by release) is refused in one line with the fix.
 
-The data is ``benchmarks/wheel_sizes.json``, written by ``python -m ci size-model --write`` from every wheel
+The data is ``ci/timing/wheel_sizes.json``, written by ``python -m ci size-model --write`` from every wheel
 ``benchmarks/device_results.json`` records (bytes, the archs it was built for, the Pythons it bundles): per
 project, ``bytes = base + per_unit * units``, least squares over its builds, where a unit is
 
@@ -14,7 +14,7 @@ project, ``bytes = base + per_unit * units``, least squares over its builds, whe
 - a Python of a bundle (``bundle_pythons``: one extension module each);
 - a compile of flashinfer-jit-cache (a CUDA source of a module for one arch, ci/model/jit_cache.py ``compile_units``),
   from the subset built on the GPU machine; a row's count comes from its module list (ci/timing/shard_model.py's
-  ``recorded_modules``: its last build, or benchmarks/module_times/);
+  ``recorded_modules``: its last build, or ci/timing/module_times/);
 - nothing, for a wheel without compiled code.
 
 One build of a project gives no base: its bytes are taken as all per unit, which over-predicts rows of more
@@ -34,14 +34,15 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ci.base import bounded_json, log
-from ci.base.errors import ConfigError, UsageError, WheelhouseError
+from ci.base import log
+from ci.base.errors import ConfigError, WheelhouseError
 from ci.model.matrix import MatrixRow
 from ci.model.versions import REPO_ROOT
+from ci.timing import data_files
 
 _LOG = log.get("timing")
-SIZES_FILE = REPO_ROOT / "benchmarks" / "wheel_sizes.json"
-DEVICE_RESULTS = REPO_ROOT / "benchmarks" / "device_results.json"
+SIZES_FILE = data_files.DATA_DIR / "wheel_sizes.json"
+COMMAND = "python -m ci size-model --write"
 GITHUB_ASSET_LIMIT = 2 * 2**30
 ASSET_BUDGET = int(1.9 * 2**30)
 """The most a planned release asset may weigh: GitHub's 2 GiB less headroom (flashinfer's cu129 x86_64 jit-cache had
@@ -190,7 +191,7 @@ def document(results: Mapping[str, Any]) -> dict[str, Any]:
         projects[name] = {**fit(points), "measured": [
             {"wheel": p.wheel, "bytes": p.bytes, "archs": p.archs, "pythons": p.pythons, "compiles": p.compiles,
              "where": p.where} for p in points]}
-    return {"generator": "python -m ci size-model --write", "source": "benchmarks/device_results.json",
+    return {"generator": COMMAND, "source": data_files.shown(data_files.DEVICE_RESULTS),
             "model": "bytes = base + per_unit * units (ci/timing/size_model.py)", "projects": projects}
 
 
@@ -247,7 +248,7 @@ def load_data(path: Path | None = None) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise WheelhouseError(f"{path}: cannot be read ({error}); write it again: python -m ci size-model --write") from None
+        raise WheelhouseError(f"{path}: cannot be read ({error}); write it again: {COMMAND}") from None
 
 
 def predict(row: MatrixRow, data: Mapping[str, Any] | None = None, *, dist_root: Path | None = None) -> RowSizes:
@@ -343,24 +344,24 @@ def predicted_against_measured(data: Mapping[str, Any]) -> list[tuple[Measured, 
 
 
 def add_command(commands: Any) -> None:
-    """``python -m ci size-model [--write]``: the fitted sizes, written again from the device results."""
+    """``python -m ci size-model [--write | --check]``: the fitted sizes, written again from the device results (or
+    checked against them), as ``python -m ci timing-data`` writes the time model's (ci/timing/data_files.py)."""
     parser = commands.add_parser("size-model", help="the wheel-size model, written from the device results",
                                  description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help=f"write {SIZES_FILE.relative_to(REPO_ROOT)} from "
-                                                              f"{DEVICE_RESULTS.relative_to(REPO_ROOT)}")
-    parser.add_argument("--results", type=Path, default=DEVICE_RESULTS)
-    parser.add_argument("--out", type=Path, default=SIZES_FILE)
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write", action="store_true", help=f"write {data_files.shown(SIZES_FILE)} from "
+                                                              f"{data_files.shown(data_files.DEVICE_RESULTS)}")
+    data_files.add_generator_options(parser, SIZES_FILE, check_into=action)
     parser.set_defaults(run=_size_command)
 
 
 def _size_command(args: Any) -> None:
-    if args.write:
-        try:
-            written = document(bounded_json.loads(args.results.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as error:
-            raise UsageError(f"{args.results}: {error}; name the device results file (--results)") from None
-        args.out.write_text(json.dumps(written, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        _LOG.info(f"{args.out}: {len(written['projects'])} projects from {args.results}")
+    if args.write or args.check:
+        written = document(data_files.read_results(args.results))
+        data_files.write_or_check(written, args.out, check=args.check, command=COMMAND)
+        if args.write:
+            _LOG.info(f"{data_files.shown(args.out)}: {len(written['projects'])} projects from "
+                      f"{data_files.shown(args.results)}")
     data = load_data(args.out)
     for name, model in sorted(data.get("projects", {}).items()):
         log.out(f"{name}: {model['base']} + {model['per_unit']} bytes per {model['scales_with']} unit, "

