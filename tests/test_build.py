@@ -69,6 +69,7 @@ def test_a_components_pythons_build_in_the_order_of_cis_stages():
 
 
 def _normalise(text: str) -> str:
+    text = text.replace(sys.executable, "<wheelhouse-python>")  # WHEELHOUSE_TOOLS_PYTHON, python or python3
     text = text.replace(str(Path(sys.executable).parent), "<venv-bin>")
     text = text.replace(str(REPO), "<repo>")
     text = re.sub(r"CUDA_HOME=\S+", "CUDA_HOME=<cuda-home>", text)

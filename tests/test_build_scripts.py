@@ -761,7 +761,7 @@ def test_strip_local_version_calls_the_library_with_local_wheels_only(tmp_path):
     (checkout / "ci/formats").mkdir(parents=True)
     (checkout / "ci/__init__.py").write_text("raise SystemExit('imported the checkout ci package')\n")
     proc = bash(source("wheel_pack.sh") + f'strip_local_version "{dist}"', cwd=checkout,
-                env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable})
+                env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable, "WHEELHOUSE_TOOLS_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr
     assert (root / "ci/argv").read_text() == str(dist / "deep_ep-1.2.1+abc123-cp312-cp312-linux_x86_64.whl")
     assert sorted(p.name for p in dist.iterdir()) == ["deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl",
@@ -774,7 +774,7 @@ def test_strip_local_version_nothing_to_do(tmp_path):
     dist.mkdir()
     (dist / "flash_mla-1.0.0-cp312-cp312-linux_x86_64.whl").write_bytes(b"")
     proc = bash(source("wheel_pack.sh") + "strip_local_version",
-                env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable, "DIST_DIR": str(dist)})
+                env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable, "WHEELHOUSE_TOOLS_PYTHON": sys.executable, "DIST_DIR": str(dist)})
     assert proc.returncode == 0 and "no local version to strip" in proc.stderr
 
 
@@ -784,7 +784,7 @@ def test_strip_local_version_verifies_the_result(tmp_path):
     dist.mkdir()
     (dist / "flash_mla-1.0.0+15f13e5-cp312-cp312-linux_x86_64.whl").write_bytes(b"")
     proc = bash(source("wheel_pack.sh") + f'strip_local_version "{dist}"',
-                env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable})
+                env={"WHEELHOUSE_ROOT": str(root), "WHEELHOUSE_PYTHON": sys.executable, "WHEELHOUSE_TOOLS_PYTHON": sys.executable})
     assert proc.returncode == 1
     assert proc.stderr.splitlines()[-1] == (
         "[wheelhouse] error: python -m ci strip-local-version left a local version in flash_mla-1.0.0+15f13e5-cp312-cp312-linux_x86_64.whl")

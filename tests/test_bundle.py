@@ -212,6 +212,7 @@ def test_deep_gemm_builder_bundles_through_the_same_step(tmp_path, interpreters)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MAX_JOBS": "2",
            "CUDA_HOME": str(cuda), "CUDA_VERSION": "13.0",
            "DIST_DIR": str(dist), "WHEELHOUSE_ROOT": str(REPO), "WHEELHOUSE_PYTHON": sys.executable,
+           "WHEELHOUSE_TOOLS_PYTHON": sys.executable,
            "WHEELHOUSE_BUNDLE_PYTHONS": "3.11 3.12",
            "WHEELHOUSE_BUNDLE_INTERPRETERS": f"{interpreters['3.11']} {interpreters['3.12']}"}
     proc = subprocess.run(["bash", str(REPO / "build_scripts" / "deep_gemm.sh")], cwd=src, env=env,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import re
 import subprocess
 import sys
 import zipfile
@@ -121,6 +122,31 @@ def test_command_line_strips_in_place(tmp_path: Path, fixture_wheel: Path) -> No
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in tmp_path.glob("*.whl")) == ["wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"]
     assert result.stdout.strip() == str(tmp_path / "wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl")
+
+
+def test_builders_run_the_library_with_the_wheelhouse_interpreter_not_the_row_venv(tmp_path: Path,
+                                                                                   fixture_wheel: Path) -> None:
+    """A row's venv holds torch and the build tools only; `python -m ci` in a builder (the local-version strip,
+    the jit-cache steps) needs the wheelhouse's own requirements, so it runs under WHEELHOUSE_TOOLS_PYTHON. Under
+    the row's interpreter it failed with "No module named 'jsonschema'" (the GPU machine's flashinfer build)."""
+    repo = Path(__file__).resolve().parent.parent
+    row_venv = tmp_path / "row-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(row_venv)], check=True)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    reversion_wheel(fixture_wheel, LOCAL, dist)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WHEELHOUSE_ROOT": str(repo),
+           "WHEELHOUSE_PYTHON": str(row_venv / "bin" / "python"), "WHEELHOUSE_TOOLS_PYTHON": sys.executable}
+    script = f'source {repo}/build_scripts/lib/wheel_pack.sh && strip_local_version "$1"'
+    result = subprocess.run(["bash", "-c", script, "bash", str(dist)], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in dist.glob("*.whl")] == ["wheelhouse_fixture-0.1.0-cp311-cp311-linux_x86_64.whl"]
+    # every builder reaches the library through wheelhouse_ci alone
+    calls = [f"{path.relative_to(repo)}: {line.strip()}" for path in sorted((repo / "build_scripts").rglob("*.sh"))
+             for line in path.read_text().splitlines()
+             if re.search(r'python[^"]*" -m ci |python -m ci ', line) and not line.lstrip().startswith("#")
+             and "die " not in line and path.name not in ("env.sh", "recheck_wheels.sh")]
+    assert calls == []
 
 
 def test_strip_refuses_a_local_header_name_it_did_not_validate(tmp_path: Path) -> None:

@@ -43,6 +43,20 @@ require_env() {
     fi
 }
 
+# wheelhouse_ci COMMAND ARGS...: `python -m ci COMMAND ARGS` under the
+# wheelhouse's own interpreter (WHEELHOUSE_TOOLS_PYTHON, the one running the
+# build: the row's venv lacks the wheelhouse's requirements), from the
+# wheelhouse root: `python -m` puts the working directory first on sys.path,
+# and a component checkout may have a `ci` package of its own. Paths in ARGS
+# must be absolute.
+wheelhouse_ci() {
+    require_env WHEELHOUSE_ROOT WHEELHOUSE_TOOLS_PYTHON
+    (
+        cd "$WHEELHOUSE_ROOT" || exit 1
+        PYTHONPATH="$WHEELHOUSE_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$WHEELHOUSE_TOOLS_PYTHON" -m ci "$@"
+    )
+}
+
 # print_settings VAR...: echo the effective value of each variable, one per
 # line, so the build log records exactly what the build saw.
 print_settings() {

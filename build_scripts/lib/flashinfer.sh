@@ -164,15 +164,10 @@ flashinfer_aot_deps() {
     printf '%s\n' "$dir"
 }
 
-# wheelhouse_jit_cache ARGS...: python -m ci jit-cache ARGS under
-# WHEELHOUSE_PYTHON, from the wheelhouse root (flashinfer's checkout has a ci/
-# of its own); paths in ARGS must be absolute.
+# wheelhouse_jit_cache ARGS...: python -m ci jit-cache ARGS (wheelhouse_ci,
+# env.sh); paths in ARGS must be absolute.
 wheelhouse_jit_cache() {
-    require_env WHEELHOUSE_ROOT
-    (
-        cd "$WHEELHOUSE_ROOT" || exit 1
-        PYTHONPATH="$WHEELHOUSE_ROOT" "${WHEELHOUSE_PYTHON:-python}" -m ci jit-cache "$@"
-    )
+    wheelhouse_ci jit-cache "$@"
 }
 
 # flashinfer_provider_tag TARGET: the provider of one arch target as upstream

@@ -10,13 +10,11 @@
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 # strip_local_version [DIR]: rewrite every wheel in DIR (default DIST_DIR)
-# whose version carries a local segment, in place. Runs the library with
-# WHEELHOUSE_PYTHON when set (the wheelhouse's own interpreter), else the
-# row's python; the module must be stdlib-only for the latter.
+# whose version carries a local segment, in place, with the wheelhouse's own
+# interpreter (wheelhouse_ci, env.sh).
 strip_local_version() {
     local dir="${1:-${DIST_DIR:-}}" whl wheels=()
     [[ -n "$dir" ]] || die "strip_local_version: no directory given and DIST_DIR is unset"
-    require_env WHEELHOUSE_ROOT
     dir="$(cd "$dir" && pwd)"
     for whl in "$dir"/*.whl; do
         [[ -e "$whl" ]] || continue
@@ -29,13 +27,7 @@ strip_local_version() {
         return 0
     fi
     log_info "stripping local version: ${wheels[*]##*/}"
-    # From the wheelhouse root: `python -m` puts the working directory first on
-    # sys.path, and a component checkout may have a `ci` package of its own.
-    (
-        cd "$WHEELHOUSE_ROOT" || exit 1
-        PYTHONPATH="$WHEELHOUSE_ROOT${PYTHONPATH:+:$PYTHONPATH}" \
-            "${WHEELHOUSE_PYTHON:-python}" -m ci strip-local-version "${wheels[@]}"
-    )
+    wheelhouse_ci strip-local-version "${wheels[@]}"
     # Trust, but verify: the result must be in place and plain.
     for whl in "$dir"/*.whl; do
         [[ -e "$whl" ]] || continue

@@ -465,6 +465,9 @@ def _contract(row: MatrixRow, python: str, dist: Path, options: BuildOptions, bu
         "DIST_DIR": str(dist),
         "WHEELHOUSE_ROOT": str(REPO_ROOT),
         "WHEELHOUSE_PYTHON": python,
+        # `python -m ci` in a builder runs here: the row's venv holds torch and the build tools only, not the
+        # wheelhouse's own requirements (jsonschema validates the shard manifests the jit-cache packs)
+        "WHEELHOUSE_TOOLS_PYTHON": sys.executable,
         "PYTHONNOUSERSITE": "1",
         "PYTHONDONTWRITEBYTECODE": "1",  # a build leaves its interpreter's site-packages as they are
     }
