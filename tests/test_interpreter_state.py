@@ -88,6 +88,44 @@ def test_a_large_file_linked_into_another_venv_meanwhile_is_unchanged(tmp_path):
     assert interpreter_state.compare(before, interpreter_state.snapshot(paths)).altered == (str(venv / "libtorch.so"),)
 
 
+def test_a_large_file_whose_link_came_and_went_meanwhile_is_unchanged_by_its_record(tmp_path):
+    """A venv made from uv's cache and deleted again while the build ran leaves the link count as it was and the
+    ctime moved (parallel builds failed on it): the file's sha256 against its distribution's RECORD decides. A
+    write in place with the mtime put back still differs from RECORD; so does a RECORD the build rewrote."""
+    import base64
+    import hashlib
+
+    site, cache, other = (tmp_path / name for name in ("site-packages", "uv-cache", "other-venv"))
+    for folder in (site, cache, other):
+        folder.mkdir()
+    cached = cache / "libtorch.so"
+    cached.write_bytes(b"\0" * (interpreter_state.DIGESTED_BYTES + 1))
+    (site / "torch").mkdir()
+    library = site / "torch" / "libtorch.so"
+    os.link(cached, library)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(cached.read_bytes()).digest()).rstrip(b"=").decode()
+    (site / "torch-2.13.0.dist-info").mkdir()
+    record = site / "torch-2.13.0.dist-info" / "RECORD"
+    record.write_text(f"torch/libtorch.so,sha256={digest},{cached.stat().st_size}\ntorch-2.13.0.dist-info/RECORD,,\n")
+    paths = [interpreter_state.StartPaths(Path(sys.executable), (site,), ())]
+    before = interpreter_state.snapshot(paths)
+    time.sleep(0.01)
+    os.link(cached, other / "libtorch.so")  # another venv made from the cache, and deleted
+    (other / "libtorch.so").unlink()
+    after = interpreter_state.snapshot(paths)
+    assert after[str(library)].fixed[2] != before[str(library)].fixed[2]  # the ctime moved, the links did not
+    assert after[str(library)].fixed[5] == before[str(library)].fixed[5]
+    assert not interpreter_state.compare(before, after)
+
+    with open(library, "r+b") as fp:  # one byte written, the mtime put back
+        fp.write(b"\1")
+    os.utime(library, ns=(before[str(library)].fixed[1],) * 2)
+    assert interpreter_state.compare(before, interpreter_state.snapshot(paths)).altered == (str(library),)
+    record.write_text(record.read_text().replace(digest, base64.urlsafe_b64encode(
+        hashlib.sha256(library.read_bytes()).digest()).rstrip(b"=").decode()))  # and RECORD made to match it
+    assert interpreter_state.compare(before, interpreter_state.snapshot(paths)).altered == (str(record), str(library))
+
+
 def test_a_detached_process_the_block_left_is_ended_before_it_writes(tmp_path):
     late = tmp_path / "late.pth"
     daemon = f"import time; time.sleep(3); open({str(late)!r}, 'w').write('x')"

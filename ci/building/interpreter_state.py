@@ -14,7 +14,8 @@ after, by contents, not by what a process can set back:
   same size with the old mtime), a larger one (shared libraries, data) by size, mtime, change time and inode:
   a process can set a file's mtime back but not its change time (``ctime``, which any write or ``utime`` moves
   to now), nor keep its inode when it replaces it; a ctime moved by a link made or removed elsewhere (uv's
-  cache linking the same file into another venv) is no change;
+  cache linking the same file into another venv) is no change: when the link count moved too, or else when the
+  file still has the sha256 its distribution's ``RECORD`` lists, that ``RECORD`` itself unchanged;
 - cached bytecode (``__pycache__/*.pyc``) that a build added or altered is not a finding but is deleted: Python
   compiles the source again, and a ``.pyc`` made to match its source's size and mtime would run instead of it.
 
@@ -26,6 +27,7 @@ to build in a shell that holds one.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import csv
 import hashlib
@@ -192,12 +194,68 @@ def is_cached_bytecode(path: str) -> bool:
     return Path(path).parent.name == "__pycache__" and path.endswith(".pyc")
 
 
+class _Records:
+    """The sha256 that installed distributions' ``RECORD`` files list, read only for a large file whose change time
+    alone moved: a link to its inode made and removed again elsewhere (a venv made from uv's cache and deleted while
+    the build ran) leaves the link count where it was."""
+
+    def __init__(self, before: Mapping[str, FileState], after: Mapping[str, FileState]) -> None:
+        self._before, self._after = before, after
+        self._read: dict[str, dict[str, tuple[str, str]]] = {}
+
+    def vouch_for(self, path: str, old: FileState, new: FileState) -> bool:
+        """Whether ``path`` kept its contents: its size, mtime and inode as they were, and its sha256 the one its
+        distribution's RECORD lists, that RECORD unchanged by the build."""
+        if not (old.kind == new.kind == "file" and old.fixed and new.fixed):
+            return False
+        if (old.fixed[:2], old.fixed[3:5]) != (new.fixed[:2], new.fixed[3:5]):
+            return False
+        entry = self._entry(path)
+        if entry is None:
+            return False
+        record, listed = entry
+        if record not in self._before or self._before[record] != self._after.get(record):
+            return False
+        return _record_digest(path) == listed
+
+    def _entry(self, path: str) -> tuple[str, str] | None:
+        for folder in Path(path).parents:
+            entries = self._site(str(folder))
+            if path in entries:
+                return entries[path]
+        return None
+
+    def _site(self, folder: str) -> dict[str, tuple[str, str]]:
+        if folder not in self._read:
+            entries: dict[str, tuple[str, str]] = {}
+            for record in sorted(Path(folder).glob("*.dist-info/RECORD")):
+                with contextlib.suppress(OSError, csv.Error, UnicodeDecodeError), open(record, newline="") as fp:
+                    for row in csv.reader(fp):
+                        if len(row) >= 2 and row[1].startswith("sha256="):
+                            entries[os.path.normpath(os.path.join(folder, row[0]))] = (str(record), row[1][7:])
+            self._read[folder] = entries
+        return self._read[folder]
+
+
+def _record_digest(path: str) -> str | None:
+    """A file's sha256 as RECORD writes it (urlsafe base64, no padding); None when it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fp:
+            while chunk := fp.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+
+
 def compare(before: Mapping[str, FileState], after: Mapping[str, FileState]) -> Changes:
     absent = FileState("absent")
     added, altered, removed, bytecode = [], [], [], []
+    records = _Records(before, after)
     for path in sorted(before.keys() | after.keys()):
         old, new = before.get(path, absent), after.get(path, absent)
-        if old.same_as(new):
+        if old.same_as(new) or records.vouch_for(path, old, new):
             continue
         if is_cached_bytecode(path):
             if new.kind != "absent":  # a removed .pyc is compiled again from its (compared) source
