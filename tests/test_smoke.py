@@ -9,14 +9,16 @@ through the whole build and finds dist/ untouched.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from wheel_factory import build_wheel
 
 from ci.base.errors import WheelhouseError
-from ci.building import job, smoke
+from ci.building import job, smoke, toolchain
 from ci.checks.check import check_wheels
 from ci.model import matrix, versions
 
@@ -90,6 +92,31 @@ def test_declared_requirements_are_those_for_this_python(tmp_path: Path) -> None
     own = build_wheel(tmp_path, name="pkg_helper", requires=["pkg"])
     assert smoke.declared_requirements([wheel, own], "3.11") == ["torch==2.13.*", "einops"]
     assert smoke.declared_requirements([wheel], "3.10") == ["torch==2.13.*", "einops", 'tomli; python_version < "3.11"']
+
+
+def test_offline_each_requirement_the_machine_has_is_installed(tmp_path: Path, fixture_wheel: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """--reuse-env on a machine without an index: the requirements its PIP_FIND_LINKS holds are installed even when
+    another cannot be (the 2026-12-03 sweep: TransformerEngine's smoke test found no pydantic, which the machine
+    had, because importlib-metadata was missing and all of them were given up together)."""
+    links = tmp_path / "links"
+    build_wheel(links, {"wheelhouse_dep/__init__.py": b"VALUE = 7\n"}, name="wheelhouse_dep", version="1.0")
+    wheel = build_wheel(tmp_path / "dist", {"wheelhouse_user/__init__.py": b"import wheelhouse_dep\n"},
+                        name="wheelhouse_user", version="0.1.0", requires=["wheelhouse-dep", "wheelhouse-absent>=1"])
+    path = tmp_path / "versions.yaml"
+    path.write_text(re.sub(r"    smoke_test:\n      - >-\n(        .*\n)+", "    smoke_test:\n      - python -c \"import "
+                           "wheelhouse_user, wheelhouse_dep; assert wheelhouse_dep.VALUE == 7\"\n",
+                           FIXTURE_VERSIONS.read_text()))
+    row = _row(path)
+    assert row.settings.smoke_test == ('python -c "import wheelhouse_user, wheelhouse_dep; assert wheelhouse_dep.VALUE '
+                                       '== 7"',)
+    python = Path(sys.executable)
+    environ = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(links)}
+    interpreter = toolchain.verify(python, row, env=environ)
+    with caplog.at_level("WARNING"):
+        result = smoke.run(row, [wheel], cache_dir=tmp_path / "cache", index=None, environ=environ, reuse=interpreter)
+    assert result is not None and result.requirements == ("wheelhouse-dep", "wheelhouse-absent>=1")
+    assert "could not install 1 of the 2 declared requirements here (wheelhouse-absent>=1: " in caplog.text
 
 
 def test_an_import_that_links_the_driver_runs_against_the_stub(tmp_path: Path, fixture_wheel: Path) -> None:

@@ -5,7 +5,9 @@ here on the fixture, whose kernel tests skip without a GPU."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -66,6 +68,24 @@ def test_a_component_without_machine_sources_is_named_not_on_the_device_and_left
         "mirror-served source and ref and its sm_90 settings, to sweep it)")
     swept = load(written)
     assert sorted(swept.components) == sorted(set(load(versions).components) - set(absent))
+
+
+def test_the_import_check_loads_torch_before_a_top_level_extension(tmp_path, fixture_wheel):
+    """The 2026-12-03 sweep named apex_C, amp_C, fused_layer_norm_cuda and deep_ep_cpp as failed imports
+    ("libc10.so: cannot open shared object file") while their kernel tests passed: a top-level torch extension,
+    imported alone, cannot find torch's libraries. The fixture's _C, made top-level, shows both."""
+    import zipfile
+
+    with zipfile.ZipFile(fixture_wheel) as wheel:
+        (member,) = [name for name in wheel.namelist() if name.startswith("wheelhouse_fixture/_C.") and
+                     name.endswith(".so")]
+        (tmp_path / member.split("/")[-1]).write_bytes(wheel.read(member))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    alone = subprocess.run([sys.executable, "-c", "import _C"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert alone.returncode != 0 and "libc10.so" in alone.stderr
+    checked = subprocess.run(sweep.import_command(sys.executable, "_C"), env=env, cwd=tmp_path, capture_output=True,
+                             text=True)
+    assert checked.returncode == 0, checked.stderr
 
 
 @pytest.mark.slow

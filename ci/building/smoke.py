@@ -149,13 +149,28 @@ def _install(row: MatrixRow, venv: _Venv, wheels: list[Path], *, env: dict[str, 
     result = log.stream(command, env=env, logger=_LOG)
     if result.returncode != 0:
         if offline_ok:  # --reuse-env: the machine may reach no index; the commands say whether it matters
-            _LOG.warning(f"could not install the declared requirements here ({result.last_line[:200]}); the smoke "
-                         "test runs with the build interpreter's packages")
+            missing = _install_each(venv, requirements, retries, env)
+            _LOG.warning(f"could not install {len(missing)} of the {len(requirements)} declared requirements here "
+                         f"({', '.join(missing)[:200]}: {result.last_line[:200]}); the smoke test runs with the build "
+                         "interpreter's packages in their place")
         else:
             raise WheelhouseError(log.redact(
                 f"{row.label}: smoke test: the wheels' declared requirements cannot be installed beside them "
                 f"({result.last_line[:300]}); fix the requirements the wheels declare, or what the index offers"))
     return requirements
+
+
+def _install_each(venv: _Venv, requirements: list[str], retries: list[str], env: dict[str, str]) -> list[str]:
+    """Each requirement on its own, with what it needs, where all of them at once could not be installed (an
+    offline machine whose PIP_FIND_LINKS holds some of them: the GPU machine's TransformerEngine needs pydantic,
+    flashinfer apache-tvm-ffi); returns those that could not be installed."""
+    missing = []
+    for requirement in requirements:
+        command = (toolchain.uv_install_command(venv.uv, venv.python, [requirement], None) if venv.uv else
+                   [*venv.install, *retries, "--", requirement])
+        if log.stream(command, env=env, logger=_LOG).returncode != 0:
+            missing.append(requirement)
+    return missing
 
 
 def declared_requirements(wheels: list[Path], python: str) -> list[str]:

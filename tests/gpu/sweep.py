@@ -61,7 +61,7 @@ DEVICE_ENTRY = {"flashinfer": "flashinfer-aot"}
 MACHINE_SETTINGS = ("torch_cuda_arch_list", "arch_filter", "verify_wheel_archs", "nvcc_threads", "build_timeout",
                     "smoke_test")
 # a share of the machine's 16 cores (jobs may exceed cores: most builds have serial stretches)
-JOBS = {"transformer-engine": 12, "flash-attention": 6, "apex": 6, "deep-ep": 4, "flash-mla": 6,
+JOBS = {"transformer-engine": 12, "flash-attention": 8, "apex": 6, "deep-ep": 4, "flash-mla": 6,
         "fast-hadamard-transform": 2, "deep-gemm": 2, "flashinfer": 2, "megatron-bridge": 1}
 # longest first: the sweep takes as long as its slowest build
 ORDER = ("transformer-engine", "deep-ep", "apex", "flash-attention", "flash-mla", "fast-hadamard-transform",
@@ -315,6 +315,12 @@ def _without_nvcc(env: dict, work: Path) -> dict:
             "FLASHINFER_WORKSPACE_BASE": str(work / "jit-workspace")}
 
 
+def import_command(python: str, module: str) -> list[str]:
+    """The import check of one module: torch first, as a user imports it; a top-level extension (apex_C,
+    deep_ep_cpp) finds its NEEDED libc10.so only once torch has loaded it."""
+    return [python, "-c", f"import torch; import {module}"]
+
+
 def check_installed(name: str, entry: dict, *, index: str, packages: list[str], work: Path, python: str) -> None:
     """Install ``packages`` from ``index`` into a clean target, import, run the kernel tests; into ``entry``."""
     checks = CHECKS.get(name, Checks(()))
@@ -330,8 +336,7 @@ def check_installed(name: str, entry: dict, *, index: str, packages: list[str], 
     if code != 0:
         return
     env["PYTHONPATH"] = os.pathsep.join([str(target), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
-    failed = [module for module in checks.modules
-              if _run([python, "-c", f"import {module}"], env, log, cwd=work) != 0]
+    failed = [module for module in checks.modules if _run(import_command(python, module), env, log, cwd=work) != 0]
     entry["imports"] = "ok: " + ", ".join(checks.modules) if not failed else f"failed: {', '.join(failed)}"
     totals = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
     for tests in checks.tests:
