@@ -547,7 +547,8 @@ def workflows(c: Context, check: bool = False) -> None:
 @reports_errors
 def migrate_tags(c: Context, apply: bool = False, skip_unparseable: bool = False, delete_old_tags: bool = False,
                  store: str | None = None) -> None:
-    """Retag releases of the older schemes (<component>-<ref>[-pyX.Y]) to <component>-<ref>-py<X.Y>-torch<T>."""
+    """Retag releases of the older schemes (<component>-<ref>[-pyX.Y][-torchT], no world) to
+    <component>-<ref>-<cuXY|cpu>-py<X.Y>-torch<T>."""
     from ci.maintenance import migrate
 
     target = _store(store, must_exist=True)
