@@ -50,7 +50,9 @@ def test_the_sweep_builds_every_component_of_versions_yaml_with_its_own_settings
     assert flashinfer.extra_env["WHEELHOUSE_JIT_CACHE_MODULES"] == sweep.JIT_CACHE_MODULE
     assert "-DFLASHATTENTION_DISABLE_DROPOUT" in swept.component("flash-attention").settings_for("x86_64").extra_env[
         "NVCC_APPEND_FLAGS"]
-    assert set(sweep.REDUCED) <= set(swept.components) and set(sweep.CHECKS) >= set(swept.components)
+    assert set(sweep.REDUCED) <= set(swept.components)
+    # kernel tests name real components; one without them (a new component) is built and never green
+    assert set(sweep.CHECKS) - {"wheelhouse-fixture"} <= set(real.components)
 
 
 def test_a_component_without_machine_sources_is_named_not_on_the_device_and_left_out(tmp_path):
