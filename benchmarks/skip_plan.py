@@ -1,4 +1,4 @@
-"""Figure 2: the push-time skip plan for the full real matrix (versions.yaml: 28 rows, 15 releases).
+"""Figure 2: the push-time skip plan for the full real matrix (every row and release of versions.yaml).
 
 Every release exists and is complete, so both approaches skip every row; what differs is what they
 read to decide. The GitHub test server runs in process (its request counters and a byte meter on
@@ -224,7 +224,7 @@ def run(ctx: Context) -> Figure:
     main = Table(
         ["", "ours (`ci.flows.plan.decide`)", "anchor (§4.4)", "anchor / ours"],
         [
-            ["rows skipped (of 28)", f"{ours_skips}", f"{anchor_skips}", ""],
+            [f"rows skipped (of {len(rows)})", f"{ours_skips}", f"{anchor_skips}", ""],
             ["requests", f"{o['requests']}", f"{a['requests']}", f"{a['requests'] / o['requests']:.1f}x"],
             ["bytes received (all answers)", human_bytes(o["bytes"]), human_bytes(a["bytes"]),
              f"{a['bytes'] / o['bytes']:,.0f}x"],
@@ -247,7 +247,7 @@ def run(ctx: Context) -> Figure:
     scale = _scale(ctx)
     fig = Figure(
         NAME, TITLE,
-        compared=("deciding that all 28 rows of versions.yaml can be skipped: ours `ci.flows.plan.decide` (one release "
+        compared=(f"deciding that all {len(rows)} rows of versions.yaml can be skipped: ours `ci.flows.plan.decide` (one release "
                   "listing, one small manifest per row, wheel digests compared; resolver returns a fixed revision) vs "
                   "the anchor's `release_covers_combo` per row (`benchmarks/anchor/generate_matrix.py`: release view, "
                   "manifest download per row, every platform wheel of the row's arch downloaded whole and its "
@@ -272,7 +272,7 @@ def run(ctx: Context) -> Figure:
             "On GitHub each anchor call was also a `gh` process, and each wheel a 100 MB-1 GB transfer from object "
             "storage: the loopback wall times here understate the gap.",
         ] + ([f"Not skipped: {'; '.join(not_skipped)}"] if not_skipped else []),
-        summary=[f"skip plan for all 28 rows (all skipped by both): {o['requests']} vs {a['requests']} requests, "
+        summary=[f"skip plan for all {len(rows)} rows (all skipped by both): {o['requests']} vs {a['requests']} requests, "
                  f"{human_bytes(o['bytes'])} vs {human_bytes(a['bytes'])} received (anchor / ours "
                  f"{a['bytes'] / o['bytes']:,.0f}x); wall time anchor / ours {ratio(times['anchor'], times['ours'])}"],
     )
