@@ -143,10 +143,8 @@ def _install(row: MatrixRow, venv: _Venv, wheels: list[Path], *, env: dict[str, 
         return []
     # offline (--reuse-env on a machine without an index), pip's retries would only stretch the failure out
     retries = ["--retries", "1", "--timeout", "15"] if offline_ok else []
-    command = (toolchain.uv_install_command(venv.uv, venv.python, requirements, None) if venv.uv else
-               [*venv.install, *retries, "--", *requirements])
     _LOG.info(f"installing the wheels' declared requirements: {' '.join(requirements)}")
-    result = log.stream(command, env=env, logger=_LOG)
+    result = log.stream(_install_command(venv, requirements, retries), env=env, logger=_LOG)
     if result.returncode != 0:
         if offline_ok:  # --reuse-env: the machine may reach no index; the commands say whether it matters
             missing = _install_each(venv, requirements, retries, env)
@@ -164,13 +162,14 @@ def _install_each(venv: _Venv, requirements: list[str], retries: list[str], env:
     """Each requirement on its own, with what it needs, where all of them at once could not be installed (an
     offline machine whose PIP_FIND_LINKS holds some of them: the GPU machine's TransformerEngine needs pydantic,
     flashinfer apache-tvm-ffi); returns those that could not be installed."""
-    missing = []
-    for requirement in requirements:
-        command = (toolchain.uv_install_command(venv.uv, venv.python, [requirement], None) if venv.uv else
-                   [*venv.install, *retries, "--", requirement])
-        if log.stream(command, env=env, logger=_LOG).returncode != 0:
-            missing.append(requirement)
-    return missing
+    return [requirement for requirement in requirements
+            if log.stream(_install_command(venv, [requirement], retries), env=env, logger=_LOG).returncode != 0]
+
+
+def _install_command(venv: _Venv, requirements: list[str], retries: list[str]) -> list[str]:
+    if venv.uv:
+        return toolchain.uv_install_command(venv.uv, venv.python, requirements, None)
+    return [*venv.install, *retries, "--", *requirements]
 
 
 def declared_requirements(wheels: list[Path], python: str) -> list[str]:
