@@ -27,10 +27,8 @@ to build in a shell that holds one.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import csv
-import hashlib
 import json
 import os
 import stat
@@ -38,6 +36,9 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from ci.base.digest import sha256_file
+from ci.formats.record import file_record_hash
 
 DIGESTED_BYTES = 1 << 20
 """Files up to this size are compared by sha256; larger ones by size, mtime, ctime and inode."""
@@ -136,14 +137,10 @@ def _state(path: str) -> FileState:
     if info.st_size > DIGESTED_BYTES:
         return FileState("file", info.st_mode, "", (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_dev,
                                                     info.st_ino, info.st_nlink))
-    digest = hashlib.sha256()
     try:
-        with open(path, "rb") as fp:
-            while chunk := fp.read(1 << 16):
-                digest.update(chunk)
+        return FileState("file", info.st_mode, sha256_file(path))
     except OSError:
         return FileState("unreadable", info.st_mode)
-    return FileState("file", info.st_mode, digest.hexdigest())
 
 
 def snapshot(paths: Iterable[StartPaths], *, skip: Iterable[Path] = ()) -> dict[str, FileState]:
@@ -216,7 +213,10 @@ class _Records:
         record, listed = entry
         if record not in self._before or self._before[record] != self._after.get(record):
             return False
-        return _record_digest(path) == listed
+        try:
+            return file_record_hash(path)[0] == listed
+        except OSError:
+            return False
 
     def _entry(self, path: str) -> tuple[str, str] | None:
         for folder in Path(path).parents:
@@ -232,21 +232,9 @@ class _Records:
                 with contextlib.suppress(OSError, csv.Error, UnicodeDecodeError), open(record, newline="") as fp:
                     for row in csv.reader(fp):
                         if len(row) >= 2 and row[1].startswith("sha256="):
-                            entries[os.path.normpath(os.path.join(folder, row[0]))] = (str(record), row[1][7:])
+                            entries[os.path.normpath(os.path.join(folder, row[0]))] = (str(record), row[1])
             self._read[folder] = entries
         return self._read[folder]
-
-
-def _record_digest(path: str) -> str | None:
-    """A file's sha256 as RECORD writes it (urlsafe base64, no padding); None when it cannot be read."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fp:
-            while chunk := fp.read(1 << 20):
-                digest.update(chunk)
-    except OSError:
-        return None
-    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 
 def compare(before: Mapping[str, FileState], after: Mapping[str, FileState]) -> Changes:
