@@ -119,6 +119,35 @@ def test_offline_each_requirement_the_machine_has_is_installed(tmp_path: Path, f
     assert "could not install 1 of the 2 declared requirements here (wheelhouse-absent>=1: " in caplog.text
 
 
+def test_a_requirement_on_the_jobs_pythonpath_is_still_installed_into_the_venv(tmp_path: Path,
+                                                                               fixture_wheel: Path) -> None:
+    """The GPU machine's tools (pydantic among them) are on PYTHONPATH when nox runs: pip, seeing pydantic there, said
+    TransformerEngine's requirement was satisfied, and the import, which runs without PYTHONPATH, found none (the
+    sweep at 9cfe816). What the job's PYTHONPATH holds counts for neither."""
+    links = tmp_path / "links"
+    build_wheel(links, {"wheelhouse_dep/__init__.py": b"VALUE = 7\n"}, name="wheelhouse_dep", version="1.0")
+    outside = tmp_path / "tools"  # as pip install --target lays it out
+    (outside / "wheelhouse_dep").mkdir(parents=True)
+    (outside / "wheelhouse_dep" / "__init__.py").write_text("VALUE = 0\n")
+    (outside / "wheelhouse_dep-1.0.dist-info").mkdir()
+    (outside / "wheelhouse_dep-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: wheelhouse_dep\nVersion: 1.0\n")
+    wheel = build_wheel(tmp_path / "dist", {"wheelhouse_user/__init__.py": b"import wheelhouse_dep\n"},
+                        name="wheelhouse_user", version="0.1.0", requires=["wheelhouse-dep"])
+    path = tmp_path / "versions.yaml"
+    path.write_text(re.sub(r"    smoke_test:\n      - >-\n(        .*\n)+", "    smoke_test:\n      - python -c \"import "
+                           "wheelhouse_user, wheelhouse_dep; assert wheelhouse_dep.VALUE == 7\"\n",
+                           FIXTURE_VERSIONS.read_text()))
+    row = _row(path)
+    environ = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(links), "PYTHONPATH": str(outside)}
+    probe = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"], env=environ, capture_output=True,
+                           text=True, check=True)
+    assert "wheelhouse_dep==1.0" in probe.stdout.replace("-", "_")  # pip does count it as installed
+    interpreter = toolchain.verify(Path(sys.executable), row, env=environ)
+    result = smoke.run(row, [wheel], cache_dir=tmp_path / "cache", index=None, environ=environ, reuse=interpreter)
+    assert result is not None and result.requirements == ("wheelhouse-dep",)
+
+
 def test_an_import_that_links_the_driver_runs_against_the_stub(tmp_path: Path, fixture_wheel: Path) -> None:
     """No GPU here: an extension that needs libcuda.so.1 imports only with the toolkit's driver stub. The stub here is
     built like NVIDIA's (a libcuda.so of SONAME libcuda.so.1 exporting the driver API) in a toolkit laid out like

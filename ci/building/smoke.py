@@ -8,6 +8,8 @@ After the wheel checks and before anything reaches dist/, each command of the ro
   build interpreter's own packages, named by a ``.pth`` file (such a machine may reach no index);
 - the row's wheels from the build, ``--no-deps``, then the requirements their METADATA declares.
 
+Nothing from the job's PYTHONPATH or user site reaches the venv, its installs or its commands.
+
 cibuildwheel's ``test-command`` runs the same way against each wheel it builds. A build runner has no GPU:
 where the machine has no ``libcuda.so.1`` (an import that links the driver would fail), NVIDIA's driver stub
 from the CUDA toolkit (``lib64/stubs/libcuda.so``) is linked as ``libcuda.so.1`` first on LD_LIBRARY_PATH,
@@ -78,7 +80,9 @@ def run(row: MatrixRow, wheels: list[Path], *, cache_dir: Path, index: str | Non
     (cache_dir / "smoke").mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"{row.component}-", dir=cache_dir / "smoke") as work:
         root = Path(work)
-        env = credentials.build_environment(environ).environ
+        # the venv's own packages and what the installs put there, nothing the job's PYTHONPATH holds: pip would
+        # count a requirement found there as installed, and the commands run without it
+        env = _without_outside_packages(credentials.build_environment(environ).environ)
         venv = _venv(row, root / "venv", cache_dir=cache_dir, index=index, env=env, reuse=reuse)
         requirements = _install(row, venv, wheels, env=env, offline_ok=reuse is not None)
         run_env = _command_environment(env, root / "venv")
@@ -198,10 +202,17 @@ def declared_requirements(wheels: list[Path], python: str) -> list[str]:
     return list(wanted)
 
 
+def _without_outside_packages(env: dict[str, str]) -> dict[str, str]:
+    """``env`` less what adds packages to every interpreter (PYTHONPATH, PYTHONHOME, the user site)."""
+    inside = {key: value for key, value in env.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    inside["PYTHONNOUSERSITE"] = "1"
+    return inside
+
+
 def _command_environment(env: dict[str, str], venv: Path) -> dict[str, str]:
-    run_env = {key: value for key, value in env.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    run_env = _without_outside_packages(env)
     run_env.update({"PATH": os.pathsep.join([str(venv / "bin"), env.get("PATH", "")]), "VIRTUAL_ENV": str(venv),
-                    "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+                    "PYTHONDONTWRITEBYTECODE": "1"})
     return run_env
 
 
