@@ -116,3 +116,27 @@ def test_the_whole_sweep_runs_on_the_fixture(tmp_path):
     shutil.copy(REPO / "benchmarks" / "device_results.json", results)
     sweep.add_record(out, results)
     assert json.loads(results.read_text())["sweeps"][-1]["commit"] == "0123456789ab"
+
+
+def test_a_sweep_recorded_before_it_ended_is_marked_unfinished_and_counts_only_what_it_shows(tmp_path):
+    """The 9cfe816 sweep: the machine was taken back while the installed wheels' kernel tests ran; its sweep.json
+    then holds builds and releases, and imports and kernels for the first components only."""
+    finished = {"build": "passed", "checks": "passed", "released": "yes", "installed": "from our index",
+                "imports": "ok: a_C", "kernels": {"passed": 3, "failed": 0, "skipped": 0, "error": 0}}
+    partial = {"kind": "sweep", "commit": "9cfe816c01f5", "machine": "m", "builds_wall_s": 1022, "indexed": "yes",
+               "components": {"a": dict(finished), "b": {"build": "passed", "checks": "passed", "released": "yes"},
+                              "c": {"build": "exit 1"}}}
+    result, results = tmp_path / "sweep.json", tmp_path / "device_results.json"
+    result.write_text(json.dumps(partial))
+    results.write_text(json.dumps({"sweeps": []}))
+    sweep.main(["record", "--result", str(result), "--into", str(results), "--note", "c: the smoke test failed"])
+    (recorded,) = json.loads(results.read_text())["sweeps"]
+    assert recorded["unfinished"] is True and recorded["green"] == 1
+    assert [recorded["components"][n]["green"] for n in "abc"] == [True, False, False]
+    assert recorded["notes"] == ["c: the smoke test failed"]
+    assert "1 of 3 green, builds 1022 s, UNFINISHED (recorded before it ended)" in sweep.summary(recorded)
+    complete = {**partial, "green": 1, "wall_s": 1500}
+    result.write_text(json.dumps(complete))
+    sweep.add_record(result, results)
+    assert "unfinished" not in json.loads(results.read_text())["sweeps"][-1]
+

@@ -416,12 +416,21 @@ def run(*, versions: Path, work: Path, out: Path, commit: str, deadline_s: int, 
 # --- recording it -----------------------------------------------------------------------------------
 
 
-def add_record(result: Path, into: Path = RESULTS) -> dict:
-    """Add a sweep's record to the device results (under ``sweeps``, newest last)."""
+def add_record(result: Path, into: Path = RESULTS, notes: tuple[str, ...] = ()) -> dict:
+    """Add a sweep's record to the device results (under ``sweeps``, newest last), with ``notes``. A record
+    written before the sweep ended (the machine taken back, the call's time up) is kept as what it shows, marked
+    unfinished: a component whose installs and kernel runs had not ended is not green."""
     sweep = json.loads(result.read_text())
     if sweep.get("kind") != "sweep" or not re.fullmatch(r"[0-9a-f]{7,40}", str(sweep.get("commit", ""))):
         raise ConfigError(f"{result}: not a sweep record with the commit it ran; give the sweep.json that "
                           "tests/gpu/sweep.py run wrote")
+    if "wall_s" not in sweep:  # run() writes it last
+        sweep["unfinished"] = True
+        for entry in sweep["components"].values():
+            entry["green"] = green(entry)
+        sweep["green"] = sum(entry["green"] for entry in sweep["components"].values())
+    if notes:
+        sweep["notes"] = [*sweep.get("notes", []), *notes]
     data = json.loads(into.read_text())
     data.setdefault("sweeps", []).append(sweep)
     into.write_text(json.dumps(data, indent=2) + "\n")
@@ -430,7 +439,8 @@ def add_record(result: Path, into: Path = RESULTS) -> dict:
 
 def summary(sweep: dict) -> str:
     lines = [f"sweep of {sweep['commit'][:12]} on {sweep['machine']}: {sweep['green']} of "
-             f"{len(sweep['components'])} green, builds {sweep.get('builds_wall_s')} s, all {sweep.get('wall_s')} s"]
+             f"{len(sweep['components'])} green, builds {sweep.get('builds_wall_s')} s, "
+             + ("UNFINISHED (recorded before it ended)" if sweep.get("unfinished") else f"all {sweep.get('wall_s')} s")]
     for name, entry in sweep["components"].items():
         kernels = entry.get("kernels") or {}
         wheels = ", ".join(f"{w['name']} {w['sha256'][:12]}" for w in entry.get("wheels", []))
@@ -460,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     keep = sub.add_parser("record")
     keep.add_argument("--result", type=Path, required=True)
     keep.add_argument("--into", type=Path, default=RESULTS)
+    keep.add_argument("--note", action="append", default=[], help="a line for the record's notes (repeatable)")
     args = parser.parse_args(argv)
     try:
         if args.what == "variant":
@@ -474,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             print(summary(sweep))
             return 0 if sweep["green"] == len(sweep["components"]) else 1
         else:
-            print(summary(add_record(args.result, args.into)))
+            print(summary(add_record(args.result, args.into, tuple(args.note))))
     except ConfigError as error:
         print(f"sweep: {error}", file=sys.stderr)
         return 2
