@@ -110,6 +110,9 @@ def test_the_whole_sweep_runs_on_the_fixture(tmp_path):
     # the kernel tests ran, and without a GPU they skip: not green
     assert entry["kernels"]["skipped"] >= 1 and entry["kernels"]["passed"] == 0 and not entry["green"]
     assert record["green"] == 0
+    # installed and its kernels run as soon as it was built, while the rebuild check (two builds) went on
+    logs = tmp_path / "work" / "logs"
+    assert (logs / "kernels-wheelhouse-fixture-0.log").stat().st_mtime < (logs / "rebuild-wheelhouse-fixture.log").stat().st_mtime
     check = record["rebuild_checks"]["wheelhouse-fixture"]
     assert check["identical"] and len(set(check["sha256"])) == 1 and check["sha256"][0] == wheel["sha256"]
     results = tmp_path / "device_results.json"

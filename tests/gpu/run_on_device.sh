@@ -161,9 +161,9 @@ fi
 
 if [[ "$MODE" == sweep ]]; then
     # Every component of versions.yaml for sm_90 from its real sources through our sessions, side by side on the
-    # 16 cores, then released, indexed, installed from the index, imported and its kernels run; two of them also
-    # built twice by rebuild-check (tests/gpu/sweep.py says what is reduced and what counts as green).
-    # $RESULTS/sweep.json is rewritten after each phase; `tests/gpu/sweep.py record` adds it to
+    # 16 cores, each, as its build ends, released, indexed, installed from the index, imported and its kernels run;
+    # two of them also built twice by rebuild-check (tests/gpu/sweep.py says what is reduced and what counts as
+    # green). $RESULTS/sweep.json is rewritten after each step; `tests/gpu/sweep.py record` adds it to
     # benchmarks/device_results.json. It takes longer than one device call: run it detached from a copy of the
     # tree (the next call replaces the tree) and read $WORK/out from the next calls:
     #   cp -a . /tmp/sweep-tree && cd /tmp/sweep-tree && WHEELHOUSE_DEVICE_WORK=/tmp/sweep \

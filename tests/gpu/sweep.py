@@ -17,13 +17,15 @@ reduced, and the record says so:
 - deep-gemm: one Python, so no bundle.
 
 ``run`` builds them side by side (``max_jobs`` each, TransformerEngine, the longest, first), each in a cache of
-its own; meanwhile ``rebuild-check`` builds two of them twice in fresh directories. Then each built component is
-released into one local store, the store indexed, and each installed from that index into a clean target of its
-own, imported, and its kernel tests run. A component is green when all of that passed and its tests ran
-(one passed at least, none failed). ``--deadline`` stops what still builds. ``OUT`` gets ``sweep.json`` after
-every phase.
+its own; meanwhile ``rebuild-check`` builds two of them twice in fresh directories. As each build ends, while the
+others still build, the component is released into one local store, the store indexed, and the component
+installed from that index into a clean target of its own, imported, and its kernel tests run: the sweep takes
+about as long as its slowest build and that one's checks. A component is green when all of that passed and its
+tests ran (one passed at least, none failed). ``--deadline`` stops what still builds. ``OUT`` gets
+``sweep.json`` after every step.
 
-``record`` adds a finished sweep to benchmarks/device_results.json (``sweeps``, newest last).
+``record`` adds a sweep to benchmarks/device_results.json (``sweeps``, newest last); one written before it ended
+is kept as what it shows, marked unfinished.
 
     python tests/gpu/sweep.py variant --out V.yaml
     python tests/gpu/sweep.py run --versions V.yaml --work DIR --out OUT/sweep.json --commit SHA
@@ -42,6 +44,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -230,8 +233,10 @@ def _seeded_cache(work: Path, name: str) -> Path:
 
 
 def build_all(components: list[str], *, versions: Path, work: Path, dist: Path, python_version: str,
-              deadline: float, rebuild: tuple[str, ...], record: dict, out: Path) -> None:
-    """Every build and rebuild check side by side; each entry of ``record`` gets its build's status and seconds."""
+              deadline: float, rebuild: tuple[str, ...], record: dict, out: Path,
+              built: Callable[[str], None] = lambda name: None) -> None:
+    """Every build and rebuild check side by side; each entry of ``record`` gets its build's status and seconds,
+    then ``built`` is called with the component's name (the others build on meanwhile)."""
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     running: dict[str, tuple[subprocess.Popen, float, Path]] = {}
@@ -269,6 +274,8 @@ def build_all(components: list[str], *, versions: Path, work: Path, dist: Path, 
                 record["components"][key].update(build_s=seconds, build=status, build_log_tail=_last_line(log))
             print(f"{key}: {status} after {seconds} s", flush=True)
             _write(out, record)
+            if not key.startswith("rebuild:"):
+                built(key)
         time.sleep(2)
 
 
@@ -381,30 +388,34 @@ def run(*, versions: Path, work: Path, out: Path, commit: str, deadline_s: int, 
                     "rebuild_checks": {}}
     work.mkdir(parents=True, exist_ok=True)
     dist = work / "dist"
-    build_all(names, versions=versions, work=work, dist=dist, python_version=python_version,
-              deadline=started + deadline_s, rebuild=rebuild, record=record, out=out)
-    record["builds_wall_s"] = round(time.monotonic() - started)
     env = {**os.environ, "WHEELHOUSE_VERSIONS": str(versions), "WHEELHOUSE_STORE": str(work / "store")}
-    released = []
-    for name, row in rows.items():
-        entry = record["components"][name]
+
+    def release_and_check(name: str) -> None:
+        row, entry = rows[name], record["components"][name]
         entry.update(_built(name, dist, row.world))
         if entry.get("build") != "passed":
-            continue
+            return
         code = _run([python, "-m", "invoke", "release", "--component", name, "--python", row.python, "--torch",
                      row.torch, "--arch", row.arch, "--dist", str(dist)], env, work / "logs" / f"release-{name}.log")
         entry["released"] = "yes" if code == 0 else f"exit {code}"
+        if code != 0:
+            return
+        index_log = work / "logs" / f"publish-index-{name}.log"
+        code = _run([python, "-m", "invoke", "publish-index"], env, index_log)
+        entry["indexed"] = "yes" if code == 0 else f"exit {code}: {_last_line(index_log)}"
         if code == 0:
-            released.append(name)
-    code = _run([python, "-m", "invoke", "publish-index"], env, work / "logs" / "publish-index.log")
-    record["indexed"] = "yes" if code == 0 else f"exit {code}: {_last_line(work / 'logs' / 'publish-index.log')}"
-    _write(out, record)
-    for name in released if code == 0 else []:
-        row = rows[name]
-        index = f"file://{work / 'store' / 'site' / row.world / 'simple'}/"
-        check_installed(name, record["components"][name], index=index, packages=list(row.settings.wheel_packages),
-                        work=work, python=python)
+            _write(out, record)
+            check_installed(name, entry, index=f"file://{work / 'store' / 'site' / row.world / 'simple'}/",
+                            packages=list(row.settings.wheel_packages), work=work, python=python)
         _write(out, record)
+
+    build_all(names, versions=versions, work=work, dist=dist, python_version=python_version,
+              deadline=started + deadline_s, rebuild=rebuild, record=record, out=out, built=release_and_check)
+    # all started together: the longest build's seconds are the builds' wall time
+    record["builds_wall_s"] = max([entry.get("build_s", 0) for entry in record["components"].values()]
+                                  + [check["seconds"] for check in record["rebuild_checks"].values()])
+    indexed = [entry["indexed"] for entry in record["components"].values() if "indexed" in entry]
+    record["indexed"] = next((i for i in indexed if i != "yes"), "yes" if indexed else "nothing released")
     for entry in record["components"].values():
         entry["green"] = green(entry)
     record["green"] = sum(entry["green"] for entry in record["components"].values())
