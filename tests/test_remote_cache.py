@@ -304,3 +304,45 @@ def test_a_wrong_credential_stops_the_build_before_the_builder_in_one_line(tmp_p
     assert message.startswith(f"the compiler cache's server did not start with WebDAV http://127.0.0.1:{dav.port}/cache")
     assert "401" in message and "not-the-password" not in message and "\n" not in message
     assert dav.objects() == []
+
+
+def test_a_rebuild_check_builds_without_the_remote_and_consumes_its_credential(tmp_path):
+    """Both builds of a rebuild check compile for themselves: with the remote, the second would take the first
+    one's objects from it and compare two copies of one compile."""
+    from ci.building import rebuild
+
+    secret = tmp_path / "cache.secret"
+    secret.write_text("password=hunter2\n")
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", environ={
+        "PATH": os.environ["PATH"], remote_cache.SETTING: "webdav+http://writer@127.0.0.1:9/cache",
+        remote_cache.MODE: "read-write", remote_cache.SECRET_FILE: str(secret)})
+    local = rebuild.without_remote_cache(options)
+    assert local.environ == {"PATH": os.environ["PATH"], remote_cache.SETTING: "local"}
+    assert remote_cache.from_environment(local.environ) is None and not secret.exists()
+    assert rebuild.without_remote_cache(local) is local
+    unreadable = job.BuildOptions(cache_dir=tmp_path / "cache", environ={
+        remote_cache.SETTING: "webdav+http://writer@127.0.0.1:9/cache", remote_cache.SECRET_FILE: str(secret)})
+    with pytest.raises(UsageError, match=rf"^{remote_cache.SECRET_FILE}={secret}: No such file"):
+        rebuild.without_remote_cache(unreadable)
+
+
+@pytest.mark.slow  # two builds of the fixture; the test above is its fast variant
+@needs_server
+def test_a_rebuild_check_under_a_remote_cache_compiles_twice_and_writes_nothing_there(tmp_path, dav):
+    from ci.building import rebuild
+    from ci.model import matrix
+    from ci.model.build_record import BuildRecord
+    from ci.model.versions import load
+
+    versions = load(job.REPO_ROOT / "tests" / "fixtures" / "versions.yaml")
+    (row,) = matrix.expand(versions)
+    secret = dav.secret_file(tmp_path / "rebuild.secret")
+    environ = {**os.environ, remote_cache.SETTING: dav.url(), remote_cache.MODE: "read-write",
+               remote_cache.SECRET_FILE: str(secret)}
+    report = rebuild.rebuild_check(versions, row, job.BuildOptions(cache_dir=tmp_path / "cache", reuse_env=True,
+                                                                    environ=environ), tmp_path / "work")
+    assert report.identical and not secret.exists() and dav.objects() == []
+    for name in ("first", "second"):
+        (record,) = (tmp_path / "work" / name / "dist").rglob("*.build.json")
+        stats = BuildRecord.read(record).compiler_cache_stats
+        assert stats["misses"] >= 1 and stats["hits"] == 0 and "remote_step_hits" not in stats

@@ -3,7 +3,9 @@
 ``nox -s rebuild-check-<component>-<python>`` runs this. Each build gets its own cache directory
 (venvs, sources, compiler cache, build directory) and its own dist directory under ``work``, so
 nothing of the first build can reach the second; the second starts right after the first, at
-another time. The report names each differing member and, for a shared object, its ELF sections
+another time. A remote compiler cache the environment names is not used (its credential file is
+read and removed all the same): the second build would take the first one's objects from it, and
+two copies of one compile prove nothing about the compiler. The report names each differing member and, for a shared object, its ELF sections
 (ci/building/reproducible.py).
 """
 
@@ -17,7 +19,7 @@ from pathlib import Path
 from ci.base import log
 from ci.base.digest import sha256_file
 from ci.base.errors import WheelhouseError
-from ci.building import job, sources
+from ci.building import job, remote_cache, sources
 from ci.building.reproducible import MemberDifference, compare_wheels
 from ci.model.build_record import BuildRecord
 from ci.model.matrix import MatrixRow
@@ -70,6 +72,7 @@ def rebuild_check(versions: Versions, row: MatrixRow, options: job.BuildOptions,
     """Build ``row`` in ``work``/first and then in ``work``/second, each with fresh caches; compare."""
     if work.exists() and any(work.iterdir()):
         raise WheelhouseError(f"--work {work}: not empty; pass a new directory (the two builds must start fresh)")
+    options = without_remote_cache(options)
     placed, places = [], []
     try:
         for name in ("first", "second"):
@@ -90,6 +93,21 @@ def rebuild_check(versions: Versions, row: MatrixRow, options: job.BuildOptions,
         for name in sorted(first.keys() & second.keys())
     )
     return RebuildReport(row, comparisons, tuple(sorted(first.keys() ^ second.keys())), tuple(places))
+
+
+def without_remote_cache(options: job.BuildOptions) -> job.BuildOptions:
+    """``options`` with the compiler cache local: no remote, no mode, the credential file consumed."""
+    remote = remote_cache.from_environment(options.environ)
+    secret_file = options.environ.get(remote_cache.SECRET_FILE, "").strip()
+    if remote is None and not secret_file:
+        return options
+    remote_cache.take_secret(options.environ, remote)  # one line for a bad file; never left for a builder to read
+    if remote is not None:
+        _LOG.warning(f"rebuild check: the remote compiler cache ({remote.location}) is not used: the second build "
+                     "would take the first one's objects from it")
+    environ = {key: value for key, value in options.environ.items()
+               if key not in (remote_cache.MODE, remote_cache.SECRET_FILE)}
+    return dataclasses.replace(options, environ={**environ, remote_cache.SETTING: "local"})
 
 
 def _seed_sdists(cache_dir: Path, fresh: Path) -> None:
