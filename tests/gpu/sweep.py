@@ -24,6 +24,9 @@ about as long as its slowest build and that one's checks. A component is green w
 tests ran (one passed at least, none failed). ``--deadline`` stops what still builds. ``OUT`` gets
 ``sweep.json`` after every step.
 
+With ``--compiler-cache-secret`` (the environment naming a remote compiler cache: run_on_device.sh's cached
+sweep), each build gets its own copy of the credential, and each entry the build's compiler-cache counts.
+
 ``record`` adds a sweep to benchmarks/device_results.json (``sweeps``, newest last); one written before it ended
 is kept as what it shows, marked unfinished.
 
@@ -232,16 +235,31 @@ def _seeded_cache(work: Path, name: str) -> Path:
     return cache
 
 
+def _own_secret(secret: Path | None, work: Path, key: str) -> dict[str, str]:
+    """The remote compiler cache's credential file for one build, a copy of ``secret`` (each build reads and
+    removes its own: ci/building/remote_cache.py); nothing without one."""
+    if secret is None:
+        return {}
+    copy_path = work / "secrets" / f"{key.replace(':', '-')}.secret"
+    copy_path.parent.mkdir(mode=0o700, exist_ok=True)
+    descriptor = os.open(copy_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(secret.read_bytes())
+    return {"WHEELHOUSE_COMPILER_CACHE_SECRET_FILE": str(copy_path)}
+
+
 def build_all(components: list[str], *, versions: Path, work: Path, dist: Path, python_version: str,
               deadline: float, rebuild: tuple[str, ...], record: dict, out: Path,
-              built: Callable[[str], None] = lambda name: None) -> None:
+              built: Callable[[str], None] = lambda name: None, cache_secret: Path | None = None) -> None:
     """Every build and rebuild check side by side; each entry of ``record`` gets its build's status and seconds,
-    then ``built`` is called with the component's name (the others build on meanwhile)."""
+    then ``built`` is called with the component's name (the others build on meanwhile). ``cache_secret``: the
+    remote compiler cache's credential (the environment names the cache), copied for each build."""
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     running: dict[str, tuple[subprocess.Popen, float, Path]] = {}
     for name in sorted(components, key=lambda c: ORDER.index(c) if c in ORDER else len(ORDER)):
-        env = {**os.environ, "WHEELHOUSE_VERSIONS": str(versions), "WHEELHOUSE_CACHE": str(_seeded_cache(work, name))}
+        env = {**os.environ, "WHEELHOUSE_VERSIONS": str(versions), "WHEELHOUSE_CACHE": str(_seeded_cache(work, name)),
+               **_own_secret(cache_secret, work, name)}
         log = logs / f"build-{name}.log"
         command = [sys.executable, "-m", "nox", "-s", _session(name, python_version), "--", "--reuse-env",
                    "--dist", str(dist)]
@@ -250,7 +268,8 @@ def build_all(components: list[str], *, versions: Path, work: Path, dist: Path, 
         if name not in components:
             continue
         env = {**os.environ, "WHEELHOUSE_VERSIONS": str(versions),
-               "WHEELHOUSE_CACHE": str(_seeded_cache(work, f"rebuild-{name}"))}
+               "WHEELHOUSE_CACHE": str(_seeded_cache(work, f"rebuild-{name}")),
+               **_own_secret(cache_secret, work, f"rebuild-{name}")}  # consumed unused: both builds compile
         log = logs / f"rebuild-{name}.log"
         command = [sys.executable, "-m", "nox", "-s", f"rebuild-check-{name}-{python_version}", "--", "--reuse-env",
                    "--work", str(work / f"rebuild-{name}")]
@@ -301,9 +320,12 @@ def _built(name: str, dist: Path, world: str) -> dict:
     if not records:
         return {}
     built = BuildRecord.read(records[-1])
+    stats = built.compiler_cache_stats or {}
     return {"wheels": [{"name": w.name, "sha256": w.sha256, "bytes": w.size} for w in built.wheels],
             "checks": "passed" if built.checks_passed else f"failed: {'; '.join(built.checks.get('problems', []))[:400]}",
-            "build_place": built.toolchain.get("build_place"), "fingerprint": built.fingerprint}
+            "build_place": built.toolchain.get("build_place"), "fingerprint": built.fingerprint,
+            "compiler_cache": {key: stats[key] for key in ("requests", "hits", "misses", "remote_step_hits",
+                                                            "step_hits", "step_misses") if key in stats} or None}
 
 
 def _pytest_counts(text: str) -> dict[str, int]:
@@ -369,7 +391,8 @@ def green(entry: dict) -> bool:
 
 
 def run(*, versions: Path, work: Path, out: Path, commit: str, deadline_s: int, python: str = sys.executable,
-        components: list[str] | None = None, rebuild: tuple[str, ...] = REBUILD_CHECKS) -> dict:
+        components: list[str] | None = None, rebuild: tuple[str, ...] = REBUILD_CHECKS,
+        cache_secret: Path | None = None) -> dict:
     from ci.model import matrix
     from ci.model.versions import load
 
@@ -410,7 +433,8 @@ def run(*, versions: Path, work: Path, out: Path, commit: str, deadline_s: int, 
         _write(out, record)
 
     build_all(names, versions=versions, work=work, dist=dist, python_version=python_version,
-              deadline=started + deadline_s, rebuild=rebuild, record=record, out=out, built=release_and_check)
+              deadline=started + deadline_s, rebuild=rebuild, record=record, out=out, built=release_and_check,
+              cache_secret=cache_secret)
     # all started together: the longest build's seconds are the builds' wall time
     record["builds_wall_s"] = max([entry.get("build_s", 0) for entry in record["components"].values()]
                                   + [check["seconds"] for check in record["rebuild_checks"].values()])
@@ -448,6 +472,11 @@ def add_record(result: Path, into: Path = RESULTS, notes: tuple[str, ...] = ()) 
     return sweep
 
 
+def _cache_counts(stats: dict) -> str:
+    remote = f", {stats['remote_step_hits']} of its steps' hits from the remote" if "remote_step_hits" in stats else ""
+    return f"{stats.get('hits', 0)} hits of {stats.get('requests', 0)} requests, {stats.get('misses', 0)} misses{remote}"
+
+
 def summary(sweep: dict) -> str:
     lines = [f"sweep of {sweep['commit'][:12]} on {sweep['machine']}: {sweep['green']} of "
              f"{len(sweep['components'])} green, builds {sweep.get('builds_wall_s')} s, "
@@ -458,7 +487,8 @@ def summary(sweep: dict) -> str:
         lines.append(f"  {name}: {'green' if entry.get('green') else 'NOT green'}; build {entry.get('build')} "
                      f"{entry.get('build_s')} s; checks {entry.get('checks')}; {entry.get('installed', 'not installed')}; "
                      f"imports {entry.get('imports', '-')}; kernels {kernels.get('passed', 0)} passed, "
-                     f"{kernels.get('failed', 0)} failed, {kernels.get('skipped', 0)} skipped; {wheels}")
+                     f"{kernels.get('failed', 0)} failed, {kernels.get('skipped', 0)} skipped; {wheels}"
+                     + (f"; compiler cache {_cache_counts(entry['compiler_cache'])}" if entry.get("compiler_cache") else ""))
     for name, check in sweep.get("rebuild_checks", {}).items():
         lines.append(f"  rebuild-check {name}: {check['status']}, {check['seconds']} s, "
                      f"{'identical' if check['identical'] else 'DIFFERENT'} {' / '.join(d[:12] for d in check['sha256'])}")
@@ -478,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--deadline", type=int, default=21 * 60, help="seconds after which builds still running stop")
     go.add_argument("--components", help="only these (default: every component of the versions file)")
     go.add_argument("--rebuild", default=" ".join(REBUILD_CHECKS), help="components built twice by rebuild-check")
+    go.add_argument("--compiler-cache-secret", type=Path,
+                    help="the remote compiler cache's credential file (WHEELHOUSE_COMPILER_CACHE names the cache); "
+                         "each build gets a copy")
     keep = sub.add_parser("record")
     keep.add_argument("--result", type=Path, required=True)
     keep.add_argument("--into", type=Path, default=RESULTS)
@@ -492,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
             sweep = run(versions=args.versions.resolve(), work=args.work.resolve(), out=args.out.resolve(),
                         commit=args.commit, deadline_s=args.deadline,
                         components=args.components.split() if args.components else None,
-                        rebuild=tuple(args.rebuild.split()))
+                        rebuild=tuple(args.rebuild.split()), cache_secret=args.compiler_cache_secret)
             print(summary(sweep))
             return 0 if sweep["green"] == len(sweep["components"]) else 1
         else:
