@@ -31,7 +31,9 @@
 #                               $OUT/one-unit.json
 #   run_on_device.sh sweep      all nine components of versions.yaml for sm_90, side by side, each built,
 #                               checked, released, indexed, installed, imported and its kernels run;
-#                               two rebuild-checks beside them: $OUT/sweep.json (tests/gpu/sweep.py)
+#                               two rebuild-checks beside them: $OUT/sweep.json (tests/gpu/sweep.py);
+#                               WHEELHOUSE_SWEEP_REMOTE_CACHE=1: through sccache and a loopback WebDAV
+#                               cache, then again as a second runner: $OUT/sweep-again.json
 #   run_on_device.sh rebuild    each WHEELHOUSE_DEVICE_UPSTREAM component (default here:
 #                               fast-hadamard-transform flash-mla) built twice by
 #                               `nox -s rebuild-check-<component>-3.12` in two fresh
