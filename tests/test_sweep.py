@@ -176,3 +176,40 @@ def test_the_sweep_run_again_as_a_second_machine_takes_its_compiles_from_the_rem
     assert cache["requests"] == first["compiler_cache"]["requests"] and cache["misses"] == 0
     assert cache["hits"] >= 0.9 * cache["requests"] and cache["remote_step_hits"] == cache["step_hits"]
     assert [w["sha256"] for w in first["wheels"]] == [w["sha256"] for w in second["wheels"]]
+
+
+def test_a_missing_credential_file_stops_the_sweep_before_any_build_in_one_line(tmp_path, capsys):
+    code = sweep.main(["run", "--versions", str(REPO / "tests" / "fixtures" / "versions.yaml"), "--work",
+                       str(tmp_path / "work"), "--out", str(tmp_path / "sweep.json"), "--commit", "0123456789ab",
+                       "--compiler-cache-secret", str(tmp_path / "absent.secret")])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1
+    assert error.startswith(f"sweep: --compiler-cache-secret {tmp_path / 'absent.secret'}: no such file; give ")
+    assert not (tmp_path / "work").exists() and not (tmp_path / "sweep.json").exists()
+
+
+def test_a_components_checks_that_crash_are_recorded_and_the_other_builds_still_finish(tmp_path, monkeypatch):
+    """build_all's callback raising (a malformed build record, say) is written into that entry; the loop goes on
+    to the other builds instead of leaving them running unwatched."""
+    record = {"components": {"a": {}, "b": {}}, "rebuild_checks": {}}
+    seen = []
+
+    def built(name):
+        seen.append(name)
+        if name == "a":
+            raise ValueError("a.build.json: not JSON")
+
+    sessions = []
+
+    def fake_start(command, env, log, niceness=0):
+        sessions.append(command)
+        return subprocess.Popen([sys.executable, "-c", "pass"])
+
+    monkeypatch.setattr(sweep, "_start", fake_start)  # each build an interpreter that exits 0 at once
+    sweep.build_all(["a", "b"], versions=tmp_path / "v.yaml", work=tmp_path, dist=tmp_path / "dist",
+                    python_version="3.12", deadline=float("inf"), rebuild=(), record=record,
+                    out=tmp_path / "sweep.json", built=built)
+    assert sorted(seen) == ["a", "b"] and len(sessions) == 2
+    assert record["components"]["a"]["checks_error"] == "ValueError: a.build.json: not JSON"
+    assert record["components"]["b"]["build"] == "passed" and "checks_error" not in record["components"]["b"]
+

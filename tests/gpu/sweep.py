@@ -294,7 +294,11 @@ def build_all(components: list[str], *, versions: Path, work: Path, dist: Path, 
             print(f"{key}: {status} after {seconds} s", flush=True)
             _write(out, record)
             if not key.startswith("rebuild:"):
-                built(key)
+                try:
+                    built(key)
+                except Exception as error:  # one component's checks must not leave the others' builds unwatched
+                    record["components"][key]["checks_error"] = f"{type(error).__name__}: {error}"[:400]
+                    _write(out, record)
         time.sleep(2)
 
 
@@ -396,6 +400,9 @@ def run(*, versions: Path, work: Path, out: Path, commit: str, deadline_s: int, 
     from ci.model import matrix
     from ci.model.versions import load
 
+    if cache_secret is not None and not cache_secret.is_file():
+        raise ConfigError(f"--compiler-cache-secret {cache_secret}: no such file; give the remote compiler cache's "
+                          "credential file (key=value lines, README: The remote compiler cache)")
     loaded = load(versions, check_tree=False)
     names = components or sorted(loaded.components)
     rows = {row.component: row for row in matrix.expand(loaded) if row.component in names}
