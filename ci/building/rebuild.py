@@ -5,8 +5,8 @@
 nothing of the first build can reach the second; the second starts right after the first, at
 another time. A remote compiler cache the environment names is not used (its credential file is
 read and removed all the same): the second build would take the first one's objects from it, and
-two copies of one compile prove nothing about the compiler. The report names each differing member and, for a shared object, its ELF sections
-(ci/building/reproducible.py).
+two copies of one compile prove nothing about the compiler. The report names each differing member
+and, for a shared object, its ELF sections (ci/building/reproducible.py).
 """
 
 from __future__ import annotations
