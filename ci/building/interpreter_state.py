@@ -121,8 +121,13 @@ class FileState:
             return True
         if self.kind != "file" or other.kind != "file" or not self.fixed or not other.fixed:
             return False
-        size, mtime, _, device, inode, links = self.fixed
-        return (other.fixed[:2], other.fixed[3:5]) == ((size, mtime), (device, inode)) and other.fixed[5] != links
+        return self.unmoved == other.unmoved and self.fixed[5] != other.fixed[5]
+
+    @property
+    def unmoved(self) -> tuple[int, ...]:
+        """(size, mtime_ns, device, inode) of a large file: what a link to its inode made or removed elsewhere leaves
+        as it was (it moves the change time, and the link count unless removed again)."""
+        return (*self.fixed[:2], *self.fixed[3:5])
 
 
 def _state(path: str) -> FileState:
@@ -203,9 +208,7 @@ class _Records:
     def vouch_for(self, path: str, old: FileState, new: FileState) -> bool:
         """Whether ``path`` kept its contents: its size, mtime and inode as they were, and its sha256 the one its
         distribution's RECORD lists, that RECORD unchanged by the build."""
-        if not (old.kind == new.kind == "file" and old.fixed and new.fixed):
-            return False
-        if (old.fixed[:2], old.fixed[3:5]) != (new.fixed[:2], new.fixed[3:5]):
+        if not (old.kind == new.kind == "file" and old.fixed and new.fixed) or old.unmoved != new.unmoved:
             return False
         entry = self._entry(path)
         if entry is None:
