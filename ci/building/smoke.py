@@ -210,10 +210,9 @@ def _without_outside_packages(env: dict[str, str]) -> dict[str, str]:
 
 
 def _command_environment(env: dict[str, str], venv: Path) -> dict[str, str]:
-    run_env = _without_outside_packages(env)
-    run_env.update({"PATH": os.pathsep.join([str(venv / "bin"), env.get("PATH", "")]), "VIRTUAL_ENV": str(venv),
-                    "PYTHONDONTWRITEBYTECODE": "1"})
-    return run_env
+    """``env`` (already without outside packages: run() strips them once, for the installs too) in ``venv``."""
+    return {**env, "PATH": os.pathsep.join([str(venv / "bin"), env.get("PATH", "")]), "VIRTUAL_ENV": str(venv),
+            "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 DRIVER = "libcuda.so.1"
