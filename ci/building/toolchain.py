@@ -398,12 +398,21 @@ def pinned_venv(row: MatrixRow, cache_dir: Path, *, index: str | None,
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f"{venv.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_SH)
-        while not (venv / READY).is_file():
+        while not _ready(venv):
             fcntl.flock(lock, fcntl.LOCK_EX)  # waits for the builds still running in a stale venv
-            if not (venv / READY).is_file():
+            if not _ready(venv):
                 _make_venv(row, venv, index=index, installer=installer)
+                if not _ready(venv):  # never loop on a make that cannot succeed
+                    raise WheelhouseError(f"{venv}: made, but {venv_python(venv)} does not start; remove {venv} "
+                                          "and build again")
             fcntl.flock(lock, fcntl.LOCK_SH)  # not atomic: the loop checks the venv again
         yield venv_python(venv)
+
+
+def _ready(venv: Path) -> bool:
+    """Made, and its interpreter still there: a venv links to the Python it was made from, which can go (a
+    temporary interpreter, an uninstalled pyenv version) and leave the venv unable to start."""
+    return (venv / READY).is_file() and venv_python(venv).exists()
 
 
 def mark_stale(venv: Path) -> None:
