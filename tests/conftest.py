@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from made_once import one_maker
+from worker_scheduling import pytest_xdist_make_scheduler  # noqa: F401  (a hook: one module shares a worker)
 
 # the GitHub-compatible test server as the `github_server` fixture
 pytest_plugins = ["tests.github_server.pytest_plugin"]
@@ -68,16 +69,3 @@ def _built_fixture_wheel(out: Path) -> Path:
         wheels = sorted(out.glob("*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Parallel workers (pyproject's ``--dist loadgroup``) take tests one by one, except a module whose tests share
-    a module-scoped fixture (a build, a served site, the docs' walk-through steps in order): its tests stay on one
-    worker, which makes the fixture once."""
-    shared: dict[str, bool] = {}
-    for item in items:
-        path = Path(str(item.fspath))
-        if str(path) not in shared:
-            shared[str(path)] = 'scope="module"' in path.read_text()
-        if shared[str(path)]:
-            item.add_marker(pytest.mark.xdist_group(path.stem))
