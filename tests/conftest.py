@@ -1,4 +1,4 @@
-"""Shared fixtures: the repository root and a built fixture-extension wheel."""
+"""Shared fixtures (the repository root, a built fixture-extension wheel) and the workers' scheduling hook."""
 
 from __future__ import annotations
 
