@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from made_once import one_maker
-from worker_scheduling import pytest_xdist_make_scheduler  # noqa: F401  (a hook: one module shares a worker)
+
+if importlib.util.find_spec("xdist"):  # the GPU machine's kernel tests run in one process, xdist or not
+    from worker_scheduling import pytest_xdist_make_scheduler  # noqa: F401  (a hook: one module shares a worker)
 
 # the GitHub-compatible test server as the `github_server` fixture
 pytest_plugins = ["tests.github_server.pytest_plugin"]
