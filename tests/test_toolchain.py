@@ -129,6 +129,16 @@ def test_a_venv_whose_python_is_gone_is_made_again(tmp_path, monkeypatch):
     assert subprocess.run([str(second), "-c", "pass"]).returncode == 0
 
 
+def test_a_make_that_leaves_no_interpreter_is_one_error_not_a_loop(tmp_path, monkeypatch):
+    def make(row, venv, *, index, installer):  # the ready file, and no interpreter
+        venv.mkdir(parents=True, exist_ok=True)
+        (venv / toolchain.READY).write_text("{}\n")
+
+    monkeypatch.setattr(toolchain, "_make_venv", make)
+    with pytest.raises(WheelhouseError, match=r"made, but .*/bin/python is missing or links to nothing; remove "):
+        toolchain.prepare_venv(_fixture_row(), tmp_path, index=None)
+
+
 def test_a_stale_venv_is_made_again_only_once_no_build_runs_in_it(tmp_path, monkeypatch):
     """Builds on one machine share a row's venv; one whose build changed it marks it stale, and the venv is made
     again only after every build running in it has ended (parallel builds once removed it under each other).

@@ -403,8 +403,8 @@ def pinned_venv(row: MatrixRow, cache_dir: Path, *, index: str | None,
             if not _ready(venv):
                 _make_venv(row, venv, index=index, installer=installer)
                 if not _ready(venv):  # never loop on a make that cannot succeed
-                    raise WheelhouseError(f"{venv}: made, but {venv_python(venv)} does not start; remove {venv} "
-                                          "and build again")
+                    raise WheelhouseError(f"{venv}: made, but {venv_python(venv)} is missing or links to nothing; "
+                                          f"remove {venv} and build again")
             fcntl.flock(lock, fcntl.LOCK_SH)  # not atomic: the loop checks the venv again
         yield venv_python(venv)
 
