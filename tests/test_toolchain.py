@@ -100,11 +100,20 @@ def test_a_requirement_is_never_read_as_an_option(tmp_path):
     assert pip[pip.index("--") + 1:] == toolchain.torch_requirements(row)
 
 
+def _stand_in_venv(venv: Path, interpreter: Path) -> None:
+    """What a real make leaves that the venv lock reads, without the minutes of installing torch: the venv's
+    interpreter link and its ready file."""
+    python = toolchain.venv_python(venv)
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.unlink(missing_ok=True)
+    python.symlink_to(interpreter)
+    (venv / toolchain.READY).write_text("{}\n")
+
+
 def test_a_venv_whose_python_is_gone_is_made_again(tmp_path, monkeypatch):
     """A venv links to the interpreter it was made from. One made from a temporary interpreter (a test's python3.11
     on PATH, an uninstalled pyenv version) kept its ready file after that interpreter went, and every later build
-    of the row stopped at `No such file or directory: .../bin/python`. What is replaced is the minutes of
-    installing torch: the venv a real make leaves is its interpreter link and its ready file."""
+    of the row stopped at `No such file or directory: .../bin/python`."""
     base = tmp_path / "gone" / "python3.11"
     base.parent.mkdir()
     base.symlink_to(sys.executable)
@@ -112,11 +121,7 @@ def test_a_venv_whose_python_is_gone_is_made_again(tmp_path, monkeypatch):
 
     def make(row, venv, *, index, installer):
         made.append(venv)
-        python = toolchain.venv_python(venv)
-        python.parent.mkdir(parents=True, exist_ok=True)
-        python.unlink(missing_ok=True)
-        python.symlink_to(base if len(made) == 1 else Path(sys.executable))
-        (venv / toolchain.READY).write_text("{}\n")
+        _stand_in_venv(venv, base if len(made) == 1 else Path(sys.executable))
 
     monkeypatch.setattr(toolchain, "_make_venv", make)
     row = _fixture_row()
@@ -141,18 +146,12 @@ def test_a_make_that_leaves_no_interpreter_is_one_error_not_a_loop(tmp_path, mon
 
 def test_a_stale_venv_is_made_again_only_once_no_build_runs_in_it(tmp_path, monkeypatch):
     """Builds on one machine share a row's venv; one whose build changed it marks it stale, and the venv is made
-    again only after every build running in it has ended (parallel builds once removed it under each other).
-    What is replaced here is the minutes of installing torch: the venv a real make leaves is its interpreter link
-    and its ready file."""
+    again only after every build running in it has ended (parallel builds once removed it under each other)."""
     made: list[float] = []
 
     def make(row, venv, *, index, installer):
         made.append(time.monotonic())
-        python = toolchain.venv_python(venv)
-        python.parent.mkdir(parents=True, exist_ok=True)
-        python.unlink(missing_ok=True)
-        python.symlink_to(sys.executable)
-        (venv / toolchain.READY).write_text("{}\n")
+        _stand_in_venv(venv, Path(sys.executable))
 
     monkeypatch.setattr(toolchain, "_make_venv", make)
     row = _fixture_row()
