@@ -99,6 +99,20 @@ def test_the_recorded_gpu_machine_results_render_a_row_each() -> None:
         assert [row[0] for row in table.rows] == [row["component"] for row in data[key]["rows"]]
 
 
+def test_every_repository_file_the_recorded_results_name_exists() -> None:
+    """The notes of device_results.json are rendered into RESULTS.md: a file moved since must be renamed there too."""
+    import re
+
+    from benchmarks.common import DEVICE_RESULTS
+
+    repo = DEVICE_RESULTS.parent.parent
+    named = r"\b(?:ci|tests|benchmarks|build_scripts|patches|docs)/[\w/.-]+\.(?:py|sh|json|yaml|md)\b"
+    for text in (DEVICE_RESULTS.read_text(), (repo / "benchmarks" / "RESULTS.md").read_text()):
+        paths = set(re.findall(named, text))
+        assert "ci/timing/time_model.py" in paths  # the pattern finds what both name
+        assert [path for path in sorted(paths) if not (repo / path).exists()] == []
+
+
 def test_the_recorded_rebuild_checks_render_and_a_missing_key_is_named(tmp_path: Path) -> None:
     """Figure 11's GPU-machine rows come from device_results.json's "rebuilds" runs, one row per component."""
     import json
