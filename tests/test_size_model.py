@@ -35,6 +35,22 @@ def test_the_data_file_is_what_its_command_writes_from_the_device_results() -> N
     assert jit["scales_with"] == "compiles" and jit["per_unit"] == 7008618 // 52  # 11 modules, 52 sm_90a compiles
 
 
+def test_the_newest_sweep_counts_its_full_builds_and_leaves_out_the_reduced_ones() -> None:
+    def sweep(commit: str, apex_bytes: int) -> dict:
+        return {"commit": commit, "components": {
+            "apex": {"archs": "9.0", "build": "passed",
+                     "wheels": [{"name": "apex-0.1-cp312-cp312-linux_x86_64.whl", "bytes": apex_bytes}]},
+            "flash-attention": {"archs": "9.0", "build": "passed", "reduced": "every unit with -DFLASHATTENTION_...",
+                                "wheels": [{"name": "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl", "bytes": 7}]},
+            "megatron-bridge": {"archs": None, "build": "passed",
+                                "wheels": [{"name": "megatron_bridge-0.5.2-py3-none-any.whl", "bytes": 5}]},
+            "transformer-engine": {"archs": "9.0", "build": "failed", "wheels": []}}}
+
+    found = size_model.measurements({"sweeps": [sweep("aaaaaaa1", 1000), sweep("bbbbbbb2", 900)]})
+    assert [(m.project, m.bytes, m.archs, m.where) for m in found] == [
+        ("apex", 900, 1, "sweep bbbbbbb: apex"), ("megatron-bridge", 5, 0, "sweep bbbbbbb: megatron-bridge")]
+
+
 def test_one_build_is_all_per_unit_and_a_falling_fit_is_the_mean() -> None:
     one = [size_model.Measured("p", "p-1-cp312-cp312-linux_x86_64.whl", 100, 2, 1, 0, "x")]
     assert size_model.fit(one) == {"scales_with": "archs", "base": 0, "per_unit": 50}

@@ -99,8 +99,9 @@ def _bytes_of(value: Any) -> int | None:
 
 def measurements(results: Mapping[str, Any]) -> list[Measured]:
     """Every wheel ``device_results.json`` records with its bytes: a section's rows (``component``, ``wheel`` and
-    ``bytes``, or ``wheels`` of each), its ``cpu_bundle``, and the jit-cache subset (``jit_cache``)."""
-    found: list[Measured] = []
+    ``bytes``, or ``wheels`` of each), its ``cpu_bundle``, the jit-cache subset (``jit_cache``) and the newest
+    sweep (``sweeps``)."""
+    found: list[Measured] = list(_sweep_measurements(results.get("sweeps") or ()))
     for section, data in results.items():
         if not isinstance(data, Mapping):
             continue
@@ -125,6 +126,25 @@ def _row_measurements(section: str, row: Any, arch_list: str) -> Iterator[Measur
         if size and str(wheel.get("wheel", "")).endswith(".whl"):
             code = str(row.get("cubins", "")).startswith("none") or wheel["wheel"].endswith("-none-any.whl")
             yield _measured(wheel["wheel"], size, 0 if code else archs, f"{section}: {row['component']}")
+
+
+def _sweep_measurements(sweeps: Any) -> Iterator[Measured]:
+    """The newest sweep's wheels: what today's build code makes of each component (the sections above hold builds
+    of earlier code, whose wheels were larger). A build the sweep reduced (fewer kernels, one Python) is not the
+    row's wheel and is left out; an entry without archs has no device code (DeepGEMM's JIT, Megatron-Bridge)."""
+    if not sweeps or not isinstance(sweeps[-1], Mapping):
+        return
+    newest = sweeps[-1]
+    for component, entry in sorted((newest.get("components") or {}).items()):
+        if not isinstance(entry, Mapping) or entry.get("reduced") or entry.get("build") != "passed":
+            continue
+        archs = _count_archs(str(entry.get("archs") or ""))
+        for wheel in entry.get("wheels") or ():
+            size = _bytes_of(wheel.get("bytes"))
+            if size and str(wheel.get("name", "")).endswith(".whl"):
+                none = wheel["name"].endswith("-none-any.whl")
+                yield _measured(wheel["name"], size, 0 if none else archs,
+                                f"sweep {str(newest.get('commit', ''))[:7]}: {component}")
 
 
 def _jit_cache_measurements(data: Mapping[str, Any]) -> Iterator[Measured]:
