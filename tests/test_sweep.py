@@ -213,3 +213,8 @@ def test_a_components_checks_that_crash_are_recorded_and_the_other_builds_still_
     assert record["components"]["a"]["checks_error"] == "ValueError: a.build.json: not JSON"
     assert record["components"]["b"]["build"] == "passed" and "checks_error" not in record["components"]["b"]
 
+
+def test_the_import_verdict_names_the_modules_or_why_there_are_none() -> None:
+    assert sweep.imports_line(("apex", "apex_C"), []) == "ok: apex, apex_C"
+    assert sweep.imports_line(("apex", "apex_C"), ["apex_C"]) == "failed: apex_C"
+    assert sweep.imports_line((), []) == "ok: nothing to import alone (its tests read the installed package)"
