@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import upstream_snapshots
 
 from ci.checks import paths
 from ci.formats.elf import ElfFile
@@ -143,17 +144,10 @@ def test_an_upstream_that_moved_on_fails_in_one_line_and_changes_nothing(project
     assert missing.returncode == 1 and "no such file; run it in a DeepEP checkout" in missing.stderr
 
 
-def _deep_ep_snapshot() -> Path | None:
-    root = os.environ.get("WHEELHOUSE_SNAPSHOTS")
-    path = Path(root) / "deepseek-ai" / "DeepEP.git" if root else None
-    return path if path is not None and path.is_dir() else None
-
-
 def test_real_deep_ep_setup_at_the_pin_changes_in_one_line(tmp_path):
-    snapshot = _deep_ep_snapshot()
+    snapshot = upstream_snapshots.find("deepseek-ai/DeepEP")
     if snapshot is None:
-        pytest.skip("no DeepEP snapshot: set WHEELHOUSE_SNAPSHOTS to a directory holding deepseek-ai/DeepEP.git "
-                    "(CI has none; the stand-in above covers the patch there)")
+        pytest.skip(upstream_snapshots.skip_reason("deepseek-ai/DeepEP") + " (the stand-in above covers the patch)")
     from ci.model.versions import load
 
     pin = load(REPO / "versions.yaml").component("deep-ep").ref

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import upstream_snapshots
 
 REPO = Path(__file__).resolve().parent.parent
 PATCH = REPO / "patches" / "enable_deep_ep_sm80.py"
@@ -223,8 +223,7 @@ def test_hopper_ptx_in_a_header_is_left_out_of_the_sm80_pass(tree, tmp_path):
 
 
 # --- the real DeepEP at versions.yaml's pin ------------------------------------------------------
-# Needs a bare snapshot of deepseek-ai/DeepEP: WHEELHOUSE_SNAPSHOTS names a directory holding
-# deepseek-ai/DeepEP.git (the layout of tests/gpu/make_source_bundles.py --snapshots).
+# Needs a bare snapshot of deepseek-ai/DeepEP (tests/upstream_snapshots.py).
 
 
 def _deep_ep_pin() -> str:
@@ -236,18 +235,11 @@ def _deep_ep_pin() -> str:
     return load(REPO / "versions.yaml").component("deep-ep").ref
 
 
-def _deep_ep_snapshot() -> Path | None:
-    root = os.environ.get("WHEELHOUSE_SNAPSHOTS")
-    path = Path(root) / "deepseek-ai" / "DeepEP.git" if root else None
-    return path if path is not None and path.is_dir() else None
-
-
 @pytest.fixture()
 def real_tree(tmp_path: Path) -> Path:
-    snapshot_dir = _deep_ep_snapshot()
+    snapshot_dir = upstream_snapshots.find("deepseek-ai/DeepEP")
     if snapshot_dir is None:
-        pytest.skip("no DeepEP snapshot: set WHEELHOUSE_SNAPSHOTS to a directory holding deepseek-ai/DeepEP.git "
-                    "(CI has none; the anchor tree tests cover the patch there)")
+        pytest.skip(upstream_snapshots.skip_reason("deepseek-ai/DeepEP") + " (the anchor tree tests cover the patch)")
     root = tmp_path / "DeepEP"
     root.mkdir()
     archive = subprocess.run(["git", f"--git-dir={snapshot_dir}", "archive", _deep_ep_pin()], check=True,
