@@ -107,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown figure(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return 2
 
+    try:  # before any figure runs: a full run takes an hour, and the file is written after each figure
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"error: --out {args.out}: its folder cannot be made ({error.strerror}); pass a path in a folder "
+              "you can write", file=sys.stderr)
+        return 2
     ctx = Context(quick=args.quick, toy=args.toy, cache=args.cache, work=args.cache / "work")
     facts = machine()
     command = "python -m benchmarks" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")

@@ -52,6 +52,20 @@ def test_unknown_figure_is_refused(capsys) -> None:
     assert "unknown figure(s) nope" in capsys.readouterr().err
 
 
+def test_the_results_file_gets_its_folder_and_an_impossible_one_is_refused_before_any_figure(
+        tmp_path: Path, capsys) -> None:
+    out = tmp_path / "new" / "folder" / "RESULTS.md"
+    assert main(["--toy", "--only", "skip-plan", "--out", str(out), "--cache", str(tmp_path / "cache")]) == 0
+    assert "## 2. Skip plan" in out.read_text()
+    (tmp_path / "a-file").write_text("")
+    capsys.readouterr()
+    refused = tmp_path / "a-file" / "RESULTS.md"
+    assert main(["--toy", "--only", "skip-plan", "--out", str(refused), "--cache", str(tmp_path / "cache")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: --out {refused}: its folder cannot be made") and "[skip-plan]" not in (
+        captured.out + captured.err)
+
+
 def test_synthetic_wheel_is_read_alike_by_both_scanners(tmp_path: Path) -> None:
     from ci.formats.fatbin import scan_wheel_archs
 
