@@ -861,6 +861,8 @@ def _run_apex(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, 
     ("7.5;8.0;8.6;9.0;10.0;11.0;12.0", "32", "2", "8", "--threads 2"),  # versions.yaml's x86_64 row
     ("9.0;10.0", "2", "2", "1", "--threads 2"),  # the 4-vCPU arm runner: one extension at a time
     ("8.0;9.0", "16", "4", "4", "--threads 2"),  # never more threads than gencodes
+    ("7.5;8.0;8.6;9.0;10.0;11.0;12.0", "16", "2", "4", "--threads 2"),  # the GPU machine's all-archs variant
+    ("7.5;8.0;8.6;9.0;10.0;11.0;12.0", "2", "7", "1", "--threads 7"),  # its first settings: one at a time
 ])
 def test_apex_builds_extensions_in_parallel_sized_from_max_jobs(tmp_path, archs, max_jobs, threads, parallel, append):
     """apex's setup.py builds its twelve extensions one after another unless APEX_PARALLEL_BUILD is set (the
