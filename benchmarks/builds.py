@@ -332,10 +332,9 @@ def _sweep_against_earlier(data: dict) -> list[str]:
 
     lines = []
     for name, model in sorted(data.get("projects", {}).items()):
-        points = [size_model.Measured(name, m["wheel"], m["bytes"], m["archs"], m["pythons"], m["compiles"], m["where"])
-                  for m in model["measured"]]
-        for swept in (p for p in points if p.where.startswith("sweep ")):
-            earlier = [p.bytes for p in points if not p.where.startswith("sweep ")
+        points = size_model.points_of(name, model)
+        for swept in (p for p in points if p.where.startswith(size_model.SWEEP_WHERE)):
+            earlier = [p.bytes for p in points if not p.where.startswith(size_model.SWEEP_WHERE)
                        and (p.archs, p.pythons, p.compiles) == (swept.archs, swept.pythons, swept.compiles)]
             if earlier:
                 lines.append(f"{name} {swept.bytes / 2**20:.1f} MiB against {min(earlier) / 2**20:.1f} MiB "

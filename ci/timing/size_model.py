@@ -128,6 +128,10 @@ def _row_measurements(section: str, row: Any, arch_list: str) -> Iterator[Measur
             yield _measured(wheel["wheel"], size, 0 if code else archs, f"{section}: {row['component']}")
 
 
+SWEEP_WHERE = "sweep "
+"""How a sweep's measurement's ``where`` begins (``sweep <commit>: <component>``)."""
+
+
 def _sweep_measurements(sweeps: Any) -> Iterator[Measured]:
     """The newest sweep's wheels: what today's build code makes of each component (the sections above hold builds
     of earlier code, whose wheels were larger). A build the sweep reduced (fewer kernels, one Python) is not the
@@ -144,7 +148,7 @@ def _sweep_measurements(sweeps: Any) -> Iterator[Measured]:
             if size and str(wheel.get("name", "")).endswith(".whl"):
                 none = wheel["name"].endswith("-none-any.whl")
                 yield _measured(wheel["name"], size, 0 if none else archs,
-                                f"sweep {str(newest.get('commit', ''))[:7]}: {component}")
+                                f"{SWEEP_WHERE}{str(newest.get('commit', ''))[:7]}: {component}")
 
 
 def _jit_cache_measurements(data: Mapping[str, Any]) -> Iterator[Measured]:
@@ -346,12 +350,17 @@ def _fix(name: str) -> str:
 # --- predicted against measured --------------------------------------------------------------------------
 
 
+def points_of(name: str, model: Mapping[str, Any]) -> list[Measured]:
+    """A project's measurements as the data file holds them (``document``'s ``measured``)."""
+    return [Measured(name, m["wheel"], m["bytes"], m["archs"], m["pythons"], m["compiles"], m["where"])
+            for m in model["measured"]]
+
+
 def predicted_against_measured(data: Mapping[str, Any]) -> list[tuple[Measured, int | None, str]]:
     """Every measured wheel with its prediction from the project's *other* builds (None with no other build)."""
     rows: list[tuple[Measured, int | None, str]] = []
     for name, model in sorted(data.get("projects", {}).items()):
-        points = [Measured(name, m["wheel"], m["bytes"], m["archs"], m["pythons"], m["compiles"], m["where"])
-                  for m in model["measured"]]
+        points = points_of(name, model)
         for index, point in enumerate(points):
             others = points[:index] + points[index + 1:]
             if not others:
