@@ -33,7 +33,8 @@
 #                               checked, released, indexed, installed, imported and its kernels run;
 #                               two rebuild-checks beside them: $OUT/sweep.json (tests/gpu/sweep.py);
 #                               WHEELHOUSE_SWEEP_REMOTE_CACHE=1: through sccache and a loopback WebDAV
-#                               cache, then again as a second runner: $OUT/sweep-again.json
+#                               cache, then again as a second runner: $OUT/sweep-again.json;
+#                               WHEELHOUSE_SWEEP_COMPONENTS="a b": only those
 #   run_on_device.sh rebuild    each WHEELHOUSE_DEVICE_UPSTREAM component (default here:
 #                               fast-hadamard-transform flash-mla) built twice by
 #                               `nox -s rebuild-check-<component>-3.12` in two fresh
@@ -181,7 +182,7 @@ if [[ "$MODE" == sweep ]]; then
     export WHEELHOUSE_VERSIONS="$WORK/versions-sweep.yaml"
     "$PY" tests/gpu/sweep.py variant --out "$WHEELHOUSE_VERSIONS"
     cp "$WHEELHOUSE_VERSIONS" "$RESULTS/"
-    cache_args=()
+    sweep_args=()
     if [[ "${WHEELHOUSE_SWEEP_REMOTE_CACHE:-0}" == 1 ]]; then
         step "remote compiler cache: WsgiDAV on 127.0.0.1"
         tools="${WHEELHOUSE_DEVICE_CACHE_TOOLS:-$ROOT/.cache-tools}"
@@ -199,21 +200,23 @@ if [[ "$MODE" == sweep ]]; then
         echo "$WHEELHOUSE_COMPILER_CACHE; sccache $(sccache --version)"
         # the rebuild checks compile outside the cache and would only take cores from the builds measured;
         # the plain sweep keeps them
-        cache_args=(--compiler-cache-secret "$WORK/dav/writer.secret" --rebuild "")
+        sweep_args=(--compiler-cache-secret "$WORK/dav/writer.secret" --rebuild "")
     fi
+    # WHEELHOUSE_SWEEP_COMPONENTS: only these (a cached sweep that must fit what is left of a session)
+    [[ -z "${WHEELHOUSE_SWEEP_COMPONENTS:-}" ]] || sweep_args+=(--components "$WHEELHOUSE_SWEEP_COMPONENTS")
     commit="${WHEELHOUSE_SWEEP_COMMIT:?set WHEELHOUSE_SWEEP_COMMIT to the commit of the tree}"
     status=0
     "$PY" tests/gpu/sweep.py run --versions "$WHEELHOUSE_VERSIONS" --work "$WORK/sweep" --out "$RESULTS/sweep.json" \
-        --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" "${cache_args[@]}" || status=$?
+        --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" "${sweep_args[@]}" || status=$?
     tar -czf "$RESULTS/sweep-logs.tar.gz" -C "$WORK/sweep" logs 2>/dev/null || true
-    if [[ ${#cache_args[@]} -gt 0 ]]; then
+    if [[ "${WHEELHOUSE_SWEEP_REMOTE_CACHE:-0}" == 1 ]]; then
         step "the sweep again, as a second machine: the remote cache holds $(find "$WORK/dav/objects" -type f | wc -l) objects"
         # at the same path, the first one's moved away: a runner's workspace path is every runner's, and
         # sccache 0.16 hashes the compile's arguments (the row venv's prefix map) with their paths
         mv "$WORK/sweep" "$WORK/sweep-first"
         "$PY" tests/gpu/sweep.py run --versions "$WHEELHOUSE_VERSIONS" --work "$WORK/sweep" \
             --out "$RESULTS/sweep-again.json" --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" \
-            "${cache_args[@]}" || status=$?
+            "${sweep_args[@]}" || status=$?
         tar -czf "$RESULTS/sweep-again-logs.tar.gz" -C "$WORK/sweep" logs 2>/dev/null || true
     fi
     echo "sweep exit $status" | tee "$RESULTS/sweep-done.txt"
