@@ -145,6 +145,48 @@ def test_a_sweep_recorded_before_it_ended_is_marked_unfinished_and_counts_only_w
 
 
 
+def _cached_run(commit: str, hits: int, seconds: int) -> dict:
+    entry = {"build": "passed", "build_s": seconds, "checks": "passed", "released": "yes",
+             "installed": "from our index", "imports": "ok: a_C", "kernels": {"passed": 1, "failed": 0},
+             "compiler_cache": {"requests": 4, "hits": hits, "misses": 4 - hits, "step_hits": 2 * hits,
+                                "remote_step_hits": 2 * hits}}
+    pure = {**entry, "compiler_cache": {"requests": 0, "hits": 0, "misses": 0}}
+    return {"kind": "sweep", "commit": commit, "machine": "m", "builds_wall_s": seconds, "wall_s": seconds + 9,
+            "green": 2, "components": {"a": entry, "pure": pure}}
+
+
+def test_a_cached_sweep_is_recorded_apart_from_the_sweeps_with_its_second_runs_hit_rate(tmp_path, capsys):
+    first, again, results = tmp_path / "sweep.json", tmp_path / "sweep-again.json", tmp_path / "device_results.json"
+    first.write_text(json.dumps(_cached_run("b5466b68490e", 0, 215)))
+    again.write_text(json.dumps(_cached_run("b5466b68490e", 4, 141)))
+    results.write_text(json.dumps({"sweeps": [{"commit": "a1e9da4"}]}))
+    assert sweep.main(["record", "--result", str(first), "--again", str(again), "--into", str(results),
+                       "--note", "six of nine"]) == 0
+    data = json.loads(results.read_text())
+    assert data["sweeps"] == [{"commit": "a1e9da4"}]  # the all-nine record the size model reads is untouched
+    (cached,) = data["cached_sweeps"]
+    assert cached["hit_rate"] == {"requests": 4, "hits": 4, "misses": 0, "step_hits": 8, "remote_step_hits": 8}
+    assert cached["first"]["components"]["a"]["compiler_cache"]["misses"] == 4 and cached["notes"] == ["six of nine"]
+    assert capsys.readouterr().out.endswith("the second machine: 4 of 4 compiles from the cache (100%), 8 of 8 hit "
+                                            "steps from the remote; builds 215 s, then 141 s\n")
+
+
+@pytest.mark.parametrize("broken", ["other commit", "no counts"])
+def test_a_cached_sweep_that_does_not_pair_up_is_refused_in_one_line_and_nothing_recorded(tmp_path, capsys, broken):
+    first, again, results = tmp_path / "sweep.json", tmp_path / "sweep-again.json", tmp_path / "device_results.json"
+    second = _cached_run("b5466b68490e" if broken == "no counts" else "a1e9da44596c", 4, 141)
+    if broken == "no counts":
+        del second["components"]["a"]["compiler_cache"]
+    first.write_text(json.dumps(_cached_run("b5466b68490e", 0, 215)))
+    again.write_text(json.dumps(second))
+    results.write_text("{}")
+    assert sweep.main(["record", "--result", str(first), "--again", str(again), "--into", str(results)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith(f"sweep: {again}: ")
+    assert ("ran a1e9da44596c, " in error) if broken == "other commit" else ("without compiler-cache counts" in error)
+    assert results.read_text() == "{}"
+
+
 @pytest.mark.slow
 def test_the_sweep_run_again_as_a_second_machine_takes_its_compiles_from_the_remote_cache(tmp_path, monkeypatch):
     """run_on_device.sh's cached sweep, here on the fixture: a WebDAV server as the remote compiler cache, the
@@ -176,6 +218,10 @@ def test_the_sweep_run_again_as_a_second_machine_takes_its_compiles_from_the_rem
     assert cache["requests"] == first["compiler_cache"]["requests"] and cache["misses"] == 0
     assert cache["hits"] >= 0.9 * cache["requests"] and cache["remote_step_hits"] == cache["step_hits"]
     assert [w["sha256"] for w in first["wheels"]] == [w["sha256"] for w in second["wheels"]]
+    results = tmp_path / "device_results.json"
+    results.write_text("{}")
+    recorded = sweep.add_cached_record(tmp_path / "sweep.json", tmp_path / "sweep-again.json", results)
+    assert recorded["hit_rate"]["hits"] == recorded["hit_rate"]["requests"] == cache["requests"]
 
 
 def test_a_missing_credential_file_stops_the_sweep_before_any_build_in_one_line(tmp_path, capsys):

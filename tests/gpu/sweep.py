@@ -28,11 +28,13 @@ With ``--compiler-cache-secret`` (the environment naming a remote compiler cache
 sweep), each build gets its own copy of the credential, and each entry the build's compiler-cache counts.
 
 ``record`` adds a sweep to benchmarks/device_results.json (``sweeps``, newest last); one written before it ended
-is kept as what it shows, marked unfinished.
+is kept as what it shows, marked unfinished. With ``--again`` it adds a cached sweep's two runs under
+``cached_sweeps`` instead, with the second run's hit rate.
 
     python tests/gpu/sweep.py variant --out V.yaml
     python tests/gpu/sweep.py run --versions V.yaml --work DIR --out OUT/sweep.json --commit SHA
     python tests/gpu/sweep.py record --result sweep.json
+    python tests/gpu/sweep.py record --result sweep.json --again sweep-again.json
 """
 
 from __future__ import annotations
@@ -465,10 +467,10 @@ def run(*, versions: Path, work: Path, out: Path, commit: str, deadline_s: int, 
 # --- recording it -----------------------------------------------------------------------------------
 
 
-def add_record(result: Path, into: Path = RESULTS, notes: tuple[str, ...] = ()) -> dict:
-    """Add a sweep's record to the device results (under ``sweeps``, newest last), with ``notes``. A record
-    written before the sweep ended (the machine taken back, the call's time up) is kept as what it shows, marked
-    unfinished: a component whose installs and kernel runs had not ended is not green."""
+def _read_sweep(result: Path) -> dict:
+    """A sweep.json as run() wrote it; one written before the sweep ended (the machine taken back, the call's time
+    up) is kept as what it shows, marked unfinished: a component whose installs and kernel runs had not ended is
+    not green."""
     sweep = json.loads(result.read_text())
     if sweep.get("kind") != "sweep" or not re.fullmatch(r"[0-9a-f]{7,40}", str(sweep.get("commit", ""))):
         raise ConfigError(f"{result}: not a sweep record with the commit it ran; give the sweep.json that "
@@ -478,6 +480,12 @@ def add_record(result: Path, into: Path = RESULTS, notes: tuple[str, ...] = ()) 
         for entry in sweep["components"].values():
             entry["green"] = green(entry)
         sweep["green"] = sum(entry["green"] for entry in sweep["components"].values())
+    return sweep
+
+
+def add_record(result: Path, into: Path = RESULTS, notes: tuple[str, ...] = ()) -> dict:
+    """Add a sweep's record to the device results (under ``sweeps``, newest last), with ``notes``."""
+    sweep = _read_sweep(result)
     if notes:
         sweep["notes"] = [*sweep.get("notes", []), *notes]
     data = json.loads(into.read_text())
@@ -486,9 +494,44 @@ def add_record(result: Path, into: Path = RESULTS, notes: tuple[str, ...] = ()) 
     return sweep
 
 
+def add_cached_record(first: Path, again: Path, into: Path = RESULTS, notes: tuple[str, ...] = ()) -> dict:
+    """Add a cached sweep (run_on_device.sh's WHEELHOUSE_SWEEP_REMOTE_CACHE=1: the sweep through a served compiler
+    cache, then again as a second machine) to the device results under ``cached_sweeps``, apart from ``sweeps``:
+    it may hold only some components, and ``sweeps`` is the all-nine record the size model reads."""
+    runs = {"first": _read_sweep(first), "again": _read_sweep(again)}
+    for name, path in (("first", first), ("again", again)):
+        if not all("compiler_cache" in entry for entry in runs[name]["components"].values() if "build_s" in entry):
+            raise ConfigError(f"{path}: a sweep without compiler-cache counts; give the sweep.json and "
+                              "sweep-again.json of run_on_device.sh sweep with WHEELHOUSE_SWEEP_REMOTE_CACHE=1")
+    if runs["first"]["commit"] != runs["again"]["commit"]:
+        raise ConfigError(f"{again}: ran {runs['again']['commit'][:12]}, {first} ran {runs['first']['commit'][:12]}; "
+                          "give the two files of one cached sweep")
+    record = {**runs, "hit_rate": cache_hit_rate(runs["again"]), "notes": list(notes)}
+    data = json.loads(into.read_text())
+    data.setdefault("cached_sweeps", []).append(record)
+    into.write_text(json.dumps(data, indent=2) + "\n")
+    return record
+
+
+def cache_hit_rate(sweep: dict) -> dict[str, int]:
+    """The compiler cache's counts summed over a sweep's builds: units asked for, hits, and the sccache steps of the
+    hits that came from the remote."""
+    counts = [entry.get("compiler_cache") or {} for entry in sweep["components"].values()]
+    return {key: sum(c.get(key, 0) for c in counts)
+            for key in ("requests", "hits", "misses", "step_hits", "remote_step_hits")}
+
+
 def _cache_counts(stats: dict) -> str:
     remote = f", {stats['remote_step_hits']} of its steps' hits from the remote" if "remote_step_hits" in stats else ""
     return f"{stats.get('hits', 0)} hits of {stats.get('requests', 0)} requests, {stats.get('misses', 0)} misses{remote}"
+
+
+def cached_line(cached: dict) -> str:
+    rate = cached["hit_rate"]
+    share = f"{rate['hits'] / rate['requests']:.0%}" if rate["requests"] else "nothing compiled"
+    return (f"the second machine: {rate['hits']} of {rate['requests']} compiles from the cache ({share}), "
+            f"{rate['remote_step_hits']} of {rate['step_hits']} hit steps from the remote; builds "
+            f"{cached['first'].get('builds_wall_s')} s, then {cached['again'].get('builds_wall_s')} s")
 
 
 def summary(sweep: dict) -> str:
@@ -529,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     keep.add_argument("--result", type=Path, required=True)
     keep.add_argument("--into", type=Path, default=RESULTS)
     keep.add_argument("--note", action="append", default=[], help="a line for the record's notes (repeatable)")
+    keep.add_argument("--again", type=Path, help="a cached sweep's second run (sweep-again.json): both go under "
+                                                 "cached_sweeps")
     args = parser.parse_args(argv)
     try:
         if args.what == "variant":
@@ -542,6 +587,9 @@ def main(argv: list[str] | None = None) -> int:
                         rebuild=tuple(args.rebuild.split()), cache_secret=args.compiler_cache_secret)
             print(summary(sweep))
             return 0 if sweep["green"] == len(sweep["components"]) else 1
+        elif args.again:
+            cached = add_cached_record(args.result, args.again, args.into, tuple(args.note))
+            print(f"{summary(cached['first'])}\nagain:\n{summary(cached['again'])}\n{cached_line(cached)}")
         else:
             print(summary(add_record(args.result, args.into, tuple(args.note))))
     except ConfigError as error:
