@@ -19,6 +19,7 @@ requests) with sccache's per-step counts and the remote level's share of them.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tarfile
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 from benchmarks.builds import _output_to
-from benchmarks.common import REPO, Context, Figure, Samples, Table
+from benchmarks.common import DEVICE_RESULTS, REPO, Context, Figure, Samples, Table
 
 NAME = "remote-cache"
 TITLE = "15. Compiler cache between machines: a remote store against the archive handoff"
@@ -174,6 +175,45 @@ def _one_repetition(machines: _Machines, dav, versions: dict[str, Path], sources
     measure("bump-archive", "1.1", dict(base))  # the archive's key hashes versions.yaml: nothing restored
 
 
+def _compiled(entry: dict) -> str:
+    stats = entry.get("compiler_cache") or {}
+    return _counts(stats) if stats.get("requests") else "nothing compiled at build time"
+
+
+def device_sweep_table() -> tuple[Table, list[str], str] | None:
+    """15(b): the GPU machine's sweep through a served cache, then again as a second machine (device_results.json
+    ``cached_sweeps``, newest), per component: build time and compiles from the cache in each run."""
+    if not DEVICE_RESULTS.is_file():
+        return None
+    cached = (json.loads(DEVICE_RESULTS.read_text()).get("cached_sweeps") or [None])[-1]
+    if cached is None:
+        return None
+    first, again = cached["first"], cached["again"]
+    rows = []
+    for name, entry in first["components"].items():
+        second = again["components"].get(name, {})
+        same = [w["sha256"] for w in entry.get("wheels", [])] == [w["sha256"] for w in second.get("wheels", [])]
+        rows.append([name, f"{entry.get('build_s')} s, {_compiled(entry)}", f"{second.get('build_s')} s, {_compiled(second)}",
+                     "yes" if same else "NO", "yes" if entry.get("green") and second.get("green") else "no"])
+    rate = cached["hit_rate"]
+    share = f"{rate['hits'] / rate['requests']:.0%}" if rate["requests"] else "-"
+    rows.append(["all builds, side by side", f"{first.get('builds_wall_s')} s", f"{again.get('builds_wall_s')} s, "
+                 f"{rate['hits']} / {rate['requests']} units ({share})", "", f"{again.get('green')} of "
+                 f"{len(again['components'])}"])
+    table = Table(["15(b) component", "first machine: build, from the cache", "second machine: build, from the cache",
+                   "same wheel sha256", "green both times"], rows)
+    notes = [f"15(b) read from benchmarks/device_results.json `cached_sweeps` ({first['machine']}, {first['date']}, "
+             f"commit {first['commit'][:12]}): `WHEELHOUSE_SWEEP_REMOTE_CACHE=1 tests/gpu/run_on_device.sh sweep`, "
+             "every build through sccache with WsgiDAV on the machine's loopback as the remote (read-write), then the "
+             "sweep again in fresh work, cache and build directories at the same path. Build times include each "
+             "row's venv and checks, and the builds share the 16 cores.",
+             *(f"15(b): {note}" for note in cached.get("notes", []))]
+    summary = (f"the GPU machine's sweep again as a second machine ({len(again['components'])} components): "
+               f"{rate['hits']} of {rate['requests']} compiles from the served cache ({share}), builds "
+               f"{first.get('builds_wall_s')} s then {again.get('builds_wall_s')} s")
+    return table, notes, summary
+
+
 def run(ctx: Context) -> Figure:
     import sys
 
@@ -225,6 +265,18 @@ def run(ctx: Context) -> Figure:
         f"{times['cold'].median / times['bump-remote'].median:.1f}x, where the archive handoff compiles cold",
     ]
     shutil.rmtree(work, ignore_errors=True)
+    tables = [Table(["build", "wall time", "from the cache (units; sccache steps, of them from the remote)", "note"],
+                    rows)]
+    notes = [
+        "Counts are the build record's: per translation unit (a unit is a hit when every cached step of it hit), "
+        "then sccache's per-step counts. The binding unit includes Python.h and is its own unit.",
+        "On GitHub the remote is GitHub's cache service (`gha`), one object per entry; here a WebDAV server on "
+        "loopback, so the figure leaves out network time on both sides.",
+    ]
+    if device := device_sweep_table():
+        tables.append(device[0])
+        notes += device[1]
+        summary.append(device[2])
     return Figure(
         NAME, TITLE,
         compared=("a second machine's build of the same sources and of a ref bump that changes one unit: the remote "
@@ -234,13 +286,7 @@ def run(ctx: Context) -> Figure:
                f"{units} units plus a binding, every build on a fresh cache and build directory at one workspace "
                "path; WsgiDAV on 127.0.0.1"),
         repetitions=f"{reps} per build kind (each with a new server); times are min / median",
-        tables=[Table(["build", "wall time", "from the cache (units; sccache steps, of them from the remote)",
-                       "note"], rows)],
-        notes=[
-            "Counts are the build record's: per translation unit (a unit is a hit when every cached step of it hit), "
-            "then sccache's per-step counts. The binding unit includes Python.h and is its own unit.",
-            "On GitHub the remote is GitHub's cache service (`gha`), one object per entry; here a WebDAV server on "
-            "loopback, so the figure leaves out network time on both sides.",
-        ],
+        tables=tables,
+        notes=notes,
         summary=summary,
     )
