@@ -7,6 +7,7 @@ import hashlib
 import io
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -223,6 +224,50 @@ def test_nvcc_device_code_names_the_source_path_and_its_mtime(tmp_path):
                        check=True)
         libraries.append((tmp_path / f"p{i}.so").read_bytes())
     assert b"tmpxft_" not in libraries[0] and libraries[0] == libraries[1]
+
+
+# flashinfer 0.6.13's JIT link rules (flashinfer/jit/cpp_ext.py): its own ldflags, then FLASHINFER_EXTRA_LDFLAGS;
+# LDFLAGS is never read
+FLASHINFER_LDFLAGS = ["-shared", "-L$cuda_home/lib64", "-lcudart"]
+FLASHINFER_LINKS = {"link": ["c++", "$in", "$ldflags", "-o", "$out"],
+                    "nvcc_link": [str(NVCC), "-shared", "$in", "$ldflags", "-o", "$out"]}
+
+
+def _flashinfer_link(rule: str, obj: Path, out: Path, extra_ldflags: str) -> bytes:
+    ldflags = [f.replace("$cuda_home", str(NVCC.parent.parent)) for f in FLASHINFER_LDFLAGS] + shlex.split(extra_ldflags)
+    command = []
+    for word in FLASHINFER_LINKS[rule]:
+        command += {"$in": [str(obj)], "$ldflags": ldflags, "$out": [str(out)]}.get(word, [word])
+    subprocess.run(command, check=True, capture_output=True)
+    return out.read_bytes()
+
+
+@pytest.mark.skipif(not NVCC.exists(), reason="needs nvcc 13.0")
+def test_flashinfers_jit_links_get_the_builds_linker_flags_in_a_form_nvcc_takes(tmp_path):
+    """flashinfer links each jit-cache module itself, with c++ or ``nvcc -shared`` and FLASHINFER_EXTRA_LDFLAGS, not
+    LDFLAGS: the discard of local symbols never reached them, so a module compiled by nvcc alone kept its pid-named
+    temporary file in .symtab. The builder's JIT environment puts the build's LDFLAGS there, -Wl, rewritten to
+    -Xlinker, which nvcc takes; two compiles then link to the same bytes by either rule, and without it they do
+    not."""
+    build_ldflags = reproducible.build_variables({}, epoch=EPOCH, source_dir=tmp_path, site_packages="/nowhere")["LDFLAGS"]
+    shell = subprocess.run(["bash", "-c", f'set -euo pipefail; source "{REPO}/build_scripts/lib/env.sh"; '
+                            f'source "{REPO}/build_scripts/lib/flashinfer.sh"; flashinfer_jit_environment; '
+                            'echo "$FLASHINFER_EXTRA_LDFLAGS"'],
+                           env={"PATH": os.environ["PATH"], "LDFLAGS": build_ldflags, "FLASHINFER_EXTRA_LDFLAGS": "-lm"},
+                           capture_output=True, text=True, check=True)
+    extra = shell.stdout.strip()
+    assert extra == "-lm -Xlinker --discard-all"  # the row's own first, then the build's
+    objects = [tmp_path / f"m{i}.o" for i in range(2)]
+    for obj in objects:  # two nvcc processes: two pids
+        _nvcc_object(tmp_path / "src", obj, EPOCH)
+    for rule in FLASHINFER_LINKS:
+        plain = [_flashinfer_link(rule, obj, tmp_path / f"{rule}-plain-{obj.stem}.so", "-lm") for obj in objects]
+        assert plain[0] != plain[1] and b"tmpxft_" in plain[0], rule
+        given = [_flashinfer_link(rule, obj, tmp_path / f"{rule}-{obj.stem}.so", extra) for obj in objects]
+        assert given[0] == given[1] and b"tmpxft_" not in given[0], rule
+    failed = subprocess.run([str(NVCC), "-shared", str(objects[0]), build_ldflags, "-o", str(tmp_path / "x.so")],
+                            capture_output=True, text=True)
+    assert failed.returncode != 0 and "Unknown option '-Wl,--discard-all'" in failed.stderr  # why the rewrite
 
 
 # --- nvcc: the module id in internal-linkage names -----------------------------------------------

@@ -190,6 +190,43 @@ flashinfer_provider_tag() {
 #   neither                  every module as shard 1/1, then the wheels
 # WHEELHOUSE_JIT_CACHE_MODULES (globs of module names, from extra_env)
 # narrows every provider's list to a subset.
+# flashinfer_link_flags: LDFLAGS as flashinfer's JIT link rules take them. They link each module with
+# flashinfer's own ldflags and FLASHINFER_EXTRA_LDFLAGS, never LDFLAGS, through `c++ ... $ldflags` or
+# `nvcc -shared ... $ldflags`; nvcc refuses -Wl,a,b, so each becomes -Xlinker a -Xlinker b, which both take.
+# The build's LDFLAGS discard local symbols: without that, each module's .symtab names nvcc's host
+# temporary file, pid-named (tmpxft_<pid>_...) when nvcc runs alone, x_0 when sccache runs its steps
+# (ci/building/reproducible.py).
+flashinfer_link_flags() {
+    local word part
+    local -a words parts flags=()
+    read -r -a words <<<"${LDFLAGS:-}"
+    for word in "${words[@]}"; do
+        if [[ "$word" == -Wl,* ]]; then
+            IFS=, read -r -a parts <<<"${word#-Wl,}"
+            for part in "${parts[@]}"; do flags+=(-Xlinker "$part"); done
+        else
+            flags+=("$word")
+        fi
+    done
+    echo "${flags[*]}"
+}
+
+# flashinfer_jit_environment: what flashinfer's JIT compiles and links read from the environment, exported
+flashinfer_jit_environment() {
+    export FLASHINFER_NVCC_THREADS="${NVCC_THREADS:-1}"
+    if [[ -n "${SCCACHE_DIR:-}" ]] && command -v sccache >/dev/null 2>&1; then
+        export FLASHINFER_NVCC_LAUNCHER=sccache FLASHINFER_CXX_LAUNCHER=sccache
+    fi
+    # the sources' .cc files compile with flashinfer's own flags: give them the build's prefix maps too
+    export FLASHINFER_EXTRA_CFLAGS="${FLASHINFER_EXTRA_CFLAGS:-${CXXFLAGS:-}}"
+    # and its links the build's linker flags, after any of the row's own
+    FLASHINFER_EXTRA_LDFLAGS="${FLASHINFER_EXTRA_LDFLAGS:-} $(flashinfer_link_flags)"
+    export FLASHINFER_EXTRA_LDFLAGS="${FLASHINFER_EXTRA_LDFLAGS# }"
+    # NVIDIA's artifacts (trtllm-gen kernels and their headers) come from the flashinfer-cubin wheel,
+    # never downloaded; Blackwell's modules (10.x, 11.x) read them while the module list is made
+    export FLASHINFER_NO_DOWNLOAD=1
+}
+
 flashinfer_jit_cache_build() {
     local version="$1" aot deps shards_dir spec shard_dir lib target tag
     local -a common lists=() logs=() targets
@@ -199,15 +236,7 @@ flashinfer_jit_cache_build() {
     mkdir -p "$aot" "$shards_dir"
     FLASHINFER_CUDA_ARCH_LIST="$(flashinfer_arch_list)" || exit 1
     read -r -a targets <<<"$FLASHINFER_CUDA_ARCH_LIST"
-    export FLASHINFER_NVCC_THREADS="${NVCC_THREADS:-1}"
-    if [[ -n "${SCCACHE_DIR:-}" ]] && command -v sccache >/dev/null 2>&1; then
-        export FLASHINFER_NVCC_LAUNCHER=sccache FLASHINFER_CXX_LAUNCHER=sccache
-    fi
-    # the sources' .cc files compile with flashinfer's own flags: give them the build's prefix maps too
-    export FLASHINFER_EXTRA_CFLAGS="${FLASHINFER_EXTRA_CFLAGS:-${CXXFLAGS:-}}"
-    # NVIDIA's artifacts (trtllm-gen kernels and their headers) come from the flashinfer-cubin wheel,
-    # never downloaded; Blackwell's modules (10.x, 11.x) read them while the module list is made
-    export FLASHINFER_NO_DOWNLOAD=1
+    flashinfer_jit_environment
     local -a extra=()
     if [[ " $FLASHINFER_CUDA_ARCH_LIST" =~ \ 1[01]\. ]]; then
         extra=("flashinfer_cubin:flashinfer-cubin==$version")
