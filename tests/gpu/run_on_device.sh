@@ -31,10 +31,11 @@
 #                               $OUT/one-unit.json
 #   run_on_device.sh sweep      all nine components of versions.yaml for sm_90, side by side, each built,
 #                               checked, released, indexed, installed, imported and its kernels run;
-#                               two rebuild-checks beside them: $OUT/sweep.json (tests/gpu/sweep.py);
+#                               three rebuild-checks beside them: $OUT/sweep.json (tests/gpu/sweep.py);
 #                               WHEELHOUSE_SWEEP_REMOTE_CACHE=1: through sccache and a loopback WebDAV
 #                               cache, then again as a second runner: $OUT/sweep-again.json;
-#                               WHEELHOUSE_SWEEP_COMPONENTS="a b": only those
+#                               WHEELHOUSE_SWEEP_COMPONENTS="a b": only those; WHEELHOUSE_SWEEP_REBUILD="a b":
+#                               those built twice (unset: three, or none with the cache)
 #   run_on_device.sh rebuild    each WHEELHOUSE_DEVICE_UPSTREAM component (default here:
 #                               fast-hadamard-transform flash-mla) built twice by
 #                               `nox -s rebuild-check-<component>-3.12` in two fresh
@@ -165,7 +166,7 @@ fi
 if [[ "$MODE" == sweep ]]; then
     # Every component of versions.yaml for sm_90 from its real sources through our sessions, side by side on the
     # 16 cores, each, as its build ends, released, indexed, installed from the index, imported and its kernels run;
-    # two of them also built twice by rebuild-check (tests/gpu/sweep.py says what is reduced and what counts as
+    # three of them also built twice by rebuild-check (tests/gpu/sweep.py says what is reduced and what counts as
     # green). $RESULTS/sweep.json is rewritten after each step; `tests/gpu/sweep.py record` adds it to
     # benchmarks/device_results.json. It takes longer than one device call: run it detached from a copy of the
     # tree (the next call replaces the tree) and read $WORK/out from the next calls:
@@ -174,8 +175,8 @@ if [[ "$MODE" == sweep ]]; then
     #
     # WHEELHOUSE_SWEEP_REMOTE_CACHE=1: every build compiles through sccache with a WebDAV server on this
     # machine's loopback as the remote cache (read-write), and when the sweep has ended a second one runs in
-    # fresh work, cache and build directories at the same path, as a second runner would; neither runs the
-    # rebuild checks. $OUT/sweep-again.json holds its compiler-cache counts. sccache and WsgiDAV come from
+    # fresh work, cache and build directories at the same path, as a second runner would, without rebuild
+    # checks. $OUT/sweep-again.json holds its compiler-cache counts. sccache and WsgiDAV come from
     # .cache-tools/ (`invoke device-bundle --cache-tools`, 16 MiB; carried with .device/ and .whl/ the call
     # holds about 60 MiB of its 64) or from the folder WHEELHOUSE_DEVICE_CACHE_TOOLS names.
     use_mirror
@@ -198,16 +199,23 @@ if [[ "$MODE" == sweep ]]; then
         WHEELHOUSE_COMPILER_CACHE="$(cat "$WORK/dav/url")"
         export WHEELHOUSE_COMPILER_CACHE WHEELHOUSE_COMPILER_CACHE_MODE=read-write
         echo "$WHEELHOUSE_COMPILER_CACHE; sccache $(sccache --version)"
-        # the rebuild checks compile outside the cache and would only take cores from the builds measured;
-        # the plain sweep keeps them
-        sweep_args=(--compiler-cache-secret "$WORK/dav/writer.secret" --rebuild "")
+        sweep_args=(--compiler-cache-secret "$WORK/dav/writer.secret")
     fi
     # WHEELHOUSE_SWEEP_COMPONENTS: only these (a cached sweep that must fit what is left of a session)
     [[ -z "${WHEELHOUSE_SWEEP_COMPONENTS:-}" ]] || sweep_args+=(--components "$WHEELHOUSE_SWEEP_COMPONENTS")
+    # WHEELHOUSE_SWEEP_REBUILD: the components rebuild-check builds twice beside the (first) sweep; unset, the plain
+    # sweep's three (tests/gpu/sweep.py), and none for the cached sweep, whose rebuild checks compile outside the
+    # cache and only take cores from the builds it measures
+    rebuild=()
+    if [[ -n "${WHEELHOUSE_SWEEP_REBUILD+set}" ]]; then
+        rebuild=(--rebuild "$WHEELHOUSE_SWEEP_REBUILD")
+    elif [[ "${WHEELHOUSE_SWEEP_REMOTE_CACHE:-0}" == 1 ]]; then
+        rebuild=(--rebuild "")
+    fi
     commit="${WHEELHOUSE_SWEEP_COMMIT:?set WHEELHOUSE_SWEEP_COMMIT to the commit of the tree}"
     status=0
     "$PY" tests/gpu/sweep.py run --versions "$WHEELHOUSE_VERSIONS" --work "$WORK/sweep" --out "$RESULTS/sweep.json" \
-        --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" "${sweep_args[@]}" || status=$?
+        --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" "${sweep_args[@]}" "${rebuild[@]}" || status=$?
     tar -czf "$RESULTS/sweep-logs.tar.gz" -C "$WORK/sweep" logs 2>/dev/null || true
     if [[ "${WHEELHOUSE_SWEEP_REMOTE_CACHE:-0}" == 1 ]]; then
         step "the sweep again, as a second machine: the remote cache holds $(find "$WORK/dav/objects" -type f | wc -l) objects"
@@ -216,7 +224,7 @@ if [[ "$MODE" == sweep ]]; then
         mv "$WORK/sweep" "$WORK/sweep-first"
         "$PY" tests/gpu/sweep.py run --versions "$WHEELHOUSE_VERSIONS" --work "$WORK/sweep" \
             --out "$RESULTS/sweep-again.json" --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" \
-            "${sweep_args[@]}" || status=$?
+            "${sweep_args[@]}" --rebuild "" || status=$?
         tar -czf "$RESULTS/sweep-again-logs.tar.gz" -C "$WORK/sweep" logs 2>/dev/null || true
     fi
     echo "sweep exit $status" | tee "$RESULTS/sweep-done.txt"

@@ -17,7 +17,7 @@ reduced, and the record says so:
 - deep-gemm: one Python, so no bundle.
 
 ``run`` builds them side by side (``max_jobs`` each, TransformerEngine, the longest, first), each in a cache of
-its own; meanwhile ``rebuild-check`` builds two of them twice in fresh directories. As each build ends, while the
+its own; meanwhile ``rebuild-check`` builds three of them twice in fresh directories. As each build ends, while the
 others still build, the component is released into one local store, the store indexed, and the component
 installed from that index into a clean target of its own, imported, and its kernel tests run: the sweep takes
 about as long as its slowest build and that one's checks. A component is green when all of that passed and its
@@ -84,7 +84,9 @@ REDUCED = {
     "flash-attention": f"every unit with {FLASH_ATTENTION_SWITCHES}; the full sm_90 build: upstream_builds_2",
     "deep-gemm": "one Python: no bundle",
 }
-REBUILD_CHECKS = ("deep-gemm", "fast-hadamard-transform")
+# flashinfer: its own JIT links its jit-cache modules, with the build's linker flags only through FLASHINFER_EXTRA_LDFLAGS
+# (build_scripts/lib/flashinfer.sh flashinfer_jit_environment)
+REBUILD_CHECKS = ("deep-gemm", "fast-hadamard-transform", "flashinfer")
 
 
 @dataclass(frozen=True)
