@@ -201,7 +201,7 @@ if [[ "$MODE" == sweep ]]; then
         echo "$WHEELHOUSE_COMPILER_CACHE; sccache $(sccache --version)"
         sweep_args=(--compiler-cache-secret "$WORK/dav/writer.secret")
     fi
-    # WHEELHOUSE_SWEEP_COMPONENTS: only these (a cached sweep that must fit what is left of a session)
+    # WHEELHOUSE_SWEEP_COMPONENTS: only these (a cached sweep that must fit the device time left)
     [[ -z "${WHEELHOUSE_SWEEP_COMPONENTS:-}" ]] || sweep_args+=(--components "$WHEELHOUSE_SWEEP_COMPONENTS")
     # WHEELHOUSE_SWEEP_REBUILD: the components rebuild-check builds twice beside the (first) sweep; unset, the plain
     # sweep's three (tests/gpu/sweep.py), and none for the cached sweep, whose rebuild checks compile outside the
