@@ -19,15 +19,14 @@ requests) with sccache's per-step counts and the remote level's share of them.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tarfile
 import time
 from pathlib import Path
 
-from benchmarks.builds import _output_to
-from benchmarks.common import DEVICE_RESULTS, REPO, Context, Figure, Samples, Table
+from benchmarks.builds import _device_section, _output_to
+from benchmarks.common import REPO, Context, Figure, Samples, Table
 
 NAME = "remote-cache"
 TITLE = "15. Compiler cache between machines: a remote store against the archive handoff"
@@ -183,11 +182,10 @@ def _compiled(entry: dict) -> str:
 def device_sweep_table() -> tuple[Table, list[str], str] | None:
     """15(b): the GPU machine's sweep through a served cache, then again as a second machine (device_results.json
     ``cached_sweeps``, newest), per component: build time and compiles from the cache in each run."""
-    if not DEVICE_RESULTS.is_file():
+    cached_sweeps = _device_section("cached_sweeps")
+    if cached_sweeps is None:
         return None
-    cached = (json.loads(DEVICE_RESULTS.read_text()).get("cached_sweeps") or [None])[-1]
-    if cached is None:
-        return None
+    cached = cached_sweeps[-1]
     first, again = cached["first"], cached["again"]
     rows = []
     for name, entry in first["components"].items():
