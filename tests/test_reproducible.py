@@ -142,6 +142,33 @@ def test_two_clones_of_a_directory_source_made_apart_build_the_same_bytes(tmp_pa
     assert reproducible.directory_epoch(tmp_path / "upstream" / "tinypkg") == 1714564800  # a directory in a repo
 
 
+def test_a_setup_py_that_lists_its_requirements_from_a_set_builds_the_same_bytes_under_any_hash_seed(tmp_path):
+    """TransformerEngine's setup.py gathers its requirements in a set, so their order in METADATA followed the
+    build's random string hashing: two builds on the GPU machine differed in METADATA and RECORD alone. The build
+    fixes PYTHONHASHSEED, whatever the caller's."""
+    project = tmp_path / "project"
+    _tinypkg(project)
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=77"]\nbuild-backend = "setuptools.build_meta"\n')
+    requirements = [f"dependency-{letter}" for letter in "abcdefghij"]
+    (project / "setup.py").write_text(
+        "from setuptools import setup\n"
+        f"setup(name='tinypkg', version='0.3.0', packages=['tinypkg'], install_requires=list(set({requirements!r})))\n")
+    versions_file = _component_versions(tmp_path, "tinypkg", "megatron_bridge")
+    versions = load(versions_file)
+    (row,) = matrix.expand(versions)
+    wheels = []
+    for seed in ("1", "2"):
+        options = job.BuildOptions(cache_dir=tmp_path / f"cache-{seed}", dist_root=tmp_path / f"dist-{seed}",
+                                   reuse_env=True, source=project, environ={**os.environ, "PYTHONHASHSEED": seed})
+        wheels.append(job.run(versions, row, options).wheels[0])
+    with zipfile.ZipFile(wheels[0]) as zf:
+        listed = [line.split(": ", 1)[1] for line in zf.read("tinypkg-0.3.0.dist-info/METADATA").decode().splitlines()
+                  if line.startswith("Requires-Dist: ")]
+    assert sorted(listed) == requirements
+    assert sha256_file(wheels[0]) == sha256_file(wheels[1]), reproducible.compare_wheels(*wheels)
+
+
 @pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("g++") is None, reason="needs cmake and g++")
 def test_a_cmake_build_that_sets_its_own_flags_gets_the_prefix_maps_too(tmp_path):
     """TransformerEngine's common library: its CMakeLists.txt sets CMAKE_CXX_FLAGS before project(), which hides

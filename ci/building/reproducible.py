@@ -18,6 +18,8 @@ fast-hadamard-transform on the GPU machine, and with nvcc 13.0 on a tiny ``-line
   :func:`pin_source_times` sets every source file to ``SOURCE_DATE_EPOCH``;
 - nvcc compiles the host part from a temporary file named after its pid, which lands in ``.symtab`` as
   a local file symbol: the link drops local symbols (``-Wl,--discard-all``; exported ones stay).
+- a ``setup.py`` that gathers its requirements in a set (TransformerEngine's) lists them in METADATA in the
+  order of Python's per-process string hashing: ``PYTHONHASHSEED`` is fixed for the build;
 - cudafe++ names internal-linkage entities (anonymous namespaces, ``static __device__`` functions)
   ``_INTERNAL_<path hash>_<len>_<file>_<module id>``; in a translation unit without a plain external
   definition to name it after (templates only, say) the module id is a hash plus cudafe++'s pid, so
@@ -50,6 +52,8 @@ from ci.formats.archive import is_shared_object_name
 
 DISCARD_LOCAL_SYMBOLS = "-Wl,--discard-all"
 NVCC_RANDOM_SEED = "-frandom-seed"
+FIXED_HASH_SEED = "0"
+"""``PYTHONHASHSEED`` for every build, whatever the caller's: a set's order is then the same in every run."""
 UNCOMMITTED_EPOCH = 315532800
 """1980-01-01T00:00:00Z, the first time a zip member can carry: a directory's sources with changes git does
 not hold have no time of their own that another copy of them would share."""
@@ -153,11 +157,12 @@ def nvcc_random_seed(source_dir: Path) -> str:
 
 def build_variables(environ: Mapping[str, str], *, epoch: int, source_dir: Path,
                     site_packages: Iterable[Path | str] | Path | str, seed_path: Path | None = None) -> dict[str, str]:
-    """What the builder needs on top of ``environ`` for a reproducible build: ``SOURCE_DATE_EPOCH`` and the
-    prefix maps, appended to the caller's ``CFLAGS``/``CXXFLAGS``/``NVCC_APPEND_FLAGS`` and given to the
+    """What the builder needs on top of ``environ`` for a reproducible build: ``SOURCE_DATE_EPOCH``, a fixed
+    ``PYTHONHASHSEED`` and the prefix maps, appended to the caller's ``CFLAGS``/``CXXFLAGS``/``NVCC_APPEND_FLAGS`` and given to the
     compiler wrappers (``WHEELHOUSE_PREFIX_MAPS``), and nvcc's seed (from ``seed_path``, else ``source_dir``)."""
     maps = prefix_maps(source_dir, site_packages)
-    variables = {"SOURCE_DATE_EPOCH": str(epoch), PREFIX_MAPS_VARIABLE: " ".join(maps)}
+    variables = {"SOURCE_DATE_EPOCH": str(epoch), PREFIX_MAPS_VARIABLE: " ".join(maps),
+                 "PYTHONHASHSEED": FIXED_HASH_SEED}
     for name in ("CFLAGS", "CXXFLAGS"):
         variables[name] = " ".join([environ.get(name, ""), *maps]).strip()
     nvcc = [flag for m in maps for flag in ("-Xcompiler", m)]
@@ -176,7 +181,8 @@ def describe_plan() -> str:
     return ("SOURCE_DATE_EPOCH and every source file's mtime = the sources' time; -ffile-prefix-map for the sources "
             f"and site-packages in CFLAGS, CXXFLAGS, NVCC_APPEND_FLAGS and in front of every C/C++ compiler the build "
             f"runs ({', '.join(WRAPPED_COMPILERS)} on PATH, {', '.join(COMPILER_VARIABLES)} where set); nvcc "
-            f"{NVCC_RANDOM_SEED} from the fixed source path; LDFLAGS {DISCARD_LOCAL_SYMBOLS}; wheels normalized last")
+            f"{NVCC_RANDOM_SEED} from the fixed source path; LDFLAGS {DISCARD_LOCAL_SYMBOLS}; "
+            f"PYTHONHASHSEED={FIXED_HASH_SEED}; wheels normalized last")
 
 
 def compiler_wrappers(directory: Path, environ: Mapping[str, str], *, write: bool = True) -> dict[str, str]:

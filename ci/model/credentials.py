@@ -62,7 +62,7 @@ ALLOWED_NAMES = frozenset({
     "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM",  # git's configuration files: a site's mirrors
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
     "PYENV_ROOT", "PYENV_VERSION", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE",
-    "SOURCE_DATE_EPOCH",  # reproducible builds: the sources' time (ci/building/reproducible.py)
+    "SOURCE_DATE_EPOCH", "PYTHONHASHSEED",  # reproducible builds (ci/building/reproducible.py)
 })
 ALLOWED_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "NVCC_", "NCCL_", "NVSHMEM_", "TORCH_", "CMAKE_", "NINJA_", "CCACHE_",
                     "SCCACHE_", "PIP_", "UV_", "WHEELHOUSE_")
