@@ -258,6 +258,8 @@ def all_archs_table(label: str = "6(g)") -> tuple[Table, list[str]] | None:
              f"{label}: ci/timing/time_model.py's nvcc thread efficiency is fitted to fast-hadamard-transform's row (its "
              "prediction before the run assumed perfect threads); `invoke time-model` prints every build against the "
              "model as it is now."]
+    notes += [f"{label} {row['component']}: {row['machine']}, {row['date']}, at {row['commit'][:7]}: {row['note']}"
+              for row in data["rows"] if "machine" in row]  # a row measured apart from the section's machine and date
     unit = data.get("one_unit")
     if unit:
         by_threads = unit["seconds_by_threads"]

@@ -180,35 +180,42 @@ def _compiled(entry: dict) -> str:
 
 
 def device_sweep_table() -> tuple[Table, list[str], str] | None:
-    """15(b): the GPU machine's sweep through a served cache, then again as a second machine (device_results.json
-    ``cached_sweeps``, newest), per component: build time and compiles from the cache in each run."""
+    """15(b): the GPU machine's sweeps through a served cache, each then again as a second machine
+    (device_results.json ``cached_sweeps``, each run), per component: build time and compiles from the cache."""
     cached_sweeps = _device_section("cached_sweeps")
     if cached_sweeps is None:
         return None
-    cached = cached_sweeps[-1]
-    first, again = cached["first"], cached["again"]
-    rows = []
-    for name, entry in first["components"].items():
-        second = again["components"].get(name, {})
-        same = [w["sha256"] for w in entry.get("wheels", [])] == [w["sha256"] for w in second.get("wheels", [])]
-        rows.append([name, f"{entry.get('build_s')} s, {_compiled(entry)}", f"{second.get('build_s')} s, {_compiled(second)}",
-                     "yes" if same else "NO", "yes" if entry.get("green") and second.get("green") else "no"])
-    rate = cached["hit_rate"]
-    share = f"{rate['hits'] / rate['requests']:.0%}" if rate["requests"] else "-"
-    rows.append(["all builds, side by side", f"{first.get('builds_wall_s')} s", f"{again.get('builds_wall_s')} s, "
-                 f"{rate['hits']} / {rate['requests']} units ({share})", "", f"{again.get('green')} of "
-                 f"{len(again['components'])}"])
-    table = Table(["15(b) component", "first machine: build, from the cache", "second machine: build, from the cache",
-                   "same wheel sha256", "green both times"], rows)
-    notes = [f"15(b) read from benchmarks/device_results.json `cached_sweeps` ({first['machine']}, {first['date']}, "
-             f"commit {first['commit'][:12]}): `WHEELHOUSE_SWEEP_REMOTE_CACHE=1 tests/gpu/run_on_device.sh sweep`, "
-             "every build through sccache with WsgiDAV on the machine's loopback as the remote (read-write), then the "
-             "sweep again in fresh work, cache and build directories at the same path. Build times include each "
-             "row's venv and checks, and the builds share the 16 cores.",
-             *(f"15(b): {note}" for note in cached.get("notes", []))]
-    summary = (f"the GPU machine's sweep again as a second machine ({len(again['components'])} components): "
-               f"{rate['hits']} of {rate['requests']} compiles from the served cache ({share}), builds "
-               f"{first.get('builds_wall_s')} s then {again.get('builds_wall_s')} s")
+    rows, notes = [], []
+    hits = requests = 0
+    components: set[str] = set()
+    for cached in cached_sweeps:
+        first, again = cached["first"], cached["again"]
+        commit = first["commit"][:7]
+        for name, entry in first["components"].items():
+            second = again["components"].get(name, {})
+            same = [w["sha256"] for w in entry.get("wheels", [])] == [w["sha256"] for w in second.get("wheels", [])]
+            rows.append([f"{name} ({commit})", f"{entry.get('build_s')} s, {_compiled(entry)}",
+                         f"{second.get('build_s')} s, {_compiled(second)}", "yes" if same else "NO",
+                         "yes" if entry.get("green") and second.get("green") else "no"])
+        rate = cached["hit_rate"]
+        share = f"{rate['hits'] / rate['requests']:.0%}" if rate["requests"] else "-"
+        rows.append([f"all builds at {commit}, side by side", f"{first.get('builds_wall_s')} s",
+                     f"{again.get('builds_wall_s')} s, {rate['hits']} / {rate['requests']} units ({share})", "",
+                     f"{again.get('green')} of {len(again['components'])}"])
+        notes += [f"15(b) {commit}: {first['machine']}, {first['date']}, {len(first['components'])} components",
+                  *(f"15(b) {commit}: {note}" for note in cached.get("notes", []))]
+        hits, requests = hits + rate["hits"], requests + rate["requests"]
+        components |= set(again["components"])
+    table = Table(["15(b) component (commit)", "first machine: build, from the cache",
+                   "second machine: build, from the cache", "same wheel sha256", "green both times"], rows)
+    notes.insert(0, "15(b) read from benchmarks/device_results.json `cached_sweeps`: `WHEELHOUSE_SWEEP_REMOTE_CACHE=1 "
+                    "tests/gpu/run_on_device.sh sweep`, every build through sccache with WsgiDAV on the machine's "
+                    "loopback as the remote (read-write), then the sweep again in fresh work, cache and build "
+                    "directories at the same path. Build times include each row's venv and checks, and the builds of "
+                    "one run share the 16 cores.")
+    share = f"{hits / requests:.0%}" if requests else "-"
+    summary = (f"the GPU machine's sweeps again as a second machine ({len(components)} components in "
+               f"{len(cached_sweeps)} runs): {hits} of {requests} compiles from the served cache ({share})")
     return table, notes, summary
 
 
