@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.building import build_place, job, reproducible, toolchain
+from ci.building import build_place, compile_path, job, reproducible, toolchain
 from ci.formats import cache_log
 
 PYTHONS = ("3.12", "3.11")
@@ -420,3 +420,55 @@ def test_a_project_that_compiles_without_ninja_is_named_by_the_plan_and_the_buil
     # the fixture as it is builds with ninja: no warning
     plain = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", environ={})
     assert "warning:" not in job.plan(versions, row, plain).render()
+
+
+def test_the_build_says_when_torch_leaves_the_host_cpp_units_outside_the_cache(tmp_path):
+    """torch 2.13 puts a compiler cache on PATH in front of c++ (``_wrap_compiler``); the GPU machine's torch 2.11
+    runs c++ as it is, so TransformerEngine's 32 PyTorch-extension .cpp units never reached the served cache
+    while its 79 CMake units did. Each way the .cpp units miss the build's sccache gets one line."""
+    import torch
+
+    torch_dir = Path(torch.__file__).parent
+    sccache = "/opt/tools/sccache"
+    assert compile_path.host_compile_warnings(torch_dir, sccache, {"PATH": "/usr/bin:/bin"}) == []
+    # a torch without the wrapper: torch 2.13's own builder less the function that puts the cache in front
+    older = tmp_path / "torch-older"
+    (older / "utils").mkdir(parents=True)
+    (older / "utils" / "cpp_extension.py").write_text(
+        (torch_dir / "utils" / "cpp_extension.py").read_text().replace("_wrap_compiler", "_compiler"))
+    (said,) = compile_path.host_compile_warnings(older, sccache, {"PATH": "/usr/bin:/bin"})
+    assert said.startswith("this torch's extension builder runs c++ with no compiler cache in front: the host C++ "
+                           "units of torch extensions (.cpp) compile outside the build's sccache and its counts")
+    (said,) = compile_path.host_compile_warnings(torch_dir, sccache, {"PATH": "/usr/bin", "TORCH_NO_COMPILER_WRAPPER": "1"})
+    assert said.startswith("TORCH_NO_COMPILER_WRAPPER is set") and said.endswith("unset it")
+    # torch takes ccache before sccache: one on the build's PATH takes the .cpp units
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "ccache").write_text("#!/bin/sh\nexec \"$@\"\n")
+    (tools / "ccache").chmod(0o755)
+    (said,) = compile_path.host_compile_warnings(torch_dir, sccache, {"PATH": f"{tools}:/usr/bin"})
+    assert f"finds one on the build's PATH ({tools / 'ccache'})" in said and said.endswith("take ccache's directory off PATH")
+    # ccache as the build's own cache, or none: nothing to say
+    assert compile_path.host_compile_warnings(older, str(tools / "ccache"), {"PATH": str(tools)}) == []
+    assert compile_path.host_compile_warnings(older, None, {}) == []
+
+
+@pytest.mark.skipif(_sccache() is None, reason="needs sccache")
+def test_with_torchs_wrapper_off_the_fixture_binding_compiles_outside_the_cache_and_the_build_says_so(tmp_path, caplog):
+    """The real fixture build with TORCH_NO_COMPILER_WRAPPER=1, as torch 2.11 builds: its one .cpp unit makes no
+    compile request (tests/test_build.py's plain build of it counts at least one), and the log says why."""
+    import logging
+
+    from ci.model import matrix
+    from ci.model.build_record import BuildRecord
+    from ci.model.versions import load
+
+    versions = load(job.REPO_ROOT / "tests" / "fixtures" / "versions.yaml")
+    (row,) = matrix.expand(versions)
+    options = job.BuildOptions(cache_dir=tmp_path / "cache", dist_root=tmp_path / "dist", run_checks=False,
+                               environ={**os.environ, "TORCH_NO_COMPILER_WRAPPER": "1", "FIXTURE_FORCE_CPU": "1"})
+    caplog.set_level(logging.WARNING, logger="wheelhouse")
+    record = BuildRecord.read(job.run(versions, row, options).record)
+    assert record.compiler_cache_stats is not None and record.compiler_cache_stats["requests"] == 0, record
+    assert any("TORCH_NO_COMPILER_WRAPPER is set, so torch puts no compiler cache in front of c++" in r.getMessage()
+               for r in caplog.records)

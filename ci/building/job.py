@@ -617,6 +617,9 @@ def _run(versions: Versions, row: MatrixRow, options: BuildOptions, steps: log.S
 
         steps.start(f"build: build_scripts/{row.settings.builder}.sh for {row.label}", key="build")
         builder_environ = {**filtered.environ, **environment.variables}
+        for warning in compile_path.host_compile_warnings(interpreter.torch_dir, environment.compiler_cache,
+                                                          builder_environ):
+            _LOG.warning(f"{row.label}: {warning}")
         place = build_place.choose(build_dir / "src", row.component, row.arch, options.environ, builder_environ)
         _LOG.info(f"build place: {place.describe()}")
         # every Python's site-packages of the compile group, so the host compiles' flags are the same for each
