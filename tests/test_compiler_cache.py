@@ -430,23 +430,24 @@ def test_the_build_says_when_torch_leaves_the_host_cpp_units_outside_the_cache(t
 
     torch_dir = Path(torch.__file__).parent
     sccache = "/opt/tools/sccache"
-    assert compile_path.host_compile_warnings(torch_dir, sccache, {"PATH": "/usr/bin:/bin"}) == []
+    no_ccache = {"PATH": str(tmp_path / "bin")}  # whatever this machine has installed
+    assert compile_path.host_compile_warnings(torch_dir, sccache, no_ccache) == []
     # a torch without the wrapper: torch 2.13's own builder less the function that puts the cache in front
     older = tmp_path / "torch-older"
     (older / "utils").mkdir(parents=True)
     (older / "utils" / "cpp_extension.py").write_text(
         (torch_dir / "utils" / "cpp_extension.py").read_text().replace("_wrap_compiler", "_compiler"))
-    (said,) = compile_path.host_compile_warnings(older, sccache, {"PATH": "/usr/bin:/bin"})
+    (said,) = compile_path.host_compile_warnings(older, sccache, no_ccache)
     assert said.startswith("this torch's extension builder runs c++ with no compiler cache in front: the host C++ "
                            "units of torch extensions (.cpp) compile outside the build's sccache and its counts")
-    (said,) = compile_path.host_compile_warnings(torch_dir, sccache, {"PATH": "/usr/bin", "TORCH_NO_COMPILER_WRAPPER": "1"})
+    (said,) = compile_path.host_compile_warnings(torch_dir, sccache, {**no_ccache, "TORCH_NO_COMPILER_WRAPPER": "1"})
     assert said.startswith("TORCH_NO_COMPILER_WRAPPER is set") and said.endswith("unset it")
     # torch takes ccache before sccache: one on the build's PATH takes the .cpp units
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "ccache").write_text("#!/bin/sh\nexec \"$@\"\n")
     (tools / "ccache").chmod(0o755)
-    (said,) = compile_path.host_compile_warnings(torch_dir, sccache, {"PATH": f"{tools}:/usr/bin"})
+    (said,) = compile_path.host_compile_warnings(torch_dir, sccache, {"PATH": f"{tmp_path / 'bin'}:{tools}"})
     assert f"finds one on the build's PATH ({tools / 'ccache'})" in said and said.endswith("take ccache's directory off PATH")
     # ccache as the build's own cache, or none: nothing to say
     assert compile_path.host_compile_warnings(older, str(tools / "ccache"), {"PATH": str(tools)}) == []
