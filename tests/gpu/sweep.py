@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The sweep: every component of versions.yaml built on the GPU machine for sm_90 through our own sessions,
-checked, released, indexed, installed from the index, imported and its kernels run, in one device session.
+checked, released, indexed, installed from the index, imported and its kernels run, in one run on the GPU machine.
 
 ``variant`` writes the sweep's versions file: each component's own entry of versions.yaml (builder,
 patches, extra_env, wheel packages, pins: what CI builds) with only what the machine needs changed: the
