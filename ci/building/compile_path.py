@@ -9,9 +9,9 @@ cache as their compiler launcher and ninja as their generator from the build's e
 The plan says so for sources it can read without fetching (a repository directory), the build for every
 source once it has it.
 
-A torch extension's host C++ units (its ``.cpp`` files) reach the cache only through torch itself: since
-torch 2.13 its extension builder puts a compiler cache it finds on PATH in front of ``c++``, ccache before
-sccache; an older torch runs ``c++`` as it is. The build says so once it has the row's torch
+A torch extension's host C++ units (its ``.cpp`` files) reach the cache only through torch itself: torch
+2.13's extension builder puts a compiler cache it finds on PATH in front of ``c++``, ccache before sccache;
+torch 2.11's runs ``c++`` as it is. The build says so once it has the row's torch
 (:func:`host_compile_warnings`).
 """
 
@@ -57,8 +57,8 @@ def host_compile_warnings(torch_dir: Path, cache_tool: str | None, environ: Mapp
     except OSError:
         return []
     if _TORCH_WRAPS_COMPILER not in builder:
-        return [f"this torch's extension builder runs c++ with no compiler cache in front: {outside}; torch 2.13 and "
-                "later put the cache found on PATH there"]
+        return [f"this torch's extension builder runs c++ with no compiler cache in front: {outside}; torch 2.13 "
+                "puts the cache found on PATH there"]
     if environ.get(NO_WRAPPER_SETTING):
         return [f"{NO_WRAPPER_SETTING} is set, so torch puts no compiler cache in front of c++: {outside}; unset it"]
     ccache = shutil.which("ccache", path=environ.get("PATH", ""))
