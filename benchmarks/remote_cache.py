@@ -179,13 +179,21 @@ def _compiled(entry: dict) -> str:
     return _counts(stats) if stats.get("requests") else "nothing compiled at build time"
 
 
+def _share(hits: int, requests: int) -> str:
+    return f"{hits / requests:.0%}" if requests else "-"
+
+
 def device_sweep_table() -> tuple[Table, list[str], str] | None:
     """15(b): the GPU machine's sweeps through a served cache, each then again as a second machine
     (device_results.json ``cached_sweeps``, each run), per component: build time and compiles from the cache."""
     cached_sweeps = _device_section("cached_sweeps")
     if cached_sweeps is None:
         return None
-    rows, notes = [], []
+    rows: list[list[str]] = []
+    notes = ["15(b) read from benchmarks/device_results.json `cached_sweeps`: `WHEELHOUSE_SWEEP_REMOTE_CACHE=1 "
+             "tests/gpu/run_on_device.sh sweep`, every build through sccache with WsgiDAV on the machine's loopback as "
+             "the remote (read-write), then the sweep again in fresh work, cache and build directories at the same "
+             "path. Build times include each row's venv and checks, and the builds of one run share the 16 cores."]
     hits = requests = 0
     components: set[str] = set()
     for cached in cached_sweeps:
@@ -198,9 +206,9 @@ def device_sweep_table() -> tuple[Table, list[str], str] | None:
                          f"{second.get('build_s')} s, {_compiled(second)}", "yes" if same else "NO",
                          "yes" if entry.get("green") and second.get("green") else "no"])
         rate = cached["hit_rate"]
-        share = f"{rate['hits'] / rate['requests']:.0%}" if rate["requests"] else "-"
         rows.append([f"all builds at {commit}, side by side", f"{first.get('builds_wall_s')} s",
-                     f"{again.get('builds_wall_s')} s, {rate['hits']} / {rate['requests']} units ({share})", "",
+                     f"{again.get('builds_wall_s')} s, {rate['hits']} / {rate['requests']} units "
+                     f"({_share(rate['hits'], rate['requests'])})", "",
                      f"{again.get('green')} of {len(again['components'])}"])
         notes += [f"15(b) {commit}: {first['machine']}, {first['date']}, {len(first['components'])} components",
                   *(f"15(b) {commit}: {note}" for note in cached.get("notes", []))]
@@ -208,14 +216,9 @@ def device_sweep_table() -> tuple[Table, list[str], str] | None:
         components |= set(again["components"])
     table = Table(["15(b) component (commit)", "first machine: build, from the cache",
                    "second machine: build, from the cache", "same wheel sha256", "green both times"], rows)
-    notes.insert(0, "15(b) read from benchmarks/device_results.json `cached_sweeps`: `WHEELHOUSE_SWEEP_REMOTE_CACHE=1 "
-                    "tests/gpu/run_on_device.sh sweep`, every build through sccache with WsgiDAV on the machine's "
-                    "loopback as the remote (read-write), then the sweep again in fresh work, cache and build "
-                    "directories at the same path. Build times include each row's venv and checks, and the builds of "
-                    "one run share the 16 cores.")
-    share = f"{hits / requests:.0%}" if requests else "-"
     summary = (f"the GPU machine's sweeps again as a second machine ({len(components)} components in "
-               f"{len(cached_sweeps)} runs): {hits} of {requests} compiles from the served cache ({share})")
+               f"{len(cached_sweeps)} runs): {hits} of {requests} compiles from the served cache "
+               f"({_share(hits, requests)})")
     return table, notes, summary
 
 
