@@ -27,6 +27,7 @@ from pathlib import Path
 
 from benchmarks.builds import _device_section, _output_to
 from benchmarks.common import REPO, Context, Figure, Samples, Table
+from ci.formats.cache_log import hit_share
 
 NAME = "remote-cache"
 TITLE = "15. Compiler cache between machines: a remote store against the archive handoff"
@@ -179,10 +180,6 @@ def _compiled(entry: dict) -> str:
     return _counts(stats) if stats.get("requests") else "nothing compiled at build time"
 
 
-def _share(hits: int, requests: int) -> str:
-    return f"{hits / requests:.0%}" if requests else "-"
-
-
 def device_sweep_table() -> tuple[Table, list[str], str] | None:
     """15(b): the GPU machine's sweeps through a served cache, each then again as a second machine
     (device_results.json ``cached_sweeps``, each run), per component: build time and compiles from the cache."""
@@ -208,7 +205,7 @@ def device_sweep_table() -> tuple[Table, list[str], str] | None:
         rate = cached["hit_rate"]
         rows.append([f"all builds at {commit}, side by side", f"{first.get('builds_wall_s')} s",
                      f"{again.get('builds_wall_s')} s, {rate['hits']} / {rate['requests']} units "
-                     f"({_share(rate['hits'], rate['requests'])})", "",
+                     f"({hit_share(rate['hits'], rate['requests'])})", "",
                      f"{again.get('green')} of {len(again['components'])}"])
         notes += [f"15(b) {commit}: {first['machine']}, {first['date']}, {len(first['components'])} components",
                   *(f"15(b) {commit}: {note}" for note in cached.get("notes", []))]
@@ -218,7 +215,7 @@ def device_sweep_table() -> tuple[Table, list[str], str] | None:
                    "second machine: build, from the cache", "same wheel sha256", "green both times"], rows)
     summary = (f"the GPU machine's sweeps again as a second machine ({len(components)} components in "
                f"{len(cached_sweeps)} runs): {hits} of {requests} compiles from the served cache "
-               f"({_share(hits, requests)})")
+               f"({hit_share(hits, requests)})")
     return table, notes, summary
 
 

@@ -275,6 +275,14 @@ def test_a_unit_counts_as_reused_only_when_every_cached_step_of_it_hit():
     assert cache_log.not_reused([("a.o", "cache miss (timed out)"), ("b.o", "cache hit")]) == ["a"]
 
 
+def test_a_hit_rate_with_a_miss_never_reads_as_every_compile_served():
+    """The GPU machine's all-nine cached sweep had 213 hits of 214: rounded to a whole percent that read "100%"."""
+    assert cache_log.hit_share(213, 214) == "99.5%"
+    assert cache_log.hit_share(999, 1000) == "99.9%" and cache_log.hit_share(9999, 10000) == "99.9%"
+    assert cache_log.hit_share(38, 38) == "100.0%" and cache_log.hit_share(0, 6) == "0.0%"
+    assert cache_log.hit_share(0, 0) == "-"
+
+
 FIXTURE_TWO_PYTHONS = """\
 build_matrix:
   - {arch: x86_64, cuda: "13.0.2", python: "3.12", torch: "2.13.0", cxx11_abi: "TRUE", torch_index: default}

@@ -167,7 +167,7 @@ def test_a_cached_sweep_is_recorded_apart_from_the_sweeps_with_its_second_runs_h
     (cached,) = data["cached_sweeps"]
     assert cached["hit_rate"] == {"requests": 4, "hits": 4, "misses": 0, "step_hits": 8, "remote_step_hits": 8}
     assert cached["first"]["components"]["a"]["compiler_cache"]["misses"] == 4 and cached["notes"] == ["six of nine"]
-    assert capsys.readouterr().out.endswith("the second machine: 4 of 4 compiles from the cache (100%), 8 of 8 hit "
+    assert capsys.readouterr().out.endswith("the second machine: 4 of 4 compiles from the cache (100.0%), 8 of 8 hit "
                                             "steps from the remote; builds 215 s, then 141 s\n")
 
 

@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from ci.base.errors import ConfigError  # noqa: E402
+from ci.formats.cache_log import hit_share  # noqa: E402
 
 DEVICE_VERSIONS = ROOT / "tests" / "fixtures" / "versions-device.yaml"
 RESULTS = ROOT / "benchmarks" / "device_results.json"
@@ -530,7 +531,7 @@ def _cache_counts(stats: dict) -> str:
 
 def cached_line(cached: dict) -> str:
     rate = cached["hit_rate"]
-    share = f"{rate['hits'] / rate['requests']:.0%}" if rate["requests"] else "nothing compiled"
+    share = hit_share(rate["hits"], rate["requests"]) if rate["requests"] else "nothing compiled"
     return (f"the second machine: {rate['hits']} of {rate['requests']} compiles from the cache ({share}), "
             f"{rate['remote_step_hits']} of {rate['step_hits']} hit steps from the remote; builds "
             f"{cached['first'].get('builds_wall_s')} s, then {cached['again'].get('builds_wall_s')} s")
