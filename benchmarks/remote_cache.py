@@ -190,7 +190,9 @@ def device_sweep_table() -> tuple[Table, list[str], str] | None:
     notes = ["15(b) read from benchmarks/device_results.json `cached_sweeps`: `WHEELHOUSE_SWEEP_REMOTE_CACHE=1 "
              "tests/gpu/run_on_device.sh sweep`, every build through sccache with WsgiDAV on the machine's loopback as "
              "the remote (read-write), then the sweep again in fresh work, cache and build directories at the same "
-             "path. Build times include each row's venv and checks, and the builds of one run share the 16 cores."]
+             "path. Build times include each row's venv and checks, and the builds of one run share the 16 cores. The "
+             "same sha256 in both runs shows the cache serves what the first run compiled, not that a compile is "
+             "reproducible (the second run's objects are the first's); rebuild-check compiles twice."]
     hits = requests = 0
     components: set[str] = set()
     for cached in cached_sweeps:
