@@ -531,7 +531,7 @@ def _cache_counts(stats: dict) -> str:
 
 def cached_line(cached: dict) -> str:
     rate = cached["hit_rate"]
-    share = hit_share(rate["hits"], rate["requests"]) if rate["requests"] else "nothing compiled"
+    share = hit_share(rate["hits"], rate["requests"]) if rate["requests"] else "no compile request"
     return (f"the second machine: {rate['hits']} of {rate['requests']} compiles from the cache ({share}), "
             f"{rate['remote_step_hits']} of {rate['step_hits']} hit steps from the remote; builds "
             f"{cached['first'].get('builds_wall_s')} s, then {cached['again'].get('builds_wall_s')} s")
