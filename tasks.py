@@ -198,6 +198,8 @@ def _wheel_paths(specs: list[str]) -> list[Path]:
         "torch": "target torch: a python interpreter, site-packages dir, torch dir, or a torch wheel read in place",
         "require_archs": ("CUDA archs each shared object must hold as exact targets, e.g. '8.0;9.0a;12.0f' "
                           "(sm_90a serves 9.0; 9.0a needs sm_90a)"),
+        "extra_cubins": ("cubins beyond --require-archs that the build adds on purpose, accepted by the arch gate, "
+                         "e.g. '10.3a' (a component's extra_cubins in versions.yaml)"),
         "pythons": "CPython versions that must each have every extension module, e.g. 3.10,3.11",
         "audit": "also run auditwheel show on each wheel",
         "json": "print the versioned JSON report",
@@ -205,12 +207,17 @@ def _wheel_paths(specs: list[str]) -> list[Path]:
 )
 @reports_errors
 def check_wheel(c: Context, wheel: list[str] | None = None, torch: str | None = None,
-                require_archs: str | None = None, pythons: str | None = None, audit: bool = False,
-                json_: bool = False) -> None:
+                require_archs: str | None = None, extra_cubins: str | None = None, pythons: str | None = None,
+                audit: bool = False, json_: bool = False) -> None:
     """Check wheels before they ship: torch ABI, Python coverage, CUDA archs, archive safety."""
     from ci.checks.check import check_wheels
+    from ci.formats.archs import parse_arch_list
 
-    report = check_wheels(_wheel_paths(wheel or []), torch_target=torch, require_archs=require_archs, pythons=pythons, audit=audit)
+    if extra_cubins and not require_archs:
+        raise UsageError("--extra-cubins widens --require-archs; pass the arch list too")
+    extra = {str(arch): "named by --extra-cubins" for arch in parse_arch_list(extra_cubins).archs} if extra_cubins else None
+    report = check_wheels(_wheel_paths(wheel or []), torch_target=torch, require_archs=require_archs,
+                          extra_cubins=extra, pythons=pythons, audit=audit)
     log.out(report.to_json() if json_ else report.render_text())
     if not report.ok:
         raise Exit(code=1)

@@ -27,10 +27,11 @@ from ci.formats.fatbin import arch_problems, scan_wheel_archs
 needs_nvcc = pytest.mark.skipif(not NVCC.is_file(), reason="nvcc not installed")
 
 
-def _gate(tmp_path: Path, gencodes: tuple[str, ...], arch_list: str, *, device_link: bool = False) -> tuple[str, ...]:
+def _gate(tmp_path: Path, gencodes: tuple[str, ...], arch_list: str, *, device_link: bool = False,
+          accepted: tuple[CudaArch, ...] = ()) -> tuple[str, ...]:
     so = gencode_shared_object(gencodes, device_link=device_link)
     wheel = build_wheel(tmp_path, {"pkg/libkernels.so": so.read_bytes(), "pkg/__init__.py": b""}, name="pkg")
-    return arch_problems(scan_wheel_archs(wheel, use_cuobjdump=False), parse_arch_list(arch_list))
+    return arch_problems(scan_wheel_archs(wheel, use_cuobjdump=False), parse_arch_list(arch_list), accepted)
 
 
 # --- the rules, as data ---------------------------------------------------------------------------
@@ -60,6 +61,9 @@ def test_exact_target_semantics() -> None:
     assert fallback(parse_arch("8.6"), [parse_arch("8.0")]) == "sm_80, which 8.6 devices load by minor-version compatibility"
     assert fallback(parse_arch("10.0"), [parse_arch("9.0")]) is None
     assert stray_archs(parse_arch_list("8.0;9.0a"), [parse_arch("7.5"), parse_arch("9.0a")]) == (CudaArch(7, 5),)
+    # an accepted extra is that exact target only: 10.3a accepts sm_103a, not sm_103 or sm_75
+    built = [parse_arch(a) for a in ("9.0", "10.0a", "10.3a", "10.3", "7.5")]
+    assert stray_archs(parse_arch_list("9.0;10.0"), built, [parse_arch("10.3a")]) == (CudaArch(7, 5), CudaArch(10, 3))
 
 
 # --- the gate on real nvcc output -------------------------------------------------------------------
@@ -105,7 +109,37 @@ def test_device_link_default_is_a_stray_cubin(tmp_path: Path) -> None:
     problems = _gate(tmp_path, ("compute_90a,code=sm_90a",), "9.0a", device_link=True)
     assert problems == ("pkg-1.0-cp311-cp311-linux_x86_64.whl: pkg/libkernels.so: cubins for sm_75, which the arch "
                         "list (9.0a) does not ask for: nvcc's default arch of a device link (-dlink) or a compile "
-                        "without -gencode; pass the list's -gencode flags to every nvcc step, the device link too",)
+                        "without -gencode; pass the list's -gencode flags to every nvcc step, the device link too, "
+                        "or, where the component's own build adds them on purpose, name them with the reason in its "
+                        "extra_cubins in versions.yaml",)
+    # a declared extra cubin does not let nvcc's default through
+    assert len(_gate(tmp_path, ("compute_90a,code=sm_90a",), "9.0a", device_link=True,
+                     accepted=(parse_arch("10.3a"),))) == 1
+
+
+# TransformerEngine's CMake (transformer_engine/common/CMakeLists.txt) compiles its Blackwell-specific kernels for
+# 100a and 103a whenever the list has 10.0: its gencodes for a 9.0;10.0 list
+TRANSFORMER_ENGINE_GENCODES = ("compute_90,code=sm_90", "compute_100,code=sm_100", "compute_100a,code=sm_100a",
+                               "compute_103a,code=sm_103a")
+
+
+@needs_nvcc
+def test_a_cubin_the_build_adds_on_purpose_passes_only_where_versions_yaml_names_it(tmp_path: Path) -> None:
+    so = gencode_shared_object(TRANSFORMER_ENGINE_GENCODES).read_bytes()
+    wheel = build_wheel(tmp_path, {"te/libtransformer_engine.so": so, "te/__init__.py": b""}, name="te")
+    refused = check_wheels([wheel], require_archs="9.0;10.0", use_cuobjdump=False)
+    assert [p.split(": ", 2)[2][:63] for p in refused.problems] == [
+        "cubins for sm_103a, which the arch list (9.0;10.0) does not ask"]
+    reason = "the build adds it beside 10.0: its arch-specific kernels for B300"
+    accepted = check_wheels([wheel], require_archs="9.0;10.0", extra_cubins={"10.3a": reason}, use_cuobjdump=False)
+    assert accepted.ok, accepted.problems
+    assert accepted.wheels[0].allowed_extra_cubins == (f"sm_103a: {reason}",)
+    assert f"  extra cubins allowed: sm_103a: {reason}" in accepted.render_text().splitlines()
+    assert json.loads(accepted.to_json())["wheels"][0]["allowed_extra_cubins"] == [f"sm_103a: {reason}"]
+    # another flavour of that arch is not the target named
+    other = check_wheels([wheel], require_archs="9.0;10.0", extra_cubins={"10.3f": reason}, use_cuobjdump=False)
+    assert [p.split(": ", 2)[2][:26] for p in other.problems] == ["cubins for sm_103a, which "]
+    assert other.wheels[0].allowed_extra_cubins == ()
 
 
 @needs_nvcc

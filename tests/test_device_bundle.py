@@ -18,6 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "gpu"))
 import device_bundle
 import full_archs
+from wheel_factory import NVCC, build_wheel, gencode_shared_object
 
 from ci.model.versions import REPO_ROOT, load
 
@@ -239,6 +240,18 @@ def test_the_full_arch_variant_takes_versions_yamls_lists(tmp_path):
     assert full_archs.requested(out, "deep-ep") == "8.0;9.0;10.0"
 
 
+def test_the_full_arch_variant_carries_the_cubins_a_build_adds_on_purpose(tmp_path):
+    """TransformerEngine's build adds sm_103a beside 10.0 (versions.yaml's extra_cubins): the variant the device
+    builds with must name it too, or its own build's arch gate refuses the wheel (as it did on the GPU machine)."""
+    out = tmp_path / "versions-all-archs.yaml"
+    out.write_text(full_archs.variant(["transformer-engine"], cores=16))
+    settings = load(out).component("transformer-engine").settings_for("x86_64")
+    real = load().component("transformer-engine").settings_for("x86_64")
+    assert settings.torch_cuda_arch_list == "8.0;9.0;10.0"
+    assert dict(settings.extra_cubins) == dict(real.extra_cubins) and "10.3a" in settings.extra_cubins
+    assert (settings.nvcc_threads, settings.max_jobs, settings.extra_env["NVTE_BUILD_THREADS_PER_JOB"]) == (3, 5, "3")
+
+
 def test_the_cache_tools_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """``invoke device-bundle --cache-tools``: .cache-tools/ is replaced only once every wheel is downloaded."""
     index = tmp_path / "index"
@@ -257,3 +270,31 @@ def test_the_cache_tools_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     parts = device_bundle.make_cache_tools(root)
     assert [p.path for p in parts] == [".cache-tools/cache_tool-1.0-py3-none-any.whl"]
     assert [p.name for p in (root / ".cache-tools").iterdir()] == ["cache_tool-1.0-py3-none-any.whl"]
+
+
+@pytest.mark.skipif(not NVCC.is_file(), reason="nvcc not installed")
+def test_a_full_arch_row_counts_the_declared_extra_cubins_as_asked(tmp_path):
+    """all-archs' row for TransformerEngine: sm_103a beside 8.0;9.0;10.0 is what was asked (its extra_cubins), so
+    the row is equal and the arch gate passes; the same object without sm_80 is not equal."""
+    versions = tmp_path / "versions-all-archs.yaml"
+    versions.write_text(full_archs.variant(["transformer-engine"], cores=16))
+    gencodes = ("compute_80,code=sm_80", "compute_90,code=sm_90", "compute_100,code=sm_100",
+                "compute_100a,code=sm_100a", "compute_103a,code=sm_103a")
+    rows = {}
+    for case, kept in (("whole", gencodes), ("without-sm80", gencodes[1:])):
+        dist = tmp_path / case
+        dist.mkdir()
+        so = gencode_shared_object(kept).read_bytes()
+        build_wheel(dist, {"transformer_engine/libtransformer_engine.so": so, "transformer_engine/__init__.py": b""},
+                    name="transformer_engine", version="2.16.1", tags="cp312-cp312-linux_x86_64")
+        rows[case] = full_archs.result("transformer-engine", versions=versions, dist=dist, build_s=744, status=0,
+                                       python=sys.executable, kernels="not run")
+    whole = rows["whole"]
+    assert whole["extra_cubins"] == "10.3a"
+    (wheel,) = whole["wheels"]
+    assert wheel["shared_objects"]["transformer_engine/libtransformer_engine.so"] == {
+        "cubins": ["sm_100", "sm_100a", "sm_103a", "sm_80", "sm_90"], "equal": True}
+    assert wheel["arch_gate"] == "PASS" and whole["all_equal"]
+    (short,) = rows["without-sm80"]["wheels"]
+    assert not rows["without-sm80"]["all_equal"]
+    assert short["arch_gate"].startswith("FAIL") and "missing required CUDA arch(es) 8.0" in short["arch_gate"]

@@ -144,6 +144,19 @@ MALFORMED = [
     ("duplicate-key", "build_matrix: []\nbuild_matrix: []\ncomponents: {}\n", None),
     ("arch-filter-without-list", mutated(_set(["components", "demo", "arch_filter"], True)),
      "versions.yaml: components.demo.arch_filter: needs torch_cuda_arch_list to say which archs to keep; set it or drop arch_filter"),
+    ("extra-cubins-without-list", mutated(_set(["components", "demo", "extra_cubins"], {"10.3a": "the build adds it"})),
+     "versions.yaml: components.demo.extra_cubins: the arch gate reads it only beside torch_cuda_arch_list; set that "
+     "list or drop extra_cubins"),
+    ("extra-cubins-flavour-of-the-list",
+     mutated(lambda d: d["components"]["demo"].update(torch_cuda_arch_list="9.0;10.0",
+                                                      extra_cubins={"sm_100a": "the build adds it"})),
+     "versions.yaml: components.demo.extra_cubins: sm_100a is accepted already, as a flavour of 10.0 in "
+     "torch_cuda_arch_list (9.0;10.0); remove it from extra_cubins"),
+    ("build-path-exceptions-bad-name",
+     mutated(_set(["components", "demo", "build_path_exceptions"], {"lib x.so": "reads its plugins from there"})), None),
+    ("extra-cubins-not-an-arch",
+     mutated(lambda d: d["components"]["demo"].update(torch_cuda_arch_list="10.0", extra_cubins={"b300": "B300 needs it"})),
+     None),
     # values that reach git, pip, compiler flags, paths, tags, URLs and index worlds
     ("git-option", mutated(_set(["components", "demo", "source"], {"git": "--upload-pack=touch PWNED;true"})),
      "versions.yaml: components.demo.source.git: string '--upload-pack=touch PWNED;true' is malformed; write a clone "
@@ -231,6 +244,10 @@ EXPECTED_PATHS = {
     "wheel-packages-name": "components.demo.wheel_packages[0]: string '../x' is malformed; write a distribution name",
     "build-timeout-zero": "components.demo.build_timeout: string '0' is malformed; write a timeout(1) duration greater than zero",
     "runs-on-space": "components.demo.runs_on: string 'ubuntu latest' is malformed; write a GitHub runner label",
+    "build-path-exceptions-bad-name": ("components.demo.build_path_exceptions.lib x.so: invalid name; "
+                                       "build_path_exceptions keys are member paths or globs"),
+    "extra-cubins-not-an-arch": ("components.demo.extra_cubins.b300: invalid name; extra_cubins keys are exact CUDA "
+                                 "targets, e.g. 10.3a or sm_103a"),
 }
 
 

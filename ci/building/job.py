@@ -1043,7 +1043,8 @@ def _check_wheels(row: MatrixRow, wheels: list[Path], torch_dir: Path, build_pat
 
     require = row.settings.archs if row.settings.verify_wheel_archs and row.cuda != "cpu" else None
     report = check.check_wheels(wheels, torch_target=torch_dir, require_archs=require, pythons=list(row.pythons),
-                                build_paths=build_paths, build_path_exceptions=row.settings.build_path_exceptions)
+                                build_paths=build_paths, build_path_exceptions=row.settings.build_path_exceptions,
+                                extra_cubins=row.settings.extra_cubins)
     if not report.ok:
         raise WheelhouseError(f"{row.label}: wheel checks failed: {'; '.join(report.problems)}")
     return json.loads(report.to_json())

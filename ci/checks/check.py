@@ -35,7 +35,7 @@ from ci.checks.coverage import CoverageResult, check_coverage, parse_pythons
 from ci.checks.cuda_libs import LibrarySet, SkewResult, check_skew, pinned_by_torch, toolkit_libraries
 from ci.checks.paths import FIXED_BUILD_ROOT, check_build_paths
 from ci.formats.archive import open_wheel
-from ci.formats.archs import ArchList, format_archs, parse_arch_list
+from ci.formats.archs import ArchList, CudaArch, format_archs, parse_arch, parse_arch_list
 from ci.formats.elf import EM_AARCH64, EM_CUDA, EM_X86_64, ElfFile, is_elf
 from ci.formats.fatbin import ArchScan, HeaderBudget, MemberArchs, arch_problems, find_cuobjdump, scan_elf
 from ci.formats.metadata import read_metadata, requires_python_of
@@ -58,6 +58,8 @@ class WheelReport:
     cuda_libraries: SkewResult | None = None
     allowed_build_paths: tuple[str, ...] = ()
     """Build paths a shared object names where an import reads them, allowed by versions.yaml (with the reason)."""
+    allowed_extra_cubins: tuple[str, ...] = ()
+    """Cubins beyond the arch list that the component's own build adds, allowed by versions.yaml (with the reason)."""
 
     @property
     def filename(self) -> str:
@@ -112,6 +114,7 @@ class CheckReport:
                 tag = w.audit.best_tag or "unclassified"
                 lines.append(f"  auditwheel: {tag}" + ("" if w.audit.classified else f" ({w.audit.summary})"))
             lines += [f"  build path allowed: {allowed}" for allowed in w.allowed_build_paths]
+            lines += [f"  extra cubins allowed: {allowed}" for allowed in w.allowed_extra_cubins]
             for problem in w.problems:
                 lines.append(f"  - {problem}")
         failed = sum(1 for w in self.wheels if not w.ok)
@@ -148,6 +151,8 @@ def _wheel_dict(w: WheelReport) -> dict[str, Any]:
     }
     if w.allowed_build_paths:
         data["allowed_build_paths"] = list(w.allowed_build_paths)
+    if w.allowed_extra_cubins:
+        data["allowed_extra_cubins"] = list(w.allowed_extra_cubins)
     if w.coverage is not None:
         data["pythons"] = list(w.coverage.claimed_pythons)
         data["modules"] = [{"member": m.member, "stem": m.stem, "python": m.python} for m in w.coverage.modules]
@@ -205,13 +210,15 @@ class _CudaWorld:
 
 def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None, cuobjdump: Path | None,  # noqa: C901 - the one place every check is called from, in report order
              required: ArchList | None, audit: bool, build_paths: tuple[str, ...] = (),
-             build_path_exceptions: Mapping[str, str] | None = None, cuda_world: _CudaWorld | None = None) -> WheelReport:
+             build_path_exceptions: Mapping[str, str] | None = None, cuda_world: _CudaWorld | None = None,
+             extra_cubins: Mapping[CudaArch, str] | None = None) -> WheelReport:
     if not path.is_file():
         return WheelReport(path, None, None, (f"{path.name}: no such file ({path}); check the path",))
     sha256, size = sha256_file(path), path.stat().st_size
     problems: list[str] = []
     coverage = abi = archs = audit_result = skew = None
     allowed: list[str] = []
+    extras_found: list[str] = []
     try:
         with open_wheel(path) as archive:
             requires_python = None
@@ -256,7 +263,10 @@ def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None,
             archs = ArchScan(path.name, tuple(device))
             problems.extend(content_problems(archive, device))
             if required is not None:
-                problems.extend(arch_problems(archs, required))
+                extra = extra_cubins or {}
+                problems.extend(arch_problems(archs, required, extra))
+                built = set(archs.cubin_archs)
+                extras_found = [f"{arch.sm}: {reason}" for arch, reason in sorted(extra.items()) if arch in built]
             if exports is not None:
                 cuda = bool(device) or any(n.links_cuda for n in needs)
                 abi = evaluate_abi(path.name, needs, exports, cuda_wheel=cuda)
@@ -268,7 +278,8 @@ def _inspect(path: Path, pythons: tuple[str, ...], exports: TorchExports | None,
         audit_result = audit_show(path) if audit else None
     except CheckFailed as exc:
         problems.append(str(exc))
-    return WheelReport(path, sha256, size, tuple(problems), coverage, abi, archs, audit_result, skew, tuple(allowed))
+    return WheelReport(path, sha256, size, tuple(problems), coverage, abi, archs, audit_result, skew, tuple(allowed),
+                       tuple(extras_found))
 
 
 _MACHINES = {"x86_64": EM_X86_64, "aarch64": EM_AARCH64}
@@ -299,13 +310,15 @@ def check_wheels(
     use_cuobjdump: bool = True,
     build_paths: Iterable[str] = (FIXED_BUILD_ROOT,),
     build_path_exceptions: Mapping[str, str] | None = None,
+    extra_cubins: Mapping[str, str] | None = None,
     cuda_libraries: LibrarySet | None = None,
     library_candidates: Iterable[LibrarySet] | None = None,
 ) -> CheckReport:
     """Check wheels; never raises for a defective wheel (it is in the report), only for bad arguments.
 
     ``torch_target``: a Python interpreter, site-packages, torch dir or torch wheel (see ci.checks.abi).
-    ``require_archs``: ``"8.0;9.0a;10.0"``-style list; ``pythons``: ``"3.10,3.11"``.
+    ``require_archs``: ``"8.0;9.0a;10.0"``-style list; ``extra_cubins``: the cubins beyond it that the build adds on
+    purpose (an arch such as ``10.3a`` -> the reason), which the arch gate accepts; ``pythons``: ``"3.10,3.11"``.
     ``build_paths``: the build's directories, which a shared object must not name for run time (besides any
     site-packages in its rpath; ci/checks/paths.py), unless ``build_path_exceptions`` allows the member.
     ``cuda_libraries``: the CUDA libraries the wheels' versioned symbols must be defined by (ci/checks/cuda_libs.py);
@@ -314,6 +327,7 @@ def check_wheels(
     """
     wheel_paths = [Path(p) for p in paths]
     required = parse_arch_list(require_archs) if isinstance(require_archs, str) else require_archs
+    extra = {parse_arch(arch): reason for arch, reason in (extra_cubins or {}).items()}
     wanted_pythons = parse_pythons(pythons)
     target = resolve_torch_target(torch_target) if torch_target is not None else None
     cuobjdump = find_cuobjdump(cuda_home) if use_cuobjdump else None
@@ -324,8 +338,8 @@ def check_wheels(
     if pinned is not None:
         candidates = library_candidates if library_candidates is not None else [toolkit_libraries(_toolkit(cuda_home))]
         world = _CudaWorld(pinned, tuple(candidates))
-    reports = [_inspect(p, wanted_pythons, exports, cuobjdump, required, audit, searched, build_path_exceptions, world)
-               for p in wheel_paths]
+    reports = [_inspect(p, wanted_pythons, exports, cuobjdump, required, audit, searched, build_path_exceptions, world,
+                        extra) for p in wheel_paths]
     return CheckReport(
         wheels=tuple(reports),
         torch_target=target.description if target else None,

@@ -175,11 +175,14 @@ def _how(wanted: CudaArch, cubin: CudaArch) -> str:
     return f"{cubin.sm}, which lacks the arch-specific instructions of {wanted.sm}"
 
 
-def stray_archs(required: ArchList, cubins: Iterable[CudaArch]) -> tuple[CudaArch, ...]:
+def stray_archs(required: ArchList, cubins: Iterable[CudaArch],
+                accepted: Iterable[CudaArch] = ()) -> tuple[CudaArch, ...]:
     """Cubins built for a compute capability no entry of ``required`` names (nvcc's default arch of a device
-    link, a setup.py's own -gencode)."""
+    link, a setup.py's own -gencode), but the exact targets in ``accepted``: those a component's own build
+    adds on purpose (versions.yaml's ``extra_cubins``)."""
     asked = {a.base for a in required.archs}
-    return tuple(sorted({c for c in cubins if c.base not in asked}))
+    allowed = set(accepted)
+    return tuple(sorted({c for c in cubins if c.base not in asked and c not in allowed}))
 
 
 def format_archs(archs: Iterable[CudaArch]) -> str:

@@ -270,15 +270,17 @@ STANDALONE_CUBINS = "standalone cubins"
 """The member name the arch gate gives a wheel's ``.cubin`` files, taken together (each holds one target)."""
 
 
-def arch_problems(scan: ArchScan, required: ArchList) -> tuple[str, ...]:
+def arch_problems(scan: ArchScan, required: ArchList, accepted: Iterable[CudaArch] = ()) -> tuple[str, ...]:
     """One line per shared object whose device code does not hold every entry of ``required`` as its exact target
     (missing, or reached only through a family member's cubin, another flavour or PTX), and per shared object with
-    cubins the list does not ask for; the wheel's ``.cubin`` files count as one object."""
+    cubins the list does not ask for, but the exact targets in ``accepted``; the wheel's ``.cubin`` files count as
+    one object."""
     if not scan.members:
         return (f"{scan.wheel}: device code is missing required CUDA arch(es) {format_archs(required.archs)} "
                 "(found cubins for none); add them to TORCH_CUDA_ARCH_LIST and rebuild",)
+    extra = tuple(accepted)
     problems = [line for member, cubins, ptx in _device_groups(scan)
-                for line in _member_problems(scan.wheel, member, cubins, ptx, required)]
+                for line in _member_problems(scan.wheel, member, cubins, ptx, required, extra)]
     if required.ptx and not scan.ptx_archs:
         problems.append(f"{scan.wheel}: +PTX was required but the wheel embeds no PTX; build with +PTX")
     return tuple(problems)
@@ -293,7 +295,7 @@ def _device_groups(scan: ArchScan) -> list[tuple[str, tuple[CudaArch, ...], tupl
 
 
 def _member_problems(wheel: str, member: str, cubins: tuple[CudaArch, ...], ptx: tuple[CudaArch, ...],
-                     required: ArchList) -> list[str]:
+                     required: ArchList, accepted: tuple[CudaArch, ...]) -> list[str]:
     problems = []
     missing = missing_archs(required, cubins)
     absent = [arch for arch in missing if fallback(arch, cubins, ptx) is None]
@@ -305,11 +307,13 @@ def _member_problems(wheel: str, member: str, cubins: tuple[CudaArch, ...], ptx:
         if how is not None:
             problems.append(f"{wheel}: {member}: {arch} is covered only through {how}; the arch list asks for the "
                             f"exact target {arch.sm}: build that -gencode (code={arch.sm})")
-    stray = stray_archs(required, cubins)
+    stray = stray_archs(required, cubins, accepted)
     if stray:
         problems.append(f"{wheel}: {member}: cubins for {', '.join(a.sm for a in stray)}, which the arch list "
                         f"({required}) does not ask for: nvcc's default arch of a device link (-dlink) or a compile "
-                        "without -gencode; pass the list's -gencode flags to every nvcc step, the device link too")
+                        "without -gencode; pass the list's -gencode flags to every nvcc step, the device link too, or, "
+                        "where the component's own build adds them on purpose, name them with the reason in its "
+                        "extra_cubins in versions.yaml")
     return problems
 
 

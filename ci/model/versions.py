@@ -31,7 +31,7 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from ci.base.errors import ConfigError
-from ci.formats.archs import ArchList, parse_arch_list
+from ci.formats.archs import ArchList, parse_arch, parse_arch_list
 from ci.model.naming import cuda_label, ref_format_problem, release_tag, tag_problem, version_key
 from ci.model.shards import BUILDER_DECLARATION, builds_by_shards
 
@@ -144,6 +144,9 @@ class Settings:
     build_path_exceptions: Mapping[str, str]
     """Shared objects (member path or glob) allowed to name build paths where an import reads them, with
     the reason (ci/checks/paths.py)."""
+    extra_cubins: Mapping[str, str]
+    """Cubins beyond ``torch_cuda_arch_list`` that the component's own build adds on purpose (``10.3a``), with the
+    reason; the arch gate accepts them (ci/formats/archs.py's ``stray_archs``)."""
     smoke_test: tuple[str, ...]
     """Commands run after the checks in a fresh venv holding the row's torch and wheels (ci/building/smoke.py)."""
 
@@ -470,6 +473,11 @@ def _name_rule(parts: list) -> str:
         return "environment variable names are letters, digits and '_', not starting with a digit, at most 128 characters"
     if parts and parts[-1] == "verl_reference_versions":
         return "names are at most 100 characters"
+    if parts and parts[-1] == "extra_cubins":
+        return "extra_cubins keys are exact CUDA targets, e.g. 10.3a or sm_103a"
+    if parts and parts[-1] == "build_path_exceptions":
+        return ("build_path_exceptions keys are member paths or globs: letters, digits and ._*?/[]-, at most 200 "
+                "characters")
     return "component names are lower-case letters, digits and '-', at most 64 characters"
 
 
@@ -578,6 +586,8 @@ def _check_semantics(versions: Versions, repo_root: Path | None) -> None:  # noq
             arch_list_key = (f"arch_overrides.{arch}.torch_cuda_arch_list" if "torch_cuda_arch_list" in override
                              else "torch_cuda_arch_list")
             _check_arch_list(f"{where}.{arch_list_key}", settings.torch_cuda_arch_list)
+            extra_key = f"arch_overrides.{arch}.extra_cubins" if "extra_cubins" in override else "extra_cubins"
+            _check_extra_cubins(f"{where}.{extra_key}", settings)
             rehost_key = f"arch_overrides.{arch}.rehost" if "rehost" in override else "rehost"
             _check_rehost(f"{where}.{rehost_key}", settings, component.name)
             patches_key = f"arch_overrides.{arch}.patches" if "patches" in override else "patches"
@@ -682,6 +692,24 @@ def _check_rehost(where: str, settings: Settings, component: str) -> None:
         if canonicalize_name(name) not in {canonicalize_name(p) for p in published}:
             raise ConfigError(f"{where}[{index}]: {name} is not one of the wheels the component publishes "
                               f"({', '.join(published)}); rehost only one of them, or add it to wheel_packages")
+
+
+def _check_extra_cubins(where: str, settings: Settings) -> None:
+    """Each extra cubin an exact target the gate would otherwise refuse, beside a list the gate reads."""
+    if not settings.extra_cubins:
+        return
+    if settings.archs is None:
+        raise ConfigError(f"{where}: the arch gate reads it only beside torch_cuda_arch_list; set that list or drop "
+                          "extra_cubins")
+    asked = {arch.base for arch in settings.archs.archs}
+    for token in settings.extra_cubins:
+        try:
+            arch = parse_arch(token)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if arch.base in asked:
+            raise ConfigError(f"{where}: {token} is accepted already, as a flavour of {arch.base} in "
+                              f"torch_cuda_arch_list ({settings.torch_cuda_arch_list}); remove it from extra_cubins")
 
 
 def _check_arch_list(where: str, value: str | None) -> None:

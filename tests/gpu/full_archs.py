@@ -70,6 +70,8 @@ def variant(components: list[str], *, device: Path = DEVICE_VERSIONS, cores: int
         entry = raw["components"][name]
         archs = settings.torch_cuda_arch_list or OWN_GENCODES.get(name)
         entry["torch_cuda_arch_list"] = archs
+        if settings.extra_cubins:  # what the gate accepts beyond the list (TransformerEngine's 10.3a)
+            entry["extra_cubins"] = dict(settings.extra_cubins)
         entry["arch_filter"] = False  # every arch its own build compiles
         entry["verify_wheel_archs"] = archs is not None
         gencodes = len(versions_mod.parse_arch_list(archs).archs) if archs else 1
@@ -177,16 +179,20 @@ def result(component: str, *, versions: Path, dist: Path, build_s: int, status: 
     loaded = versions_mod.load(versions, check_tree=False)
     row = next(r for r in matrix.expand(loaded) if r.component == component and r.arch == "x86_64")
     settings = row.settings
-    wanted = sorted({f"sm_{a.major}{a.minor}" for a in parse_arch_list(settings.torch_cuda_arch_list or "").archs})
+    extra = parse_arch_list(list(settings.extra_cubins)).archs
+    listed = sorted({f"sm_{a.major}{a.minor}" for a in parse_arch_list(settings.torch_cuda_arch_list or "").archs})
+    allowed = {*listed, *(f"sm_{a.major}{a.minor}" for a in extra)}  # cuobjdump: every listed arch, and only these
     memory = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
                       if line.startswith("MemTotal:"))) // 2**20
     conditions = time_model.Conditions(os.cpu_count() or 1, memory, settings.max_jobs,
-                                       time_model.nvcc_threads(row), max(1, len(wanted)))
+                                       time_model.nvcc_threads(row), max(1, len(listed)))
     found = {"component": component, "ref": row.ref, "requested_archs": settings.torch_cuda_arch_list,
              "settings": f"max_jobs {settings.max_jobs}, nvcc threads {time_model.nvcc_threads(row)}",
              "build_s": build_s, "build_exit": status,
              "predicted_s": round(time_model.predict_seconds(component, conditions)),
              "wheels": [], "kernels": kernels}
+    if extra:
+        found["extra_cubins"] = ";".join(str(a) for a in extra)
     stems = [w.replace("-", "_") for w in settings.wheel_packages]
     for wheel in sorted(p for p in dist.glob("*.whl") if p.name.split("-")[0] in stems):
         entry: dict = {"wheel": wheel.name, "bytes": wheel.stat().st_size,
@@ -197,10 +203,11 @@ def result(component: str, *, versions: Path, dist: Path, build_s: int, status: 
                 cubins = _cubin_archs(Path(tmp) / member)
                 if cubins:
                     entry["shared_objects"][member] = {
-                        "cubins": cubins, "equal": sorted({_base(a) for a in cubins}) == wanted}
+                        "cubins": cubins, "equal": set(listed) <= {_base(a) for a in cubins} <= allowed}
         gate = subprocess.run([sys.executable, "-m", "invoke", "check-wheel", "--wheel", str(wheel), "--torch", python,
                                "--pythons", "3.12", *(["--require-archs", settings.torch_cuda_arch_list]
-                                                      if settings.torch_cuda_arch_list else [])],
+                                                      if settings.torch_cuda_arch_list else []),
+                               *(["--extra-cubins", ";".join(settings.extra_cubins)] if extra else [])],
                               capture_output=True, text=True, cwd=ROOT)
         entry["arch_gate"] = "PASS" if gate.returncode == 0 else f"FAIL: {(gate.stdout + gate.stderr).strip()[-300:]}"
         found["wheels"].append(entry)
