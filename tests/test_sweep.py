@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from wheel_factory import NVCC, build_wheel, gencode_shared_object
 
 from ci.model import matrix
 from ci.model.versions import load
@@ -53,6 +54,33 @@ def test_the_sweep_builds_every_component_of_versions_yaml_with_its_own_settings
     assert set(sweep.REDUCED) <= set(swept.components)
     # kernel tests name real components; one without them (a new component) is built and never green
     assert set(sweep.CHECKS) - {"wheelhouse-fixture"} <= set(real.components)
+
+
+def test_full_archs_keeps_versions_yamls_list_and_gate_for_the_components_named(tmp_path, capsys):
+    """WHEELHOUSE_SWEEP_FULL_ARCHS=transformer-engine: one sweep proves the nine and TransformerEngine's own
+    8.0;9.0;10.0 (its extra_cubins with it); the others stay sm_90. A name it cannot build that way is refused."""
+    versions_file = tmp_path / "sweep.yaml"
+    versions_file.write_text(sweep.variant(full_archs=("transformer-engine",)))
+    swept, real = load(versions_file), load()
+    te = swept.component("transformer-engine").settings_for("x86_64")
+    assert te.torch_cuda_arch_list == real.component("transformer-engine").settings_for("x86_64").torch_cuda_arch_list
+    assert te.verify_wheel_archs and not te.arch_filter and "10.3a" in te.extra_cubins
+    assert (te.nvcc_threads, te.extra_env["NVTE_BUILD_THREADS_PER_JOB"], te.build_timeout) == (3, "3", "5h")
+    assert swept.component("apex").settings_for("x86_64").torch_cuda_arch_list == "9.0"
+    assert "# with versions.yaml's arch lists: transformer-engine" in versions_file.read_text()
+    for name, why in (("flash-mla", "sets its own gencodes"), ("nothing", "is not a component the sweep builds")):
+        assert sweep.main(["variant", "--out", str(tmp_path / "refused.yaml"), "--full-archs", name]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"sweep: --full-archs: {name} {why}")
+    assert not (tmp_path / "refused.yaml").exists()
+
+
+@pytest.mark.skipif(not NVCC.is_file(), reason="nvcc not installed")
+def test_each_wheel_in_the_record_lists_the_cubins_of_its_shared_objects(tmp_path):
+    so = gencode_shared_object(("compute_90,code=sm_90", "compute_100a,code=sm_100a")).read_bytes()
+    wheel = build_wheel(tmp_path, {"pkg/libk.so": so, "pkg/__init__.py": b""}, name="pkg")
+    assert sweep._cubins(wheel) == {"cubins": {"pkg/libk.so": ["sm_90", "sm_100a"]}}
+    assert sweep._cubins(build_wheel(tmp_path / "cpu", {"pkg/__init__.py": b""}, name="pkg")) == {}
 
 
 def test_a_component_without_machine_sources_is_named_not_on_the_device_and_left_out(tmp_path):

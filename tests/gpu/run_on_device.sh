@@ -35,7 +35,9 @@
 #                               WHEELHOUSE_SWEEP_REMOTE_CACHE=1: through sccache and a loopback WebDAV
 #                               cache, then again as a second runner: $OUT/sweep-again.json;
 #                               WHEELHOUSE_SWEEP_COMPONENTS="a b": only those; WHEELHOUSE_SWEEP_REBUILD="a b":
-#                               those built twice (unset: three, or none with the cache)
+#                               those built twice (unset: three, or none with the cache);
+#                               WHEELHOUSE_SWEEP_FULL_ARCHS="transformer-engine": those with
+#                               versions.yaml's arch list instead of sm_90
 #   run_on_device.sh rebuild    each WHEELHOUSE_DEVICE_UPSTREAM component (default here:
 #                               fast-hadamard-transform flash-mla) built twice by
 #                               `nox -s rebuild-check-<component>-3.12` in two fresh
@@ -181,7 +183,9 @@ if [[ "$MODE" == sweep ]]; then
     # holds about 60 MiB of its 64) or from the folder WHEELHOUSE_DEVICE_CACHE_TOOLS names.
     use_mirror
     export WHEELHOUSE_VERSIONS="$WORK/versions-sweep.yaml"
-    "$PY" tests/gpu/sweep.py variant --out "$WHEELHOUSE_VERSIONS"
+    # WHEELHOUSE_SWEEP_FULL_ARCHS: components built with versions.yaml's arch list instead of sm_90 (one run then
+    # proves the nine and those lists)
+    "$PY" tests/gpu/sweep.py variant --out "$WHEELHOUSE_VERSIONS" --full-archs "${WHEELHOUSE_SWEEP_FULL_ARCHS:-}"
     cp "$WHEELHOUSE_VERSIONS" "$RESULTS/"
     sweep_args=()
     if [[ "${WHEELHOUSE_SWEEP_REMOTE_CACHE:-0}" == 1 ]]; then
