@@ -779,3 +779,30 @@ def test_the_build_step_uses_the_remote_cache_and_only_it_gets_the_credentials_f
     for path, doc in docs.items():  # and no job of the publish path holds a cache at all
         if path in (PUBLISH, PUBLISH_INDEX):
             assert "compiler-cache" not in _text(doc) and "COMPILER_CACHE" not in _text(doc), path
+
+
+@pytest.mark.parametrize("extra", ["10.3a", ""])
+def test_the_publish_recheck_takes_the_rows_extra_cubins_beside_its_arch_list(tmp_path, docs, extra):
+    """_publish.yml checks the wheels again as the build's own check did: TransformerEngine's sm_103a, which its
+    CMake adds beside 10.0 (extra_cubins), passes there too, and a row without extra_cubins passes no flag."""
+    te = next(row for row in matrix.expand(load()) if row.component == "transformer-engine" and row.arch == "x86_64")
+    assert te.to_json()["extra_cubins"] == "10.3a"
+    publish = next(step for step in docs[PUBLISH]["jobs"]["publish"]["steps"] if step["name"] == "Check the wheels again")
+    assert publish["env"]["EXTRA_CUBINS"] == "${{ inputs.extra_cubins }}"
+    caller = docs[f"{WF}/build-transformer-engine.yml"]["jobs"]["publish"]["with"]
+    assert caller["extra_cubins"] == "${{ matrix.extra_cubins }}"
+    # the script, run with stand-ins for the two commands it calls: what check-wheel is asked
+    stand_ins = tmp_path / "bin"
+    stand_ins.mkdir()
+    (stand_ins / "invoke").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$CALLED"\n')
+    (stand_ins / "python").write_text(f'#!/bin/sh\necho {tmp_path}/torch-2.13.0-cp312-cp312-linux_x86_64.whl\n')
+    for tool in stand_ins.iterdir():
+        tool.chmod(0o755)
+    env = {"PATH": f"{stand_ins}:{os.environ['PATH']}", "CALLED": str(tmp_path / "called"), "RUNNER_TEMP": str(tmp_path),
+           "WORLD": "cu130/torch2.13", "COMPONENT": "transformer-engine", "PYTHON": "3.12", "TORCH": "2.13.0",
+           "ARCH": "x86_64", "CUDA": "13.0.2", "ARCH_LIST": "8.0;9.0;10.0", "VERIFY_ARCHS": "true", "EXTRA_CUBINS": extra}
+    subprocess.run(["bash", str(REPO_ROOT / "build_scripts" / "ci" / "recheck_wheels.sh")], env=env, check=True,
+                   cwd=tmp_path)
+    args = (tmp_path / "called").read_text().splitlines()
+    assert args[args.index("--require-archs") + 1] == "8.0;9.0;10.0"
+    assert (args[args.index("--extra-cubins") + 1] if extra else "--extra-cubins" not in args) == (extra or True)

@@ -146,6 +146,8 @@ PUBLISH_INPUTS: tuple[tuple[str, str, str], ...] = (
     ("torch", "string", "torch version"),
     ("torch_cuda_arch_list", "string", "CUDA archs the device code must cover (empty: the component sets its own)"),
     ("verify_wheel_archs", "boolean", "check the CUDA archs"),
+    ("extra_cubins", "string", "cubins beyond that list which the build adds on purpose (versions.yaml's extra_cubins; "
+                               "empty: none)"),
 )
 # Row fields passed by an expression other than ${{ matrix.<name> }}.
 ROW_INPUT_EXPRESSIONS = {"bundle_pythons": "${{ join(matrix.bundle_pythons, ' ') }}"}
@@ -583,7 +585,8 @@ def publish_workflow() -> dict[str, Any]:
             "name": "Check the wheels again",
             "env": {"WORLD": row["world"], "COMPONENT": row["component"], "PYTHON": row["python"],
                     "BUNDLE": row["bundle_pythons"], "TORCH": row["torch"], "ARCH": row["arch"], "CUDA": row["cuda"],
-                    "ARCH_LIST": row["torch_cuda_arch_list"], "VERIFY_ARCHS": row["verify_wheel_archs"]},
+                    "ARCH_LIST": row["torch_cuda_arch_list"], "VERIFY_ARCHS": row["verify_wheel_archs"],
+                    "EXTRA_CUBINS": row["extra_cubins"]},
             "run": _script("recheck_wheels.sh"),
         },
         {

@@ -83,6 +83,7 @@ class MatrixRow:
             "torch_cuda_arch_list": s.torch_cuda_arch_list or "",
             "arch_filter": s.arch_filter,
             "verify_wheel_archs": s.verify_wheel_archs,
+            "extra_cubins": ";".join(s.extra_cubins),
             "requires_cudnn": s.requires_cudnn,
             "max_jobs": s.max_jobs,
             "build_timeout": s.build_timeout,
