@@ -63,6 +63,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from ci.base.errors import ConfigError  # noqa: E402
+from ci.formats.archs import parse_arch_list  # noqa: E402
 from ci.formats.cache_log import hit_share  # noqa: E402
 
 DEVICE_VERSIONS = ROOT / "tests" / "fixtures" / "versions-device.yaml"
@@ -226,7 +227,7 @@ def _keep_the_arch_list(entry: dict, own: dict) -> None:
     entry.pop("build_timeout", None)  # versions.yaml's, not the device file's sm_90 one
     if "build_timeout" in own:
         entry["build_timeout"] = own["build_timeout"]
-    threads = len(re.split(r"[;,\s]+", own["torch_cuda_arch_list"].strip()))
+    threads = len(parse_arch_list(own["torch_cuda_arch_list"]).archs)
     entry["nvcc_threads"] = threads
     if "NVTE_BUILD_THREADS_PER_JOB" in entry.get("extra_env", {}):
         entry["extra_env"]["NVTE_BUILD_THREADS_PER_JOB"] = str(threads)
