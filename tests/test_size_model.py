@@ -58,6 +58,26 @@ def test_one_build_is_all_per_unit_and_a_falling_fit_is_the_mean() -> None:
     assert size_model.fit(falling) == {"scales_with": "archs", "base": 95, "per_unit": 0}
 
 
+def test_a_fit_below_zero_goes_through_zero_at_its_steepest_build_so_none_is_predicted_short() -> None:
+    """TransformerEngine's 10.0 brings 100a and 103a kernels of its own: 1 arch 21 MB, 3 archs 113 MB. The least
+    squares line crosses zero below 0 bytes; the mean ratio (52 MB per arch) would predict its 3-arch wheel 43 MB
+    short."""
+    te = [size_model.Measured("te", "w", 20_970_000, 1, 1, 0, "sweep"),
+          size_model.Measured("te", "w", 21_600_000, 1, 1, 0, "earlier"),
+          size_model.Measured("te", "w", 113_480_209, 3, 1, 0, "all_archs")]
+    fitted = size_model.fit(te)
+    assert fitted == {"scales_with": "archs", "base": 0, "per_unit": 37_826_737}  # rounded up
+    assert all(fitted["base"] + fitted["per_unit"] * p.archs >= p.bytes for p in te)
+
+
+def test_a_wheel_the_checks_refused_still_counts_its_bytes() -> None:
+    row = {"component": "transformer-engine", "requested_archs": "8.0;9.0;10.0", "wheels": [],
+           "refused_wheel": {"wheel": "transformer_engine-2.16.1-cp312-cp312-linux_x86_64.whl", "bytes": 113480209}}
+    found = size_model.measurements({"all_archs": {"rows": [row]}})
+    assert [(m.project, m.bytes, m.archs, m.where) for m in found] == [
+        ("transformer-engine", 113480209, 3, "all_archs: transformer-engine")]
+
+
 def test_every_real_row_with_a_measured_wheel_is_sized_and_fits() -> None:
     """A component none of whose wheels was measured yet is "not measured yet" (a state, as "not timed yet")."""
     versions = load()

@@ -18,9 +18,10 @@ project, ``bytes = base + per_unit * units``, least squares over its builds, whe
 - nothing, for a wheel without compiled code.
 
 One build of a project gives no base: its bytes are taken as all per unit, which over-predicts rows of more
-units (the host code counted again per arch), the safe side for a budget. flashinfer-jit-cache is one
-provider wheel per arch (upstream's layout: ``flashinfer-jit-cache-sm90a``...) and a shim, each predicted from
-its own arch's compiles. A rehosted wheel is upstream's: its size is not ours to predict.
+units (the host code counted again per arch), the safe side for a budget; so does a fit whose base would fall
+below zero (a wheel that grows faster than its arch count), which goes through zero at its steepest build.
+flashinfer-jit-cache is one provider wheel per arch (upstream's layout: ``flashinfer-jit-cache-sm90a``...) and a
+shim, each predicted from its own arch's compiles. A rehosted wheel is upstream's: its size is not ours to predict.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _bytes_of(value: Any) -> int | None:
 
 def measurements(results: Mapping[str, Any]) -> list[Measured]:
     """Every wheel ``device_results.json`` records with its bytes: a section's rows (``component``, ``wheel`` and
-    ``bytes``, or ``wheels`` of each), its ``cpu_bundle``, the jit-cache subset (``jit_cache``) and the newest
+    ``bytes``, or ``wheels`` of each, and a ``refused_wheel``), its ``cpu_bundle``, the jit-cache subset (``jit_cache``) and the newest
     sweep (``sweeps``)."""
     found: list[Measured] = list(_sweep_measurements(results.get("sweeps") or ()))
     for section, data in results.items():
@@ -121,6 +122,8 @@ def _row_measurements(section: str, row: Any, arch_list: str) -> Iterator[Measur
         return
     archs = _row_archs(row, arch_list)
     wheels = [row] if "wheel" in row else [w for w in row.get("wheels") or () if isinstance(w, Mapping)]
+    if isinstance(row.get("refused_wheel"), Mapping):  # built and weighed, then stopped by a check: its bytes hold
+        wheels.append(row["refused_wheel"])
     for wheel in wheels:
         size = _bytes_of(wheel.get("bytes"))
         if size and str(wheel.get("wheel", "")).endswith(".whl"):
@@ -200,8 +203,9 @@ def fit(points: list[Measured], scales_with: str | None = None) -> dict[str, Any
     if slope <= 0:  # builds of one project differ more between trees than between arch counts
         return {"scales_with": scales_with, "base": round(mean_y), "per_unit": 0}
     base = mean_y - slope * mean_x
-    if base < 0:
-        return {"scales_with": scales_with, "base": 0, "per_unit": round(sum(ys) / sum(xs))}
+    if base < 0:  # more units weigh more than in proportion (an arch that brings arch-specific kernels of its own):
+        # through zero at the steepest of the builds, so that none of them is predicted under its bytes
+        return {"scales_with": scales_with, "base": 0, "per_unit": max(-(-y // x) for x, y in zip(xs, ys, strict=True) if x)}
     return {"scales_with": scales_with, "base": round(base), "per_unit": round(slope)}
 
 
