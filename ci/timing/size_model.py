@@ -100,8 +100,8 @@ def _bytes_of(value: Any) -> int | None:
 
 def measurements(results: Mapping[str, Any]) -> list[Measured]:
     """Every wheel ``device_results.json`` records with its bytes: a section's rows (``component``, ``wheel`` and
-    ``bytes``, or ``wheels`` of each, and a ``refused_wheel``), its ``cpu_bundle``, the jit-cache subset (``jit_cache``) and the newest
-    sweep (``sweeps``)."""
+    ``bytes``, or ``wheels`` of each, and a ``refused_wheel``), its ``cpu_bundle``, the jit-cache subset
+    (``jit_cache``) and the newest sweep (``sweeps``)."""
     found: list[Measured] = list(_sweep_measurements(results.get("sweeps") or ()))
     for section, data in results.items():
         if not isinstance(data, Mapping):
@@ -205,7 +205,8 @@ def fit(points: list[Measured], scales_with: str | None = None) -> dict[str, Any
     base = mean_y - slope * mean_x
     if base < 0:  # more units weigh more than in proportion (an arch that brings arch-specific kernels of its own):
         # through zero at the steepest of the builds, so that none of them is predicted under its bytes
-        return {"scales_with": scales_with, "base": 0, "per_unit": max(-(-y // x) for x, y in zip(xs, ys, strict=True) if x)}
+        steepest = max(-(-y // x) for x, y in zip(xs, ys, strict=True) if x)  # rounded up
+        return {"scales_with": scales_with, "base": 0, "per_unit": steepest}
     return {"scales_with": scales_with, "base": round(base), "per_unit": round(slope)}
 
 
