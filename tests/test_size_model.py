@@ -35,8 +35,8 @@ def test_the_data_file_is_what_its_command_writes_from_the_device_results() -> N
     assert jit["scales_with"] == "compiles" and jit["per_unit"] == 7008618 // 52  # 11 modules, 52 sm_90a compiles
 
 
-def test_the_newest_sweep_counts_its_full_builds_and_leaves_out_the_reduced_ones() -> None:
-    def sweep(commit: str, apex_bytes: int) -> dict:
+def test_each_component_counts_from_the_newest_sweep_that_built_it_in_full_and_reduced_builds_are_left_out() -> None:
+    def sweep(commit: str, apex_bytes: int, te_build: str) -> dict:
         return {"commit": commit, "components": {
             "apex": {"archs": "9.0", "build": "passed",
                      "wheels": [{"name": "apex-0.1-cp312-cp312-linux_x86_64.whl", "bytes": apex_bytes}]},
@@ -44,11 +44,14 @@ def test_the_newest_sweep_counts_its_full_builds_and_leaves_out_the_reduced_ones
                                 "wheels": [{"name": "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl", "bytes": 7}]},
             "megatron-bridge": {"archs": None, "build": "passed",
                                 "wheels": [{"name": "megatron_bridge-0.5.2-py3-none-any.whl", "bytes": 5}]},
-            "transformer-engine": {"archs": "9.0", "build": "failed", "wheels": []}}}
+            "transformer-engine": {"archs": "9.0", "build": te_build, "wheels": [
+                {"name": "transformer_engine-2.16.1-cp312-cp312-linux_x86_64.whl", "bytes": 20}] * (te_build == "passed")}}}
 
-    found = size_model.measurements({"sweeps": [sweep("aaaaaaa1", 1000), sweep("bbbbbbb2", 900)]})
+    found = size_model.measurements({"sweeps": [sweep("aaaaaaa1", 1000, "passed"),
+                                                sweep("bbbbbbb2", 900, "stopped at the sweep's deadline")]})
     assert [(m.project, m.bytes, m.archs, m.where) for m in found] == [
-        ("apex", 900, 1, "sweep bbbbbbb: apex"), ("megatron-bridge", 5, 0, "sweep bbbbbbb: megatron-bridge")]
+        ("apex", 900, 1, "sweep bbbbbbb: apex"), ("megatron-bridge", 5, 0, "sweep bbbbbbb: megatron-bridge"),
+        ("transformer-engine", 20, 1, "sweep aaaaaaa: transformer-engine")]  # the newer sweep stopped before it ended
 
 
 def test_one_build_is_all_per_unit_and_a_falling_fit_is_the_mean() -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,7 @@ def _bytes_of(value: Any) -> int | None:
 def measurements(results: Mapping[str, Any]) -> list[Measured]:
     """Every wheel ``device_results.json`` records with its bytes: a section's rows (``component``, ``wheel`` and
     ``bytes``, or ``wheels`` of each, and a ``refused_wheel``), its ``cpu_bundle``, the jit-cache subset
-    (``jit_cache``) and the newest sweep (``sweeps``)."""
+    (``jit_cache``) and each component's newest sweep (``sweeps``)."""
     found: list[Measured] = list(_sweep_measurements(results.get("sweeps") or ()))
     for section, data in results.items():
         if not isinstance(data, Mapping):
@@ -136,22 +136,24 @@ SWEEP_WHERE = "sweep "
 
 
 def _sweep_measurements(sweeps: Any) -> Iterator[Measured]:
-    """The newest sweep's wheels: what today's build code makes of each component (the sections above hold builds
-    of earlier code, whose wheels were larger). A build the sweep reduced (fewer kernels, one Python) is not the
+    """Each component's wheels from the newest sweep that built it in full: what today's build code makes of it
+    (the sections above hold builds of earlier code, whose wheels were larger), still counted when a later sweep
+    stopped before that component's build ended. A build a sweep reduced (fewer kernels, one Python) is not the
     row's wheel and is left out; an entry without archs has no device code (DeepGEMM's JIT, Megatron-Bridge)."""
-    if not sweeps or not isinstance(sweeps[-1], Mapping):
-        return
-    newest = sweeps[-1]
-    for component, entry in sorted((newest.get("components") or {}).items()):
-        if not isinstance(entry, Mapping) or entry.get("reduced") or entry.get("build") != "passed":
+    newest_built: dict[str, tuple[str, Mapping]] = {}
+    for sweep in sweeps if isinstance(sweeps, Sequence) else ():
+        if not isinstance(sweep, Mapping):
             continue
+        for component, entry in (sweep.get("components") or {}).items():
+            if isinstance(entry, Mapping) and entry.get("build") == "passed" and not entry.get("reduced"):
+                newest_built[component] = (str(sweep.get("commit", ""))[:7], entry)
+    for component, (commit, entry) in sorted(newest_built.items()):
         archs = _count_archs(str(entry.get("archs") or ""))
         for wheel in entry.get("wheels") or ():
             size = _bytes_of(wheel.get("bytes"))
             if size and str(wheel.get("name", "")).endswith(".whl"):
                 none = wheel["name"].endswith("-none-any.whl")
-                yield _measured(wheel["name"], size, 0 if none else archs,
-                                f"{SWEEP_WHERE}{str(newest.get('commit', ''))[:7]}: {component}")
+                yield _measured(wheel["name"], size, 0 if none else archs, f"{SWEEP_WHERE}{commit}: {component}")
 
 
 def _jit_cache_measurements(data: Mapping[str, Any]) -> Iterator[Measured]:
