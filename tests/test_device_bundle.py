@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -281,6 +282,8 @@ def test_a_full_arch_row_counts_the_declared_extra_cubins_as_asked(tmp_path):
     gencodes = ("compute_80,code=sm_80", "compute_90,code=sm_90", "compute_100,code=sm_100",
                 "compute_100a,code=sm_100a", "compute_103a,code=sm_103a")
     rows = {}
+    probe = {"what": "g++ -O2 ...", "cores": 16, "one_s": 0.61, "all_cores_s": 0.74}
+    (tmp_path / "host-probe.json").write_text(json.dumps(probe))
     for case, kept in (("whole", gencodes), ("without-sm80", gencodes[1:])):
         dist = tmp_path / case
         dist.mkdir()
@@ -288,9 +291,11 @@ def test_a_full_arch_row_counts_the_declared_extra_cubins_as_asked(tmp_path):
         build_wheel(dist, {"transformer_engine/libtransformer_engine.so": so, "transformer_engine/__init__.py": b""},
                     name="transformer_engine", version="2.16.1", tags="cp312-cp312-linux_x86_64")
         rows[case] = full_archs.result("transformer-engine", versions=versions, dist=dist, build_s=744, status=0,
-                                       python=sys.executable, kernels="not run")
+                                       python=sys.executable, kernels="not run",
+                                       host_probe=tmp_path / "host-probe.json" if case == "whole" else None)
     whole = rows["whole"]
     assert whole["extra_cubins"] == "10.3a"
+    assert whole["host_probe"] == probe and "host_probe" not in rows["without-sm80"]  # how fast that host compiles
     (wheel,) = whole["wheels"]
     assert wheel["shared_objects"]["transformer_engine/libtransformer_engine.so"] == {
         "cubins": ["sm_100", "sm_100a", "sm_103a", "sm_80", "sm_90"], "equal": True}

@@ -123,11 +123,14 @@ def test_the_whole_sweep_runs_on_the_fixture(tmp_path):
     """About two minutes on two cores: three builds of the fixture (one, and a rebuild check's two)."""
     out = tmp_path / "out" / "sweep.json"
     out.parent.mkdir()
+    probe = tmp_path / "out" / "host-probe.json"  # run_on_device.sh's machine section writes it before any build
+    probe.write_text(json.dumps({"what": "g++ -O2 ...", "cores": 2, "one_s": 1.3, "all_cores_s": 1.4}))
     record = sweep.run(versions=REPO / "tests" / "fixtures" / "versions.yaml", work=tmp_path / "work", out=out,
                        commit="0123456789ab", deadline_s=900, components=["wheelhouse-fixture"],
-                       rebuild=("wheelhouse-fixture",))
+                       rebuild=("wheelhouse-fixture",), host_probe=probe)
     print(sweep.summary(record))
     assert json.loads(out.read_text()) == record
+    assert record["host_probe"] == json.loads(probe.read_text())
     entry = record["components"]["wheelhouse-fixture"]
     assert entry["build"] == "passed" and entry["checks"] == "passed" and entry["released"] == "yes"
     assert record["indexed"] == "yes" and entry["installed"] == "from our index"

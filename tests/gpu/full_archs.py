@@ -36,6 +36,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from host_probe import read as read_probe  # noqa: E402
+
 from ci.base.errors import ConfigError  # noqa: E402
 from ci.model import versions as versions_mod  # noqa: E402
 
@@ -166,9 +168,10 @@ def _base(arch: str) -> str:
 
 
 def result(component: str, *, versions: Path, dist: Path, build_s: int, status: int, python: str,
-           kernels: str) -> dict:
+           kernels: str, host_probe: Path | None = None) -> dict:
     """One machine-readable row for benchmarks/device_results.json: the build, its wheel, its archs, its
-    gates, its kernels and the time model's prediction beside the measured time."""
+    gates, its kernels and the time model's prediction beside the measured time (and, with ``host_probe``, how
+    fast the host compiles: tests/gpu/host_probe.py)."""
     import tempfile
     import zipfile
 
@@ -191,6 +194,8 @@ def result(component: str, *, versions: Path, dist: Path, build_s: int, status: 
              "build_s": build_s, "build_exit": status,
              "predicted_s": round(time_model.predict_seconds(component, conditions)),
              "wheels": [], "kernels": kernels}
+    if host_probe is not None:
+        found["host_probe"] = read_probe(host_probe)
     if extra:
         found["extra_cubins"] = ";".join(str(a) for a in extra)
     stems = [w.replace("-", "_") for w in settings.wheel_packages]
@@ -238,11 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     record.add_argument("--kernels", default="")
     record.add_argument("--python", default=sys.executable)
     record.add_argument("--out", type=Path, required=True, help="the results file; the row is added to its rows")
+    record.add_argument("--host-probe", type=Path, help="tests/gpu/host_probe.py's record of this machine")
     args = parser.parse_args(argv)
     try:
         if args.what == "result":
             row = result(args.component, versions=args.versions, dist=args.dist, build_s=args.build_s,
-                         status=args.status, python=args.python, kernels=args.kernels)
+                         status=args.status, python=args.python, kernels=args.kernels, host_probe=args.host_probe)
             data = json.loads(args.out.read_text()) if args.out.is_file() else {"rows": []}
             data["rows"] = [r for r in data["rows"] if r["component"] != args.component] + [row]
             args.out.write_text(json.dumps(data, indent=1) + "\n")

@@ -121,6 +121,10 @@ step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$PY" -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'
 nvcc --version | tail -2
+# how fast this host compiles, before any build: two hosts of one kind have differed 1.7x
+"$PY" tests/gpu/host_probe.py --out "$RESULTS/host-probe.json" || true
+probe=()
+[[ -f "$RESULTS/host-probe.json" ]] && probe=(--host-probe "$RESULTS/host-probe.json")
 
 build() {  # build <session> <label>: one build session, timed
     local start=$SECONDS
@@ -219,7 +223,8 @@ if [[ "$MODE" == sweep ]]; then
     commit="${WHEELHOUSE_SWEEP_COMMIT:?set WHEELHOUSE_SWEEP_COMMIT to the commit of the tree}"
     status=0
     "$PY" tests/gpu/sweep.py run --versions "$WHEELHOUSE_VERSIONS" --work "$WORK/sweep" --out "$RESULTS/sweep.json" \
-        --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" "${sweep_args[@]}" "${rebuild[@]}" || status=$?
+        --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" "${sweep_args[@]}" "${rebuild[@]}" \
+        "${probe[@]}" || status=$?
     tar -czf "$RESULTS/sweep-logs.tar.gz" -C "$WORK/sweep" logs 2>/dev/null || true
     if [[ "${WHEELHOUSE_SWEEP_REMOTE_CACHE:-0}" == 1 ]]; then
         step "the sweep again, as a second machine: the remote cache holds $(find "$WORK/dav/objects" -type f | wc -l) objects"
@@ -228,7 +233,7 @@ if [[ "$MODE" == sweep ]]; then
         mv "$WORK/sweep" "$WORK/sweep-first"
         "$PY" tests/gpu/sweep.py run --versions "$WHEELHOUSE_VERSIONS" --work "$WORK/sweep" \
             --out "$RESULTS/sweep-again.json" --commit "$commit" --deadline "${WHEELHOUSE_SWEEP_DEADLINE:-1260}" \
-            "${sweep_args[@]}" --rebuild "" || status=$?
+            "${sweep_args[@]}" --rebuild "" "${probe[@]}" || status=$?
         tar -czf "$RESULTS/sweep-again-logs.tar.gz" -C "$WORK/sweep" logs 2>/dev/null || true
     fi
     echo "sweep exit $status" | tee "$RESULTS/sweep-done.txt"
@@ -265,7 +270,7 @@ if [[ "$MODE" == all-archs ]]; then
         fi
         "$PY" tests/gpu/full_archs.py result --component "$component" --versions "$WHEELHOUSE_VERSIONS" \
             --dist "$DIST/$WORLD" --build-s "$wall" --status "$status" --kernels "$kernels" --python "$PY" \
-            --out "$RESULTS/all-archs.json" | tee -a "$RESULTS/all-archs-rows.txt"
+            --out "$RESULTS/all-archs.json" "${probe[@]}" | tee -a "$RESULTS/all-archs-rows.txt"
     done
     step "done"
     cat "$RESULTS/timings.txt"

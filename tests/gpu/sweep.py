@@ -62,6 +62,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from host_probe import line as probe_line  # noqa: E402
+from host_probe import read as read_probe  # noqa: E402
+
 from ci.base.errors import ConfigError  # noqa: E402
 from ci.formats.archs import parse_arch_list  # noqa: E402
 from ci.formats.cache_log import hit_share  # noqa: E402
@@ -463,7 +466,7 @@ def green(entry: dict) -> bool:
 
 def run(*, versions: Path, work: Path, out: Path, commit: str, deadline_s: int, python: str = sys.executable,
         components: list[str] | None = None, rebuild: tuple[str, ...] = REBUILD_CHECKS,
-        cache_secret: Path | None = None) -> dict:
+        cache_secret: Path | None = None, host_probe: Path | None = None) -> dict:
     from ci.model import matrix
     from ci.model.versions import load
 
@@ -483,6 +486,8 @@ def run(*, versions: Path, work: Path, out: Path, commit: str, deadline_s: int, 
                                           **({"reduced": REDUCED[name]} if name in REDUCED else {})}
                                    for name in names},
                     "rebuild_checks": {}}
+    if host_probe is not None:  # how fast this host compiles: sweeps on two hosts of one kind compare by it
+        record["host_probe"] = read_probe(host_probe)
     work.mkdir(parents=True, exist_ok=True)
     dist = work / "dist"
     env = {**os.environ, "WHEELHOUSE_VERSIONS": str(versions), "WHEELHOUSE_STORE": str(work / "store")}
@@ -596,6 +601,8 @@ def summary(sweep: dict) -> str:
     lines = [f"sweep of {sweep['commit'][:12]} on {sweep['machine']}: {sweep['green']} of "
              f"{len(sweep['components'])} green, builds {sweep.get('builds_wall_s')} s, "
              + ("UNFINISHED (recorded before it ended)" if sweep.get("unfinished") else f"all {sweep.get('wall_s')} s")]
+    if "host_probe" in sweep:
+        lines.append(f"  {probe_line(sweep['host_probe'])}")
     for name, entry in sweep["components"].items():
         kernels = entry.get("kernels") or {}
         wheels = ", ".join(f"{w['name']} {w['sha256'][:12]}" for w in entry.get("wheels", []))
@@ -627,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--compiler-cache-secret", type=Path,
                     help="the remote compiler cache's credential file (WHEELHOUSE_COMPILER_CACHE names the cache); "
                          "each build gets a copy")
+    go.add_argument("--host-probe", type=Path, help="tests/gpu/host_probe.py's record of this machine, kept in the sweep's")
     keep = sub.add_parser("record")
     keep.add_argument("--result", type=Path, required=True)
     keep.add_argument("--into", type=Path, default=RESULTS)
@@ -643,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
             sweep = run(versions=args.versions.resolve(), work=args.work.resolve(), out=args.out.resolve(),
                         commit=args.commit, deadline_s=args.deadline,
                         components=args.components.split() if args.components else None,
-                        rebuild=tuple(args.rebuild.split()), cache_secret=args.compiler_cache_secret)
+                        rebuild=tuple(args.rebuild.split()), cache_secret=args.compiler_cache_secret,
+                        host_probe=args.host_probe)
             print(summary(sweep))
             return 0 if sweep["green"] == len(sweep["components"]) else 1
         elif args.again:
