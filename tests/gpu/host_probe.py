@@ -3,10 +3,11 @@
 one kind can be told apart from a change in what was built.
 
 Two hosts of one kind (the same GPU, 16 cores, the same CPU name) spent 609 s and 1044 s in the CMake part of one
-TransformerEngine build, same sources, same settings: nothing in a device record said which host was which. The probe compiles one fixed C++ unit (the standard library's maps, streams and sort: template
-work like a CUDA extension's host side) with ``$CXX -O2``, alone (one core's speed) and then once per core at the
-same time (the whole machine's throughput: shared or throttled cores show there), best of ``repeats`` each. A sweep
-or all-archs record carries it; two records compare by ``one_s`` and ``all_cores_s``.
+TransformerEngine build, same sources, same settings: nothing in a device record said which host was which. The
+probe compiles one fixed C++ unit (the standard library's maps, streams and sort: template work like a CUDA
+extension's host side) with ``$CXX -O2``, alone (one core's speed) and then once per core at the same time (the
+whole machine's throughput: shared or throttled cores show there), best of ``repeats`` each. A sweep or all-archs
+record carries it; two records compare by ``one_s`` and ``all_cores_s``.
 
     python tests/gpu/host_probe.py [--out host-probe.json]
 
@@ -82,7 +83,8 @@ def probe(*, compiler: str | None = None, cores: int | None = None, repeats: int
                 together = min(max(pool.map(lambda i: _compile(compiler, source, i), range(cores)))
                                for _ in range(repeats))
         except subprocess.CalledProcessError as error:
-            return {**record, "error": f"{compiler} exit {error.returncode}: {error.stderr.decode(errors='replace').strip()[-200:]}"}
+            said = error.stderr.decode(errors="replace").strip()[-200:]
+            return {**record, "error": f"{compiler} exit {error.returncode}: {said}"}
     return {**record, "one_s": round(alone, 2), "all_cores_s": round(together, 2)}
 
 
@@ -99,7 +101,8 @@ def line(record: dict) -> str:
     """One line for a log or a summary."""
     if "error" in record:
         return f"host probe: not measured ({record['error']})"
-    return f"host probe: {record['one_s']} s alone, {record['all_cores_s']} s with {record['cores']} at once ({record['what']})"
+    return (f"host probe: {record['one_s']} s alone, {record['all_cores_s']} s with {record['cores']} at once "
+            f"({record['what']})")
 
 
 def main(argv: list[str] | None = None) -> int:
