@@ -342,8 +342,8 @@ def refuse_over_budget(row: MatrixRow, *, versions_name: str = "versions.yaml", 
     for asset in sizes.over_budget:
         raise ConfigError(
             f"{versions_name}: components.{row.component}: {row.label}: {asset.name} would be "
-            f"{_size(asset.bytes or 0)} ({asset.how}), past the {_size(ASSET_BUDGET)} a release asset may take (GitHub refuses 2 GiB); "
-            f"{_fix(asset.name)}")
+            f"{_size(asset.bytes or 0)} ({asset.how}), past the {_size(ASSET_BUDGET)} a release asset may take "
+            f"(GitHub refuses 2 GiB); {_fix(asset.name)}")
 
 
 def _fix(name: str) -> str:

@@ -634,7 +634,8 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--compiler-cache-secret", type=Path,
                     help="the remote compiler cache's credential file (WHEELHOUSE_COMPILER_CACHE names the cache); "
                          "each build gets a copy")
-    go.add_argument("--host-probe", type=Path, help="tests/gpu/host_probe.py's record of this machine, kept in the sweep's")
+    go.add_argument("--host-probe", type=Path,
+                    help="tests/gpu/host_probe.py's record of this machine, kept in the sweep's")
     keep = sub.add_parser("record")
     keep.add_argument("--result", type=Path, required=True)
     keep.add_argument("--into", type=Path, default=RESULTS)
