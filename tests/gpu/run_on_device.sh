@@ -72,7 +72,8 @@
 # WHEELHOUSE_DEVICE_TWO_VENV_PATHS=1 also builds causal-conv1d twice in one WHEELHOUSE_CACHE, from two
 # venvs of the same Python at two paths (each with its own copy of torch, so torch's headers are under
 # two paths, as on two machines): whether venv paths alone defeat the compiler cache (benchmarks figure 10).
-# Logs and timings go to $OUT (or the work directory).
+# Logs and timings go to $OUT (or the work directory). Before any build, the machine section times how fast
+# this host compiles ($OUT/host-probe.json, tests/gpu/host_probe.py); sweep and all-archs records carry it.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -187,8 +188,8 @@ if [[ "$MODE" == sweep ]]; then
     # holds about 60 MiB of its 64) or from the folder WHEELHOUSE_DEVICE_CACHE_TOOLS names.
     use_mirror
     export WHEELHOUSE_VERSIONS="$WORK/versions-sweep.yaml"
-    # WHEELHOUSE_SWEEP_FULL_ARCHS: components built with versions.yaml's arch list instead of sm_90 (one run then
-    # proves the nine and those lists)
+    # WHEELHOUSE_SWEEP_FULL_ARCHS: components built with versions.yaml's arch list instead of sm_90 (TransformerEngine's
+    # beside the nine did not fit one device session on 16 cores: all-archs proves it alone)
     "$PY" tests/gpu/sweep.py variant --out "$WHEELHOUSE_VERSIONS" --full-archs "${WHEELHOUSE_SWEEP_FULL_ARCHS:-}"
     cp "$WHEELHOUSE_VERSIONS" "$RESULTS/"
     sweep_args=()

@@ -17,8 +17,10 @@ reduced, and the record says so:
 - deep-gemm: one Python, so no bundle.
 
 ``--full-archs`` names components built with versions.yaml's own arch list instead (TransformerEngine's
-8.0;9.0;10.0, nvcc a thread per arch): one run then proves the nine and those lists. Each wheel's entry
-lists the cubins of every shared object (cuobjdump where the machine has it, else our fatbin reader).
+8.0;9.0;10.0, nvcc a thread per arch), for a machine with the cores for it: on the GPU machine's 16 it did not
+fit one device session beside the nine (a48b306), and ``run_on_device.sh all-archs`` proves the lists alone.
+Each wheel's entry lists the cubins of every shared object (cuobjdump where the machine has it, else our fatbin
+reader).
 
 ``run`` builds them side by side (``max_jobs`` each, TransformerEngine, the longest, first), each in a cache of
 its own; meanwhile ``rebuild-check`` builds three of them twice in fresh directories. As each build ends, while the
