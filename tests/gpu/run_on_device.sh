@@ -189,7 +189,7 @@ if [[ "$MODE" == sweep ]]; then
     use_mirror
     export WHEELHOUSE_VERSIONS="$WORK/versions-sweep.yaml"
     # WHEELHOUSE_SWEEP_FULL_ARCHS: components built with versions.yaml's arch list instead of sm_90 (TransformerEngine's
-    # beside the nine did not fit one device session on 16 cores: all-archs proves it alone)
+    # beside the nine did not fit the sweep's 25 minutes on 16 cores: all-archs proves it alone)
     "$PY" tests/gpu/sweep.py variant --out "$WHEELHOUSE_VERSIONS" --full-archs "${WHEELHOUSE_SWEEP_FULL_ARCHS:-}"
     cp "$WHEELHOUSE_VERSIONS" "$RESULTS/"
     sweep_args=()

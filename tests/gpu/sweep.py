@@ -18,7 +18,7 @@ reduced, and the record says so:
 
 ``--full-archs`` names components built with versions.yaml's own arch list instead (TransformerEngine's
 8.0;9.0;10.0, nvcc a thread per arch), for a machine with the cores for it: on the GPU machine's 16 it did not
-fit one device session beside the nine (a48b306), and ``run_on_device.sh all-archs`` proves the lists alone.
+fit the sweep's 25 minutes beside the nine (a48b306), and ``run_on_device.sh all-archs`` proves the lists alone.
 Each wheel's entry lists the cubins of every shared object (cuobjdump where the machine has it, else our fatbin
 reader).
 
