@@ -26,7 +26,7 @@ def test_the_probe_times_one_compile_alone_and_one_per_core_at_once(tmp_path):
     assert host_probe.line(record).startswith(f"host probe: {record['one_s']} s alone, {record['all_cores_s']} s with ")
 
 
-def test_a_probe_that_cannot_run_is_recorded_as_such_and_stops_nothing(tmp_path):
+def test_a_probe_that_cannot_run_or_hangs_is_recorded_as_such_and_stops_nothing(tmp_path):
     absent = host_probe.probe(compiler=str(tmp_path / "no-such-g++"), cores=2, repeats=1)
     assert absent["error"] == f"no compiler {str(tmp_path / 'no-such-g++')!r} on PATH" and "one_s" not in absent
     broken = tmp_path / "g++"
@@ -35,6 +35,12 @@ def test_a_probe_that_cannot_run_is_recorded_as_such_and_stops_nothing(tmp_path)
     failed = host_probe.probe(compiler=str(broken), cores=2, repeats=1)
     assert failed["error"].startswith(f"{broken} exit 4: cc1plus: out of memory")
     assert host_probe.line(failed) == f"host probe: not measured ({failed['error']})"
+    stuck = tmp_path / "stuck" / "g++"
+    stuck.parent.mkdir()
+    stuck.write_text("#!/bin/sh\nexec sleep 30\n")
+    stuck.chmod(0o755)
+    hung = host_probe.probe(compiler=str(stuck), cores=2, repeats=1, timeout_s=0.5)
+    assert hung["error"] == f"{stuck} took longer than 0.5 s for one compile; stopped" and "one_s" not in hung
     missing = host_probe.read(tmp_path / "host-probe.json")  # the machine section wrote none
     assert missing["error"].startswith(f"{tmp_path / 'host-probe.json'}: ")
 

@@ -57,18 +57,22 @@ std::string joined(const std::unordered_map<std::string, std::shared_ptr<std::ve
 }
 """
 WHAT = "{compiler} -O2 -c of one fixed C++ unit (maps, streams, sort), best of {repeats}: alone, and {cores} at once"
+# about 1.6 s on a 2-core CPU machine: a compile this slow is a stuck compiler, and the builds it comes before wait
+COMPILE_TIMEOUT_S = 120
 
 
-def _compile(compiler: str, source: Path, index: int) -> float:
+def _compile(compiler: str, source: Path, index: int, timeout_s: float) -> float:
     started = time.monotonic()
     subprocess.run([compiler, "-O2", "-std=c++17", "-c", str(source), "-o", str(source.with_name(f"unit-{index}.o"))],
-                   check=True, capture_output=True)
+                   check=True, capture_output=True, timeout=timeout_s)
     return time.monotonic() - started
 
 
-def probe(*, compiler: str | None = None, cores: int | None = None, repeats: int = 3) -> dict:
+def probe(*, compiler: str | None = None, cores: int | None = None, repeats: int = 3,
+          timeout_s: float = COMPILE_TIMEOUT_S) -> dict:
     """The probe's record: ``one_s`` (one compile alone) and ``all_cores_s`` (``cores`` compiles at once, the
-    longest of them), each the best of ``repeats``; ``error`` instead when the compiler cannot run."""
+    longest of them), each the best of ``repeats``; ``error`` instead when the compiler cannot run or one compile
+    takes longer than ``timeout_s``."""
     compiler = compiler or os.environ.get("CXX") or "g++"
     cores = cores or os.cpu_count() or 1
     record: dict = {"what": WHAT.format(compiler=Path(compiler).name, repeats=repeats, cores=cores), "cores": cores}
@@ -78,13 +82,15 @@ def probe(*, compiler: str | None = None, cores: int | None = None, repeats: int
         source = Path(tmp) / "unit.cpp"
         source.write_text(UNIT)
         try:
-            alone = min(_compile(compiler, source, 0) for _ in range(repeats))
+            alone = min(_compile(compiler, source, 0, timeout_s) for _ in range(repeats))
             with ThreadPoolExecutor(max_workers=cores) as pool:
-                together = min(max(pool.map(lambda i: _compile(compiler, source, i), range(cores)))
+                together = min(max(pool.map(lambda i: _compile(compiler, source, i, timeout_s), range(cores)))
                                for _ in range(repeats))
         except subprocess.CalledProcessError as error:
             said = error.stderr.decode(errors="replace").strip()[-200:]
             return {**record, "error": f"{compiler} exit {error.returncode}: {said}"}
+        except subprocess.TimeoutExpired:
+            return {**record, "error": f"{compiler} took longer than {timeout_s:g} s for one compile; stopped"}
     return {**record, "one_s": round(alone, 2), "all_cores_s": round(together, 2)}
 
 
