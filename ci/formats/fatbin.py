@@ -95,6 +95,11 @@ class ArchScan:
     def base_archs(self) -> tuple[CudaArch, ...]:
         return tuple(sorted({a.base for a in self.cubin_archs}))
 
+    def cubins_by_member(self) -> dict[str, list[str]]:
+        """Each member's cubin targets (``sm_90``, ``sm_100a``...), in arch order; members with PTX alone are left
+        out. What a device record lists per shared object."""
+        return {m.member: [a.sm for a in m.cubins] for m in self.members if m.cubins}
+
 
 def find_cuobjdump(cuda_home: Path | str | None = None) -> Path | None:
     """cuobjdump on PATH, else under ``cuda_home/bin``; None when absent."""

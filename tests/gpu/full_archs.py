@@ -146,23 +146,6 @@ def one_unit(source: Path, python: str, *, archs: str = "80;90;100;120", unit: s
 GITHUB_ASSET_LIMIT = 2 * 2**30
 
 
-def _cubin_archs(shared_object: Path) -> list[str]:
-    """cuobjdump's cubin archs of one shared object (``sm_90a``...), sorted; without cuobjdump (a machine
-    without the toolkit's tools), our own fatbin reader's."""
-    import re
-    import shutil
-
-    if shutil.which("cuobjdump"):
-        listed = subprocess.run(["cuobjdump", "--list-elf", str(shared_object)], capture_output=True, text=True).stdout
-        return sorted(set(re.findall(r"\bsm_\d+[af]?\b", listed)))
-    from ci.formats.elf import ElfFile
-    from ci.formats.fatbin import scan_elf
-
-    with open(shared_object, "rb") as handle:
-        found = scan_elf(shared_object.name, ElfFile(handle, shared_object.name))
-    return sorted({f"sm_{a.major}{a.minor}{a.suffix}" for a in found.cubins}) if found else []
-
-
 def _base(arch: str) -> str:
     return arch.rstrip("af")
 
@@ -172,10 +155,8 @@ def result(component: str, *, versions: Path, dist: Path, build_s: int, status: 
     """One machine-readable row for benchmarks/device_results.json: the build, its wheel, its archs, its
     gates, its kernels and the time model's prediction beside the measured time (and, with ``host_probe``, how
     fast the host compiles: tests/gpu/host_probe.py)."""
-    import tempfile
-    import zipfile
-
     from ci.formats.archs import parse_arch_list
+    from ci.formats.fatbin import scan_wheel_archs
     from ci.model import matrix
     from ci.timing import time_model
 
@@ -202,13 +183,9 @@ def result(component: str, *, versions: Path, dist: Path, build_s: int, status: 
     for wheel in sorted(p for p in dist.glob("*.whl") if p.name.split("-")[0] in stems):
         entry: dict = {"wheel": wheel.name, "bytes": wheel.stat().st_size,
                        "under_github_limit": wheel.stat().st_size < GITHUB_ASSET_LIMIT, "shared_objects": {}}
-        with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as archive:
-            for member in (m for m in archive.namelist() if ".so" in Path(m).name):
-                archive.extract(member, tmp)
-                cubins = _cubin_archs(Path(tmp) / member)
-                if cubins:
-                    entry["shared_objects"][member] = {
-                        "cubins": cubins, "equal": set(listed) <= {_base(a) for a in cubins} <= allowed}
+        for member, cubins in scan_wheel_archs(wheel).cubins_by_member().items():
+            entry["shared_objects"][member] = {
+                "cubins": cubins, "equal": set(listed) <= {_base(a) for a in cubins} <= allowed}
         gate = subprocess.run([sys.executable, "-m", "invoke", "check-wheel", "--wheel", str(wheel), "--torch", python,
                                "--pythons", "3.12", *(["--require-archs", settings.torch_cuda_arch_list]
                                                       if settings.torch_cuda_arch_list else []),

@@ -392,8 +392,7 @@ def _cubins(wheel: Path) -> dict:
 
     if not wheel.is_file():
         return {}
-    scan = scan_wheel_archs(wheel)
-    members = {m.member: [a.sm for a in m.cubins] for m in scan.members if m.cubins}
+    members = scan_wheel_archs(wheel).cubins_by_member()
     return {"cubins": members} if members else {}
 
 
