@@ -186,3 +186,22 @@ def test_unchanged_upstream_commits_keep_their_ids_and_tags_resolve(tmp_path, mi
     checkout = sources.fetch_git(url, "v2", tmp_path / "cache", submodules=True, component="app")
     assert checkout.revision == second and (checkout.path / "setup.py").read_text() == "v2\n"
     assert subprocess.run(["git", "cat-file", "-e", first], cwd=mirror_config / "example" / "app.git").returncode != 0
+
+
+def test_snapshots_are_found_in_either_layout_by_the_mirror_and_the_tests_alike(tmp_path, monkeypatch):
+    """``<owner>/<name>.git`` or ``<owner>+<name>/repo``: the mirror builder and the tests that read a real tree
+    (tests/upstream_snapshots.py) look in the same two places; a snapshot in neither is one line naming both."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    import upstream_snapshots
+
+    (tmp_path / "example" / "app.git").mkdir(parents=True)
+    (tmp_path / "example+lib" / "repo").mkdir(parents=True)
+    monkeypatch.setenv("WHEELHOUSE_SNAPSHOTS", str(tmp_path))
+    builder = bundles.MirrorBuilder({}, tmp_path, tmp_path / "out")
+    assert builder.snapshot("example/app") == upstream_snapshots.find("example/app") == tmp_path / "example" / "app.git"
+    assert builder.snapshot("example/lib") == upstream_snapshots.find("example/lib") == tmp_path / "example+lib" / "repo"
+    assert upstream_snapshots.find("example/none") is None
+    with pytest.raises(bundles.BundleError, match=r"^no snapshot of example/none: pass --snapshot example/none=PATH "):
+        builder.snapshot("example/none")
+    monkeypatch.delenv("WHEELHOUSE_SNAPSHOTS")
+    assert upstream_snapshots.find("example/app") is None

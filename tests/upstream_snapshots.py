@@ -8,7 +8,11 @@ these tests skip there and their stand-ins cover the same code.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
+from make_source_bundles import find_snapshot
 
 
 def find(repo: str) -> Path | None:
@@ -16,8 +20,7 @@ def find(repo: str) -> Path | None:
     root = os.environ.get("WHEELHOUSE_SNAPSHOTS")
     if not root:
         return None
-    laid_out = (Path(root) / f"{repo}.git", Path(root) / repo.replace("/", "+") / "repo")
-    return next((path for path in laid_out if path.is_dir()), None)
+    return find_snapshot(Path(root), repo)
 
 
 def skip_reason(repo: str) -> str:

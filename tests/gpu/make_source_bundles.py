@@ -121,6 +121,13 @@ class StandIn:
     prefix: str
 
 
+def find_snapshot(root: Path, repo: str) -> Path | None:
+    """The bare snapshot of ``repo`` (``owner/name``) under ``root``, in either layout snapshots come in:
+    ``<owner>/<name>.git`` or ``<owner>+<name>/repo``; None when neither is there."""
+    laid_out = (root / f"{repo}.git", root / repo.replace("/", "+") / "repo")
+    return next((path for path in laid_out if path.is_dir()), None)
+
+
 class MirrorBuilder:
     def __init__(self, snapshots: dict[str, Path], snapshot_root: Path | None, out: Path,
                  stand_ins: dict[tuple[str, str], StandIn] | None = None):
@@ -133,9 +140,7 @@ class MirrorBuilder:
     def snapshot(self, repo: str) -> Path:
         path = self.snapshots.get(repo)
         if path is None and self.snapshot_root is not None:
-            # SNAPSHOTS/<owner>/<name>.git, or SNAPSHOTS/<owner>+<name>/repo
-            laid_out = [self.snapshot_root / f"{repo}.git", self.snapshot_root / repo.replace("/", "+") / "repo"]
-            path = next((candidate for candidate in laid_out if candidate.is_dir()), laid_out[0])
+            path = find_snapshot(self.snapshot_root, repo)
         if path is None or not path.is_dir():
             raise BundleError(f"no snapshot of {repo}: pass --snapshot {repo}=PATH or put it at SNAPSHOTS/{repo}.git")
         return path
